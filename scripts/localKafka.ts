@@ -1,0 +1,246 @@
+/**
+ * A real single-node Apache Kafka broker (KRaft, combined broker and controller) on
+ * 127.0.0.1, started from the jars scripts/kafka-fetch.sh downloads. Used by the tests,
+ * the demo and the benchmarks; never by the relay itself.
+ *
+ * As a command:
+ *   tsx scripts/localKafka.ts start [--dir DIR] [--port N]   prints the broker address
+ *   tsx scripts/localKafka.ts stop  [--dir DIR]
+ */
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Kafka, logLevel } from 'kafkajs';
+
+const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
+const LIBS = join(ROOT, '.cache/kafka/libs');
+const CLASSPATH = `${LIBS}/*`;
+
+export interface LocalKafkaOptions {
+  /** Directory for config, data and logs; wiped at start unless `keepData`. */
+  dir?: string;
+  /** Client port; a free one when omitted. */
+  port?: number;
+  /** Milliseconds to wait for the broker to answer metadata requests. */
+  readyTimeoutMs?: number;
+  /** Detach the JVM so it outlives this process (the `start` command). */
+  detached?: boolean;
+}
+
+/** A running local broker. */
+export interface LocalKafka {
+  /** `127.0.0.1:PORT`. */
+  readonly brokers: string;
+  readonly port: number;
+  readonly dir: string;
+  /** Stop the broker (SIGTERM, then SIGKILL after 30 s). Data stays in `dir`. */
+  stop(): Promise<void>;
+  /** Start it again on the same port and data. */
+  start(): Promise<void>;
+  /** Stop, then start. */
+  restart(): Promise<void>;
+  /** Stop and delete `dir`. */
+  destroy(): Promise<void>;
+}
+
+export function fetchKafkaJars(): void {
+  execFileSync(join(ROOT, 'scripts/kafka-fetch.sh'), { stdio: ['ignore', 'inherit', 'inherit'] });
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolvePort(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+function serverProperties(dir: string, port: number, controllerPort: number): string {
+  return [
+    'process.roles=broker,controller',
+    'node.id=1',
+    `controller.quorum.voters=1@127.0.0.1:${controllerPort}`,
+    `listeners=PLAINTEXT://127.0.0.1:${port},CONTROLLER://127.0.0.1:${controllerPort}`,
+    `advertised.listeners=PLAINTEXT://127.0.0.1:${port}`,
+    'controller.listener.names=CONTROLLER',
+    'listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT',
+    'inter.broker.listener.name=PLAINTEXT',
+    `log.dirs=${join(dir, 'data')}`,
+    'num.partitions=1',
+    'offsets.topic.replication.factor=1',
+    'offsets.topic.num.partitions=1',
+    'transaction.state.log.replication.factor=1',
+    'transaction.state.log.min.isr=1',
+    'transaction.state.log.num.partitions=1',
+    'min.insync.replicas=1',
+    'group.initial.rebalance.delay.ms=0',
+    'auto.create.topics.enable=true',
+    'log.flush.interval.messages=9223372036854775807',
+    '',
+  ].join('\n');
+}
+
+const LOG4J = [
+  'log4j.rootLogger=WARN, file',
+  'log4j.appender.file=org.apache.log4j.FileAppender',
+  'log4j.appender.file.File=${kafka.logs.dir}/server.log',
+  'log4j.appender.file.layout=org.apache.log4j.PatternLayout',
+  'log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n',
+  'log4j.logger.kafka.server.KafkaRaftServer=INFO',
+  '',
+].join('\n');
+
+function java(args: string[], dir: string, detached: boolean): ChildProcess {
+  const out = openSync(join(dir, 'stdout.log'), 'a');
+  return spawn(
+    'java',
+    [
+      '-Xms256m',
+      '-Xmx512m',
+      '-XX:+UseSerialGC',
+      `-Dlog4j.configuration=file:${join(dir, 'log4j.properties')}`,
+      `-Dkafka.logs.dir=${dir}`,
+      '-cp',
+      CLASSPATH,
+      ...args,
+    ],
+    { stdio: ['ignore', out, out], detached },
+  );
+}
+
+async function waitUntilReady(brokers: string, timeoutMs: number, child: ChildProcess | undefined): Promise<void> {
+  const kafka = new Kafka({ clientId: 'local-kafka-ready', brokers: [brokers], logLevel: logLevel.NOTHING, retry: { retries: 0 }, connectionTimeout: 1000 });
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    if (child && child.exitCode !== null) throw new Error(`Kafka exited with code ${child.exitCode} while starting`);
+    const admin = kafka.admin();
+    try {
+      await admin.connect();
+      // A metadata round trip, not just an open port: the broker is serving requests.
+      await admin.describeCluster();
+      await admin.disconnect();
+      return;
+    } catch (error) {
+      lastError = error;
+      await admin.disconnect().catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+  throw new Error(`Kafka at ${brokers} not ready after ${timeoutMs} ms: ${(lastError as Error)?.message}`);
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function waitForExit(pid: number, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (!alive(pid)) return true;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return !alive(pid);
+}
+
+async function killPid(pid: number): Promise<void> {
+  if (!alive(pid)) return;
+  process.kill(pid, 'SIGTERM');
+  if (!(await waitForExit(pid, 30_000))) {
+    process.kill(pid, 'SIGKILL');
+    await waitForExit(pid, 10_000);
+  }
+}
+
+/** Format a fresh log directory and start a broker; resolves when it serves metadata. */
+export async function startLocalKafka(options: LocalKafkaOptions = {}): Promise<LocalKafka> {
+  fetchKafkaJars();
+  const dir = resolve(options.dir ?? join(ROOT, '.cache/kafka/run', `broker-${process.pid}-${Date.now()}`));
+  const port = options.port ?? (await freePort());
+  const controllerPort = await freePort();
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  const props = join(dir, 'server.properties');
+  writeFileSync(props, serverProperties(dir, port, controllerPort));
+  writeFileSync(join(dir, 'log4j.properties'), LOG4J);
+  const clusterId = execFileSync('java', ['-cp', CLASSPATH, 'kafka.tools.StorageTool', 'random-uuid'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  execFileSync('java', ['-cp', CLASSPATH, 'kafka.tools.StorageTool', 'format', '-t', clusterId, '-c', props], { stdio: 'ignore' });
+
+  const brokers = `127.0.0.1:${port}`;
+  const readyTimeoutMs = options.readyTimeoutMs ?? 90_000;
+  let child: ChildProcess | undefined;
+  let pid = 0;
+
+  const start = async (): Promise<void> => {
+    child = java(['kafka.Kafka', props], dir, options.detached ?? false);
+    pid = child.pid ?? 0;
+    writeFileSync(join(dir, 'broker.pid'), String(pid));
+    if (options.detached) child.unref();
+    await waitUntilReady(brokers, readyTimeoutMs, child);
+  };
+  const stop = async (): Promise<void> => {
+    if (pid) await killPid(pid);
+    pid = 0;
+  };
+  await start();
+  return {
+    brokers,
+    port,
+    dir,
+    stop,
+    start,
+    restart: async () => {
+      await stop();
+      await start();
+    },
+    destroy: async () => {
+      await stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Stop a broker started detached in `dir` (reads its pid file). */
+export async function stopLocalKafka(dir: string): Promise<void> {
+  const file = join(resolve(dir), 'broker.pid');
+  if (!existsSync(file)) return;
+  await killPid(Number(readFileSync(file, 'utf8')));
+  rmSync(file, { force: true });
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [command, ...rest] = argv;
+  const flag = (name: string): string | undefined => {
+    const i = rest.indexOf(name);
+    return i >= 0 ? rest[i + 1] : undefined;
+  };
+  const dir = flag('--dir') ?? join(ROOT, '.cache/kafka/run/default');
+  if (command === 'start') {
+    const port = flag('--port');
+    const kafka = await startLocalKafka({ dir, port: port ? Number(port) : undefined, detached: true });
+    process.stdout.write(`${kafka.brokers}\n`);
+  } else if (command === 'stop') {
+    await stopLocalKafka(dir);
+  } else {
+    process.stderr.write('usage: localKafka.ts start|stop [--dir DIR] [--port N]\n');
+    process.exit(2);
+  }
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  main(process.argv.slice(2)).catch((error: unknown) => {
+    process.stderr.write(`localKafka: ${(error as Error).message}\n`);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,98 @@
+#!/usr/bin/env node
+import { Command, CommanderError, Option } from 'commander';
+import { ConfigError, describeError } from './errors.js';
+import { createLogger, type LogLevel } from './logger.js';
+import { readSetting, type Setting } from './settings.js';
+import * as settings from './settings.js';
+import { RELAY_SETTINGS, type RelayOptions } from './relay.js';
+import { runRelay, EXIT } from './run.js';
+import { migrate, migrationScript } from './migrate.js';
+
+// Only parsing and dispatch live here; every command is a library function.
+
+type AnySetting = Setting<any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+function addSettings(command: Command, list: readonly AnySetting[]): Command {
+  for (const s of list) {
+    if (!s.flag) continue;
+    const option = new Option(`${s.flag} <value>`, `${s.description} [env ${s.env}]`);
+    if (s.defaultValue !== undefined) option.default(undefined, String(s.defaultValue));
+    command.addOption(option);
+  }
+  return command;
+}
+
+/** Flag, then environment, then default, for each setting; checked as it is read. */
+function resolve(list: readonly AnySetting[], flags: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const s of list) {
+    const flagValue = s.flag ? (flags[camel(s.flag)] as string | undefined) : undefined;
+    const value = readSetting(s, flagValue, process.env);
+    if (value === undefined) {
+      const where = s.flag ? `${s.flag} or ${s.env}` : s.secret ? `${s.env} or ${s.env}_FILE` : s.env;
+      throw new ConfigError(s.flag ?? s.env, `is required (set ${where})`);
+    }
+    out[s.option] = value;
+  }
+  return out;
+}
+
+function camel(flag: string): string {
+  return flag.replace(/^--/, '').replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
+function fail(error: unknown): never {
+  process.stderr.write(`outbox-relay: ${describeError(error)}\n`);
+  process.exit(error instanceof ConfigError ? EXIT.usage : EXIT.failure);
+}
+
+const program = new Command('outbox-relay')
+  .description('Transactional outbox relay: PostgreSQL outbox table to Kafka, in order per key.')
+  .showHelpAfterError(false)
+  .exitOverride();
+
+addSettings(
+  program
+    .command('run')
+    .description('Relay outbox rows to Kafka until SIGTERM/SIGINT (a second signal stops at once).'),
+  RELAY_SETTINGS,
+).action(async (flags: Record<string, unknown>) => {
+  const o = resolve(RELAY_SETTINGS, flags);
+  const logger = createLogger(o.logLevel as LogLevel);
+  const code = await runRelay({ ...(o as unknown as RelayOptions), logger });
+  logger.flush();
+  process.exit(code);
+});
+
+const MIGRATE_SETTINGS = [settings.databaseUrl, settings.schema, settings.logLevel] as const;
+addSettings(
+  program
+    .command('migrate')
+    .description('Create or upgrade the outbox tables. Safe to run from several processes at once.')
+    .option('--print', 'print the SQL for a DBA instead of applying it (needs no database)'),
+  MIGRATE_SETTINGS,
+).action(async (flags: Record<string, unknown>) => {
+  if (flags.print) {
+    const schema = readSetting(settings.schema, flags.schema as string | undefined, process.env) as string;
+    process.stdout.write(await migrationScript(schema));
+    return;
+  }
+  const o = resolve(MIGRATE_SETTINGS, flags);
+  const logger = createLogger(o.logLevel as LogLevel);
+  const result = await migrate({ databaseUrl: o.databaseUrl as string, schema: o.schema as string, logger });
+  process.stdout.write(
+    result.applied.length
+      ? `applied ${result.applied.join(', ')}\n`
+      : `schema ${o.schema as string} is up to date (${result.alreadyApplied.length} migrations)\n`,
+  );
+});
+
+try {
+  await program.parseAsync(process.argv);
+} catch (error) {
+  if (error instanceof CommanderError) {
+    // Commander already printed its message (or the help text).
+    process.exit(error.exitCode === 0 ? EXIT.ok : EXIT.usage);
+  }
+  fail(error);
+}

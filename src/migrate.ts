@@ -1,0 +1,156 @@
+import { readFile, readdir } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { quoteIdentifier } from './identifiers.js';
+import { ConfigError, OutboxError, SchemaError } from './errors.js';
+import { silentLogger, type Logger } from './logger.js';
+import { connect } from './database.js';
+
+/** One numbered file of sql/. */
+export interface Migration {
+  /** The number at the start of the file name. */
+  readonly id: number;
+  /** File name, e.g. `001_outbox.sql`. */
+  readonly name: string;
+  /** SQL with the schema placeholder filled in. */
+  readonly sql: string;
+}
+
+export interface MigrateOptions {
+  /** Connection string; ignored when `client` is given. */
+  databaseUrl?: string;
+  /** An open connection to use instead of `databaseUrl`; left open. */
+  client?: pg.ClientBase;
+  /** Schema to create the tables in (default `public`). */
+  schema?: string;
+  logger?: Logger;
+}
+
+export interface MigrateResult {
+  /** Migrations applied by this call, in order. */
+  applied: string[];
+  /** Migrations that were already there. */
+  alreadyApplied: string[];
+}
+
+const SQL_DIR = fileURLToPath(new URL('../sql/', import.meta.url));
+const FILE = /^(\d{3,})_[a-z0-9_]+\.sql$/;
+
+/** The migrations shipped in sql/, with `schema` filled in, in order. */
+export async function loadMigrations(schema = 'public'): Promise<Migration[]> {
+  const quoted = quoteIdentifier(schema, 'schema');
+  const files = (await readdir(SQL_DIR)).filter((f) => FILE.test(f)).sort();
+  const migrations: Migration[] = [];
+  for (const name of files) {
+    const text = await readFile(SQL_DIR + name, 'utf8');
+    migrations.push({
+      id: Number(FILE.exec(name)?.[1]),
+      name,
+      sql: text.replaceAll(':"schema"', quoted),
+    });
+  }
+  return migrations;
+}
+
+/**
+ * The SQL `migrate` would run, as one script a DBA can read and apply with psql.
+ * It includes the bookkeeping statements, so applying it by hand and running `migrate`
+ * afterwards is a no-op.
+ */
+export async function migrationScript(schema = 'public'): Promise<string> {
+  const quoted = quoteIdentifier(schema, 'schema');
+  const parts = [`-- outbox-relay schema for ${quoted}; each block runs in its own transaction.`];
+  parts.push(`CREATE SCHEMA IF NOT EXISTS ${quoted};\n${bookkeepingTable(quoted)};`);
+  for (const m of await loadMigrations(schema)) {
+    parts.push(
+      `-- ${m.name}\nBEGIN;\n${m.sql.trim()}\n` +
+        `INSERT INTO ${quoted}.outbox_migrations (id, name) VALUES (${m.id}, '${m.name}');\nCOMMIT;`,
+    );
+  }
+  return parts.join('\n\n') + '\n';
+}
+
+function bookkeepingTable(quoted: string): string {
+  return `CREATE TABLE IF NOT EXISTS ${quoted}.outbox_migrations (
+  id integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+)`;
+}
+
+/**
+ * Apply the migrations of sql/ that the schema does not have yet.
+ *
+ * Each migration runs in its own transaction under a transaction-scoped advisory lock
+ * keyed by the schema, so several relays starting at once apply each exactly once: the
+ * others wait, then find it recorded and skip it.
+ */
+export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
+  const schema = options.schema ?? 'public';
+  const quoted = quoteIdentifier(schema, 'schema');
+  const logger = options.logger ?? silentLogger();
+  const migrations = await loadMigrations(schema);
+  const client = options.client ?? (await connect(requireUrl(options.databaseUrl), 'outbox-relay:migrate'));
+  const result: MigrateResult = { applied: [], alreadyApplied: [] };
+  try {
+    for (const m of migrations) {
+      await client.query('BEGIN');
+      try {
+        await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`outbox-relay:migrate:${schema}`]);
+        await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoted}`);
+        await client.query(bookkeepingTable(quoted));
+        const seen = await client.query(`SELECT 1 FROM ${quoted}.outbox_migrations WHERE id = $1`, [m.id]);
+        if (seen.rowCount) {
+          await client.query('COMMIT');
+          result.alreadyApplied.push(m.name);
+          continue;
+        }
+        await client.query(m.sql);
+        await client.query(`INSERT INTO ${quoted}.outbox_migrations (id, name) VALUES ($1, $2)`, [m.id, m.name]);
+        await client.query('COMMIT');
+        result.applied.push(m.name);
+        logger.info({ migration: m.name, schema }, 'applied migration');
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        throw new OutboxError(`migration ${m.name} failed: ${(error as Error).message}`, {
+          retriable: false,
+          context: { migration: m.name, schema },
+          cause: error,
+        });
+      }
+    }
+  } finally {
+    if (!options.client) await (client as pg.Client).end().catch(() => undefined);
+  }
+  return result;
+}
+
+/**
+ * Fail with a clear message when the schema lacks migrations this version needs, so the
+ * relay does not start against a database it would misread.
+ */
+export async function assertMigrated(client: pg.ClientBase, schema: string): Promise<void> {
+  const quoted = quoteIdentifier(schema, 'schema');
+  const latest = Math.max(...(await loadMigrations(schema)).map((m) => m.id));
+  let applied = 0;
+  try {
+    const r = await client.query<{ max: number | null }>(`SELECT max(id) AS max FROM ${quoted}.outbox_migrations`);
+    applied = r.rows[0]?.max ?? 0;
+  } catch (error) {
+    if ((error as { code?: string }).code === '42P01' || (error as { code?: string }).code === '3F000') {
+      throw new SchemaError(`schema ${quoted} has no outbox tables: run \`outbox-relay migrate\` first`, { schema });
+    }
+    throw error;
+  }
+  if (applied < latest) {
+    throw new SchemaError(
+      `schema ${quoted} is at migration ${applied}, this version needs ${latest}: run \`outbox-relay migrate\``,
+      { schema, applied, latest },
+    );
+  }
+}
+
+function requireUrl(url: string | undefined): string {
+  if (!url) throw new ConfigError('databaseUrl', 'is required (environment DATABASE_URL)');
+  return url;
+}

@@ -1,0 +1,400 @@
+import { randomUUID } from 'node:crypto';
+import type pg from 'pg';
+import type { Kafka, Producer } from 'kafkajs';
+import * as settings from './settings.js';
+import { quoteIdentifier } from './identifiers.js';
+import { createPool, describeDatabase } from './database.js';
+import { assertMigrated } from './migrate.js';
+import { ConnectionError, OutboxError, describeError } from './errors.js';
+import { silentLogger, type Logger } from './logger.js';
+import { COMPRESSION, createKafka, createProducer, groupByTopic } from './kafka.js';
+import { Horizon } from './horizon.js';
+import { Signal } from './signal.js';
+import { backoffDelayMs } from './backoff.js';
+import { TypedEmitter } from './events.js';
+import { claimSql, type ClaimedRow } from './sql/claim.js';
+import { markSentSql } from './sql/markSent.js';
+
+/** Number of shards rows are hashed into (see the shard column in sql/001_outbox.sql). */
+export const SHARD_COUNT = 256;
+
+/** Options of {@link createRelay}. Only `databaseUrl` and `kafkaBrokers` are required. */
+export interface RelayOptions {
+  /** PostgreSQL connection string. */
+  databaseUrl: string;
+  /** Kafka bootstrap brokers, `host:port`. */
+  kafkaBrokers: string[];
+  /** Schema holding the outbox (default `public`). */
+  schema?: string;
+  /** Rows per batch, one Kafka request each (default 500). */
+  batchSize?: number;
+  /** Batches published at once, each on its own shards (default 2). */
+  batchesInFlight?: number;
+  /** Idle polling interval in ms (default 10). */
+  pollIntervalMs?: number;
+  /** Soft stop budget in ms before in-flight work is abandoned (default 15000). */
+  shutdownTimeoutMs?: number;
+  /** Ceiling of the retry backoff in ms (default 30000). */
+  retryMaxDelayMs?: number;
+  /** Kafka client id and Postgres application_name prefix (default `outbox-relay`). */
+  clientId?: string;
+  /** Batch compression (default `none`). */
+  compression?: 'none' | 'gzip';
+  /**
+   * How long a row may wait behind an open transaction elsewhere in the database before
+   * it is claimed anyway, in ms (default 60000). See {@link Horizon}.
+   */
+  horizonMaxWaitMs?: number;
+  logger?: Logger;
+  /** Use this kafkajs client instead of building one from kafkaBrokers. */
+  kafka?: Kafka;
+}
+
+export type ResolvedRelayOptions = Required<Omit<RelayOptions, 'logger' | 'kafka'>> & {
+  logger: Logger;
+  kafka: Kafka | undefined;
+};
+
+const horizonMaxWaitMs = settings.integer(
+  'horizonMaxWaitMs',
+  '--horizon-max-wait-ms',
+  'OUTBOX_HORIZON_MAX_WAIT_MS',
+  'How long rows may wait behind a transaction still open elsewhere in the database before they are claimed anyway (milliseconds).',
+  60_000,
+  0,
+  86_400_000,
+);
+
+/** Every setting of the relay, in the order the CLI and README list them. */
+export const RELAY_SETTINGS = [
+  settings.databaseUrl,
+  settings.kafkaBrokers,
+  settings.schema,
+  settings.batchSize,
+  settings.batchesInFlight,
+  settings.pollIntervalMs,
+  settings.shutdownTimeoutMs,
+  settings.retryMaxDelayMs,
+  horizonMaxWaitMs,
+  settings.clientId,
+  settings.compression,
+  settings.logLevel,
+] as const;
+
+/** Validate options and fill in defaults. @throws ConfigError naming the bad option */
+export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
+  return {
+    databaseUrl: settings.optionValue(settings.databaseUrl, options.databaseUrl),
+    kafkaBrokers: settings.optionValue(settings.kafkaBrokers, options.kafkaBrokers),
+    schema: settings.optionValue(settings.schema, options.schema),
+    batchSize: settings.optionValue(settings.batchSize, options.batchSize),
+    batchesInFlight: settings.optionValue(settings.batchesInFlight, options.batchesInFlight),
+    pollIntervalMs: settings.optionValue(settings.pollIntervalMs, options.pollIntervalMs),
+    shutdownTimeoutMs: settings.optionValue(settings.shutdownTimeoutMs, options.shutdownTimeoutMs),
+    retryMaxDelayMs: settings.optionValue(settings.retryMaxDelayMs, options.retryMaxDelayMs),
+    horizonMaxWaitMs: settings.optionValue(horizonMaxWaitMs, options.horizonMaxWaitMs),
+    clientId: settings.optionValue(settings.clientId, options.clientId),
+    compression: settings.optionValue(settings.compression, options.compression),
+    logger: options.logger ?? silentLogger(),
+    kafka: options.kafka,
+  };
+}
+
+/** Payloads of the relay's events. */
+export interface RelayEvents {
+  /** A batch was published and marked sent. */
+  batch: { worker: number; count: number; firstId: number; lastId: number; durationMs: number };
+  /** A batch failed and was rolled back; it is retried after `retryInMs`. */
+  batchError: { worker: number; error: Error; attempt: number; retryInMs: number };
+  /** The horizon moved: rows up to `watermark` may be claimed. */
+  horizon: { watermark: number; forced: boolean };
+  /** Every worker has stopped; `hard` when the shutdown timeout cut in-flight work short. */
+  stopped: { hard: boolean };
+}
+
+interface Worker {
+  index: number;
+  shards: number[];
+  /** Watermark up to which this worker found nothing more to claim. */
+  drainedTo: number;
+  lastClaimAtMs: number;
+  failures: number;
+  client: pg.PoolClient | undefined;
+}
+
+/** Idle workers look again this often even when the horizon did not move, to pick up
+ *  rows that a failed batch or another transaction's lock left behind. */
+const RECHECK_MS = 1_000;
+const RETRY_BASE_MS = 100;
+
+/**
+ * The relay: moves committed outbox rows to Kafka in id order per key.
+ *
+ * Create with {@link createRelay}, then `start()`; `stop()` drains and is idempotent.
+ */
+export class Relay extends TypedEmitter<RelayEvents> {
+  readonly options: ResolvedRelayOptions;
+  /** Identifies this relay instance in logs and in Postgres' application_name. */
+  readonly instanceId = randomUUID().slice(0, 8);
+  private readonly logger: Logger;
+  private readonly quotedSchema: string;
+  private readonly horizon: Horizon;
+  /** Notified when the horizon moves (and on stop). */
+  private readonly workAvailable = new Signal();
+  /** Notified only on stop: cuts retry sleeps short without waking them on new work. */
+  private readonly stopRequested = new Signal();
+  private pool: pg.Pool | undefined;
+  private producer: Producer | undefined;
+  private producerConnected = false;
+  private workers: Worker[] = [];
+  private loops: Promise<void>[] = [];
+  private stopping = false;
+  private aborted = false;
+  private started = false;
+  private stopPromise: Promise<{ hard: boolean }> | undefined;
+
+  constructor(options: RelayOptions) {
+    super();
+    this.options = resolveRelayOptions(options);
+    this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
+    this.logger = this.options.logger.child({ component: 'relay', relay: this.instanceId });
+    this.horizon = new Horizon(this.quotedSchema, this.options.horizonMaxWaitMs);
+  }
+
+  /** Highest outbox id the relay may claim up to (see {@link Horizon}). */
+  get watermark(): number {
+    return this.horizon.watermark;
+  }
+
+  /**
+   * Check the database and schema, then start relaying. Resolves once work has begun.
+   *
+   * @throws ConnectionError when Postgres cannot be reached; SchemaError when the schema
+   *   is not migrated. Kafka being down is not fatal: batches retry until it is back.
+   */
+  async start(): Promise<void> {
+    if (this.started) throw new OutboxError('relay already started', { retriable: false });
+    this.started = true;
+    const o = this.options;
+    this.pool = createPool(o.databaseUrl, `${o.clientId}:${this.instanceId}`, o.batchesInFlight + 1, this.logger);
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (error) {
+      await this.pool.end().catch(() => undefined);
+      throw new ConnectionError(
+        `cannot connect to Postgres at ${describeDatabase(o.databaseUrl)}: ${describeError(error)}`,
+        { database: describeDatabase(o.databaseUrl) },
+        error,
+      );
+    }
+    try {
+      await assertMigrated(client, o.schema);
+    } catch (error) {
+      client.release();
+      await this.pool.end().catch(() => undefined);
+      throw error;
+    }
+    client.release();
+
+    const kafka = o.kafka ?? createKafka({ brokers: o.kafkaBrokers, clientId: o.clientId, logger: this.options.logger });
+    this.producer = createProducer(kafka);
+    this.producer.on(this.producer.events.DISCONNECT, () => {
+      this.producerConnected = false;
+    });
+
+    this.workers = Array.from({ length: o.batchesInFlight }, (_, index) => ({
+      index,
+      shards: shardsOf(index, o.batchesInFlight),
+      drainedTo: 0,
+      lastClaimAtMs: 0,
+      failures: 0,
+      client: undefined,
+    }));
+    this.loops = [this.horizonLoop(), ...this.workers.map((w) => this.workerLoop(w))];
+    this.logger.info(
+      { database: describeDatabase(o.databaseUrl), brokers: o.kafkaBrokers, schema: o.schema, batchSize: o.batchSize, batchesInFlight: o.batchesInFlight },
+      'relay started',
+    );
+  }
+
+  /**
+   * Stop claiming, let the batches in flight finish (publish, mark, commit), disconnect.
+   * After `shutdownTimeoutMs` (or {@link Relay.abort}) in-flight batches are abandoned:
+   * their transactions roll back and the rows are published again by the next relay.
+   * Idempotent: every call returns the same promise.
+   */
+  stop(): Promise<{ hard: boolean }> {
+    if (!this.stopPromise) this.stopPromise = this.doStop();
+    return this.stopPromise;
+  }
+
+  /** Hard stop: abandon in-flight batches now. Safe at any time; nothing is lost. */
+  abort(): Promise<{ hard: boolean }> {
+    this.abortWork();
+    return this.stop();
+  }
+
+  private async doStop(): Promise<{ hard: boolean }> {
+    this.stopping = true;
+    this.workAvailable.notify();
+    this.stopRequested.notify();
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => resolve('timeout'), this.options.shutdownTimeoutMs);
+    });
+    const outcome = await Promise.race([Promise.all(this.loops).then(() => 'drained' as const), timedOut]);
+    clearTimeout(timer);
+    if (outcome === 'timeout') {
+      this.logger.warn({ shutdownTimeoutMs: this.options.shutdownTimeoutMs }, 'shutdown timeout: abandoning batches in flight');
+      this.abortWork();
+    }
+    const hard = this.aborted;
+    await this.producer?.disconnect().catch(() => undefined);
+    await this.pool?.end().catch(() => undefined);
+    this.logger.info({ hard }, 'relay stopped');
+    this.emit('stopped', { hard });
+    return { hard };
+  }
+
+  private abortWork(): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.stopping = true;
+    this.workAvailable.notify();
+    this.stopRequested.notify();
+    // Destroying the connection rolls its transaction back on the server: the batch's
+    // rows stay unsent and unlocked.
+    for (const w of this.workers) {
+      w.client?.release(new Error('relay aborted'));
+      w.client = undefined;
+    }
+  }
+
+  private async horizonLoop(): Promise<void> {
+    let failures = 0;
+    while (!this.stopping) {
+      let delay = this.options.pollIntervalMs;
+      try {
+        const pool = this.pool as pg.Pool;
+        const forcedBefore = this.horizon.forcedAdvances;
+        let moved = await this.horizon.probe(pool);
+        // New ids appeared: a second probe right away pairs them with a fresh snapshot,
+        // which releases them now instead of one interval later.
+        if (this.horizon.hasPending) moved = (await this.horizon.probe(pool)) || moved;
+        if (moved) {
+          const forced = this.horizon.forcedAdvances > forcedBefore;
+          if (forced) this.logger.warn({ watermark: this.horizon.watermark, horizonMaxWaitMs: this.options.horizonMaxWaitMs }, 'horizon forced past a long-running transaction');
+          this.emit('horizon', { watermark: this.horizon.watermark, forced });
+          this.workAvailable.notify();
+        }
+        failures = 0;
+      } catch (error) {
+        delay = backoffDelayMs(failures++, RETRY_BASE_MS, this.options.retryMaxDelayMs) + this.options.pollIntervalMs;
+        this.logger.warn({ err: describeError(error), retryInMs: delay }, 'horizon probe failed');
+      }
+      await this.sleep(delay);
+    }
+  }
+
+  private async workerLoop(worker: Worker): Promise<void> {
+    while (!this.stopping) {
+      const watermark = this.horizon.watermark;
+      const due = watermark > worker.drainedTo || Date.now() - worker.lastClaimAtMs >= RECHECK_MS;
+      if (!due) {
+        await this.workAvailable.wait(RECHECK_MS);
+        continue;
+      }
+      try {
+        const count = await this.runBatch(worker, watermark);
+        worker.failures = 0;
+        if (count < this.options.batchSize) worker.drainedTo = watermark;
+      } catch (error) {
+        if (this.aborted) break;
+        const retryInMs = backoffDelayMs(worker.failures, RETRY_BASE_MS, this.options.retryMaxDelayMs);
+        worker.failures++;
+        this.logger.warn(
+          { worker: worker.index, attempt: worker.failures, retryInMs, err: describeError(error) },
+          'batch failed; rolled back, will retry',
+        );
+        this.emit('batchError', { worker: worker.index, error: error as Error, attempt: worker.failures, retryInMs });
+        await this.sleep(retryInMs);
+      }
+    }
+  }
+
+  /** Claim, publish, mark sent, commit. @returns rows published */
+  private async runBatch(worker: Worker, watermark: number): Promise<number> {
+    const started = Date.now();
+    worker.lastClaimAtMs = started;
+    const client = await (this.pool as pg.Pool).connect();
+    worker.client = client;
+    let broken: Error | undefined;
+    try {
+      await client.query('BEGIN');
+      const { rows } = await client.query<ClaimedRow>(claimSql(this.quotedSchema), [watermark, worker.shards, this.options.batchSize]);
+      if (rows.length === 0) {
+        await client.query('COMMIT');
+        return 0;
+      }
+      await this.publish(rows);
+      if (this.aborted) throw new OutboxError('relay aborted before marking the batch sent', { retriable: true });
+      await client.query(markSentSql(this.quotedSchema), [rows.map((r) => r.id)]);
+      await client.query('COMMIT');
+      this.emit('batch', {
+        worker: worker.index,
+        count: rows.length,
+        firstId: rows[0]!.id,
+        lastId: rows[rows.length - 1]!.id,
+        durationMs: Date.now() - started,
+      });
+      return rows.length;
+    } catch (error) {
+      broken = error as Error;
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw error;
+    } finally {
+      if (worker.client === client) {
+        worker.client = undefined;
+        // A connection that failed mid-transaction is discarded, not reused.
+        client.release(broken && isConnectionError(broken) ? broken : undefined);
+      }
+    }
+  }
+
+  private async publish(rows: ClaimedRow[]): Promise<void> {
+    const producer = this.producer as Producer;
+    if (!this.producerConnected) {
+      await producer.connect();
+      this.producerConnected = true;
+    }
+    await producer.sendBatch({
+      topicMessages: groupByTopic(rows),
+      acks: -1,
+      compression: COMPRESSION[this.options.compression],
+    });
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return this.stopping ? Promise.resolve() : this.stopRequested.wait(ms);
+  }
+}
+
+function isConnectionError(error: Error): boolean {
+  const code = (error as { code?: string }).code;
+  // Class 08 (connection exception), 57P01-57P03 (admin shutdown, crash shutdown,
+  // cannot connect now), or a socket error without an SQLSTATE.
+  return code === undefined || code.startsWith('08') || code.startsWith('57P');
+}
+
+/** Shards handled by worker `index` of `count`: every count-th shard. */
+export function shardsOf(index: number, count: number): number[] {
+  const shards: number[] = [];
+  for (let s = index; s < SHARD_COUNT; s += count) shards.push(s);
+  return shards;
+}
+
+/** Create a relay; call `start()` on it. Options are validated here. */
+export function createRelay(options: RelayOptions): Relay {
+  return new Relay(options);
+}

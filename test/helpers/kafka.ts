@@ -1,0 +1,77 @@
+import { Kafka, logLevel, type KafkaMessage } from 'kafkajs';
+import { uniqueName } from './db.js';
+import { waitFor } from './wait.js';
+
+/** The broker the tests use: KAFKA_BROKERS, set by scripts/with-kafka.sh or the caller. */
+export function testBrokers(): string[] {
+  const value = process.env.KAFKA_BROKERS;
+  if (!value) throw new Error('KAFKA_BROKERS is not set: run the tests with `npm test` (it starts a broker)');
+  return value.split(',');
+}
+
+export function testKafka(brokers = testBrokers()): Kafka {
+  return new Kafka({ clientId: uniqueName('test'), brokers, logLevel: logLevel.NOTHING });
+}
+
+/** Create a topic of its own for one test. */
+export async function createTopic(partitions: number, brokers = testBrokers(), prefix = 'topic'): Promise<string> {
+  const topic = uniqueName(prefix);
+  const admin = testKafka(brokers).admin();
+  await admin.connect();
+  try {
+    await admin.createTopics({ topics: [{ topic, numPartitions: partitions, replicationFactor: 1 }], waitForLeaders: true });
+  } finally {
+    await admin.disconnect();
+  }
+  return topic;
+}
+
+export interface ReadMessage {
+  partition: number;
+  offset: string;
+  key: string | null;
+  value: Buffer | null;
+  headers: Record<string, string>;
+  timestamp: string;
+}
+
+function decodeHeaders(message: KafkaMessage): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(message.headers ?? {})) {
+    if (value !== undefined) out[name] = Array.isArray(value) ? String(value[0]) : String(value);
+  }
+  return out;
+}
+
+/**
+ * Read a topic from the beginning with a plain kafkajs consumer until `done(messages)`
+ * says enough arrived, then return everything read, per partition in offset order.
+ */
+export async function readTopic(
+  topic: string,
+  done: (messages: ReadMessage[]) => boolean,
+  { brokers = testBrokers(), timeoutMs = 120_000 }: { brokers?: string[]; timeoutMs?: number } = {},
+): Promise<ReadMessage[]> {
+  const consumer = testKafka(brokers).consumer({ groupId: uniqueName('reader'), maxWaitTimeInMs: 100 });
+  const messages: ReadMessage[] = [];
+  await consumer.connect();
+  try {
+    await consumer.subscribe({ topic, fromBeginning: true });
+    await consumer.run({
+      eachMessage: async ({ partition, message }) => {
+        messages.push({
+          partition,
+          offset: message.offset,
+          key: message.key?.toString() ?? null,
+          value: message.value,
+          headers: decodeHeaders(message),
+          timestamp: message.timestamp,
+        });
+      },
+    });
+    await waitFor(`messages on ${topic}`, () => done(messages), { timeoutMs });
+  } finally {
+    await consumer.disconnect();
+  }
+  return messages;
+}
