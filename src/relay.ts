@@ -3,7 +3,7 @@ import type pg from 'pg';
 import type { Kafka, Producer } from 'kafkajs';
 import * as settings from './settings.js';
 import { quoteIdentifier } from './identifiers.js';
-import { createPool, describeDatabase } from './database.js';
+import { connect, createPool, describeDatabase } from './database.js';
 import { assertMigrated } from './migrate.js';
 import { ConnectionError, OutboxError, describeError } from './errors.js';
 import { silentLogger, type Logger } from './logger.js';
@@ -273,28 +273,44 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
   private async horizonLoop(): Promise<void> {
     let failures = 0;
+    let client: pg.Client | undefined;
     while (!this.stopping) {
       let delay = this.options.pollIntervalMs;
       try {
-        const pool = this.pool as pg.Pool;
+        client ??= await this.connectProbe();
         const forcedBefore = this.horizon.forcedAdvances;
-        let moved = await this.horizon.probe(pool);
-        // New ids appeared: a second probe right away pairs them with a fresh snapshot,
-        // which releases them now instead of one interval later.
-        if (this.horizon.hasPending) moved = (await this.horizon.probe(pool)) || moved;
+        let moved = await this.horizon.probe(client);
+        // New ids were just paired: a second probe right away usually finds their
+        // transactions done and releases them now rather than one interval later.
+        if (this.horizon.hasPending) moved = (await this.horizon.probe(client)) || moved;
         if (moved) {
           const forced = this.horizon.forcedAdvances > forcedBefore;
-          if (forced) this.logger.warn({ watermark: this.horizon.watermark, horizonMaxWaitMs: this.options.horizonMaxWaitMs }, 'horizon forced past a long-running transaction');
+          if (forced) {
+            this.logger.warn(
+              { watermark: this.horizon.watermark, horizonMaxWaitMs: this.options.horizonMaxWaitMs },
+              'horizon released rows still waiting behind a long-running transaction',
+            );
+          }
           this.emit('horizon', { watermark: this.horizon.watermark, forced });
           this.workAvailable.notify();
         }
         failures = 0;
       } catch (error) {
+        await client?.end().catch(() => undefined);
+        client = undefined;
         delay = backoffDelayMs(failures++, RETRY_BASE_MS, this.options.retryMaxDelayMs) + this.options.pollIntervalMs;
         this.logger.warn({ err: describeError(error), retryInMs: delay }, 'horizon probe failed');
       }
       await this.sleep(delay);
     }
+    await client?.end().catch(() => undefined);
+  }
+
+  /** The probe's own connection: its tiny transactions commit without waiting for a flush. */
+  private async connectProbe(): Promise<pg.Client> {
+    const client = await connect(this.options.databaseUrl, `${this.options.clientId}:${this.instanceId}:horizon`);
+    await client.query('SET synchronous_commit = off');
+    return client;
   }
 
   private async workerLoop(worker: Worker): Promise<void> {

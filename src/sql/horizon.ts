@@ -1,22 +1,32 @@
 /**
- * Probe for the visibility horizon (see src/horizon.ts for how the answers are used).
+ * Probe for the visibility horizon (src/horizon.ts explains how the answers are used).
  *
- * Returns the statement snapshot's xmin and xmax and the outbox sequence's last value.
- * The snapshot is taken when the statement starts; last_value is read during it, and
- * sequences are not subject to MVCC, so last_id is at least as new as the snapshot.
+ * $1 bigint  the highest outbox id already paired with a transaction id
+ *
+ * Returns, in this order of events:
+ *   xmin     the statement snapshot's xmin: every transaction id below it has finished
+ *            (taken when the statement starts);
+ *   last_id  the outbox sequence's last value, read after that (sequences are not
+ *            subject to MVCC, so this is the live value);
+ *   xid      only when last_id is new: a transaction id taken for this statement after
+ *            last_id was read (the CASE orders the two). It is larger than the id of any
+ *            transaction that took an outbox id <= last_id.
+ *
+ * Not pg_snapshot_xmax: it is latestCompletedXid + 1, and transactions that got their
+ * id after the last commit are running yet at or above it, so it is no upper bound.
  * xid8 values go out as text: they can exceed 2^53.
  */
 export function horizonProbeSql(quotedSchema: string): string {
   return `
-SELECT pg_snapshot_xmin(s)::text AS xmin,
-       pg_snapshot_xmax(s)::text AS xmax,
-       (SELECT CASE WHEN is_called THEN last_value ELSE 0 END
-          FROM ${quotedSchema}.outbox_id_seq) AS last_id
-  FROM pg_current_snapshot() AS s`;
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin,
+       seq.last_id,
+       CASE WHEN seq.last_id > $1 THEN pg_current_xact_id()::text END AS xid
+  FROM (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last_id
+          FROM ${quotedSchema}.outbox_id_seq) AS seq`;
 }
 
 export interface HorizonProbeRow {
   xmin: string;
-  xmax: string;
   last_id: number;
+  xid: string | null;
 }
