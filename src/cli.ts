@@ -49,7 +49,11 @@ function fail(error: unknown): never {
 const program = new Command('outbox-relay')
   .description('Transactional outbox relay: PostgreSQL outbox table to Kafka, in order per key.')
   .showHelpAfterError(false)
-  .exitOverride();
+  .exitOverride()
+  .configureOutput({
+    // Usage errors as one line, like every other error of this CLI.
+    writeErr: (text) => process.stderr.write(`outbox-relay: ${text.replace(/^error: /, '').replace(/\s*\n\s*(?=\S)/g, ' ').trim()}\n`),
+  });
 
 addSettings(
   program

@@ -346,6 +346,13 @@ export class Relay extends TypedEmitter<RelayEvents> {
     const client = await (this.pool as pg.Pool).connect();
     worker.client = client;
     let broken: Error | undefined;
+    // The pool listens for errors only on idle clients. A connection dropped while this
+    // one is checked out (during the Kafka send, say) would otherwise be an uncaught
+    // 'error' event; the next query on it fails and the batch is retried.
+    const onError = (error: Error): void => {
+      broken ??= error;
+    };
+    client.on('error', onError);
     try {
       await client.query('BEGIN');
       const { rows } = await client.query<ClaimedRow>(claimSql(this.quotedSchema), [watermark, worker.shards, this.options.batchSize]);
@@ -370,6 +377,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       await client.query('ROLLBACK').catch(() => undefined);
       throw error;
     } finally {
+      client.off('error', onError);
       if (worker.client === client) {
         worker.client = undefined;
         // A connection that failed mid-transaction is discarded, not reused.

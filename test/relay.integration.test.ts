@@ -6,6 +6,7 @@ import { HEADERS } from '../src/kafka.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers } from './helpers/kafka.js';
 import { partitionOf } from './helpers/partition.js';
+import { waitFor } from './helpers/wait.js';
 
 let db: TestSchema;
 before(async () => {
@@ -119,4 +120,41 @@ test('integration: a tombstone, a binary payload and user headers arrive intact'
   } finally {
     await relay.stop();
   }
+});
+
+test('integration: Postgres connections dropped mid-stream (backends terminated): the relay reconnects and every row arrives', async () => {
+  const topic = await createTopic(2);
+  const client = await db.pool.connect();
+  try {
+    await client.query('BEGIN');
+    await enqueue(client, Array.from({ length: 5_000 }, (_, i) => ({ topic, key: `k${i % 25}`, payload: { i } })), { schema: db.schema });
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 50, retryMaxDelayMs: 200, clientId: 'conndrop' });
+  let errors = 0;
+  relay.on('batchError', () => errors++);
+  await relay.start();
+  const sent = async (): Promise<number> =>
+    (await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE topic = $1 AND sent_at IS NOT NULL`, [topic])).rows[0]!.n;
+  try {
+    // Drop every connection of this relay a few times while it works: what a Postgres
+    // restart or a network cut does to it, without disturbing other tests' servers.
+    for (let round = 0; round < 3; round++) {
+      const target = (round + 1) * 1_000;
+      await waitFor(`${target} rows sent`, async () => (await sent()) >= target, { intervalMs: 5 });
+      const { rows } = await db.pool.query<{ n: number }>(
+        `SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name LIKE $1`,
+        [`conndrop:${relay.instanceId}%`],
+      );
+      assert.ok(rows[0]!.n > 0, 'terminated some relay connections');
+    }
+    await waitFor('every row sent', async () => (await sent()) === 5_000);
+  } finally {
+    await relay.stop();
+  }
+  const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.headers[HEADERS.messageId])).size >= 5_000);
+  assert.equal(new Set(messages.map((m) => m.headers[HEADERS.messageId])).size, 5_000);
+  assert.ok(errors > 0, 'the drops were felt (and survived)');
 });

@@ -1,0 +1,65 @@
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRelay } from '../src/relay.js';
+import { enqueue } from '../src/enqueue.js';
+import { HEADERS } from '../src/kafka.js';
+import { createTestSchema, type TestSchema } from './helpers/db.js';
+import { createTopic, readTopic } from './helpers/kafka.js';
+import { waitFor } from './helpers/wait.js';
+import { startLocalKafka, type LocalKafka } from '../scripts/localKafka.js';
+
+// This file runs its own broker: restarting the shared one would disturb other tests.
+let db: TestSchema;
+let kafka: LocalKafka;
+before(async () => {
+  [db, kafka] = await Promise.all([createTestSchema('brokerrestart'), startLocalKafka()]);
+});
+after(async () => {
+  await Promise.all([db.drop(), kafka.destroy()]);
+});
+
+async function sentCount(): Promise<number> {
+  const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE sent_at IS NOT NULL`);
+  return rows[0]!.n;
+}
+
+test('integration: the relay rides out a broker restart by itself and every row arrives', async () => {
+  const brokers = [kafka.brokers];
+  const topic = await createTopic(3, brokers);
+  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: brokers, schema: db.schema, batchSize: 100, retryMaxDelayMs: 1_000 });
+  let failedBatches = 0;
+  relay.on('batchError', () => failedBatches++);
+  await relay.start();
+  let written = 0;
+  const write = async (n: number): Promise<void> => {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await enqueue(client, Array.from({ length: n }, (_, i) => ({ topic, key: `k${(written + i) % 20}`, payload: { n: written + i } })), { schema: db.schema });
+      await client.query('COMMIT');
+      written += n;
+    } finally {
+      client.release();
+    }
+  };
+  try {
+    await write(500);
+    await waitFor('the first rows to be sent', async () => (await sentCount()) === 500);
+
+    await kafka.stop();
+    // Rows committed while the broker is down wait; the relay keeps failing and retrying.
+    for (let i = 0; i < 10; i++) await write(100);
+    await waitFor('a failed batch while the broker is down', () => failedBatches > 0);
+    assert.ok((await sentCount()) < written, 'nothing is marked sent while the broker is down');
+    await kafka.start();
+    for (let i = 0; i < 5; i++) await write(100);
+
+    await waitFor('every row to be sent after the restart', async () => (await sentCount()) === written, { timeoutMs: 90_000 });
+  } finally {
+    await relay.stop();
+  }
+  const { rows } = await db.pool.query<{ message_id: string }>(`SELECT message_id FROM "${db.schema}".outbox`);
+  const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.headers[HEADERS.messageId])).size >= rows.length, { brokers });
+  const delivered = new Set(messages.map((m) => m.headers[HEADERS.messageId]));
+  assert.deepEqual(rows.filter((r) => !delivered.has(r.message_id)), []);
+});

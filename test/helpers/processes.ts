@@ -1,0 +1,31 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+export interface Spawned {
+  child: ChildProcess;
+  /** stdout and stderr so far. */
+  output(): string;
+  /** Resolves with the exit code (or the signal's name). */
+  exited: Promise<number | string>;
+}
+
+/** Run the outbox-relay CLI from source, as a separate process. */
+export function spawnCli(args: string[], env: Record<string, string | undefined>): Spawned {
+  return spawnTs('src/cli.ts', args, env);
+}
+
+/** Run a TypeScript file of this repo with node + tsx. */
+export function spawnTs(file: string, args: string[], env: Record<string, string | undefined>): Spawned {
+  const child = spawn(process.execPath, ['--import', 'tsx', file, ...args], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let text = '';
+  child.stdout?.on('data', (d: Buffer) => (text += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (text += d.toString()));
+  const exited = new Promise<number | string>((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+  return { child, output: () => text, exited };
+}
