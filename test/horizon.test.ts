@@ -1,0 +1,54 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Horizon } from '../src/horizon.js';
+
+function clock(start = 0): { now: () => number; advance: (ms: number) => void } {
+  let t = start;
+  return { now: () => t, advance: (ms) => void (t += ms) };
+}
+
+test('horizon releases ids only once a later snapshot shows every older transaction finished', () => {
+  const c = clock();
+  const h = new Horizon('"s"', 60_000, c.now);
+  // Probe 1: ids up to 10 exist; the probe's own transaction id is 100.
+  assert.equal(h.advance(90n, 10, 100n), false);
+  assert.equal(h.watermark, 0);
+  // Probe 2: xmin 95, so some transaction below 100 still runs: nothing released.
+  assert.equal(h.advance(95n, 10, null), false);
+  assert.equal(h.watermark, 0);
+  // Probe 3: xmin passed 100: ids up to 10 are final.
+  assert.equal(h.advance(101n, 10, null), true);
+  assert.equal(h.watermark, 10);
+  assert.equal(h.hasPending, false);
+});
+
+test('horizon keeps pairs in order and releases each as its transactions finish', () => {
+  const h = new Horizon('"s"', 60_000, clock().now);
+  h.advance(50n, 5, 60n);
+  h.advance(55n, 8, 70n);
+  h.advance(65n, 12, 80n);
+  assert.equal(h.watermark, 5, 'first pair released (60 < 65), the others wait');
+  h.advance(90n, 12, null);
+  assert.equal(h.watermark, 12);
+});
+
+test('horizon releases a pair stuck behind a long transaction after maxWaitMs, and counts it', () => {
+  const c = clock();
+  const h = new Horizon('"s"', 1_000, c.now);
+  h.advance(10n, 7, 20n);
+  c.advance(999);
+  h.advance(10n, 7, null);
+  assert.equal(h.watermark, 0);
+  assert.equal(h.oldestWaitMs(), 999);
+  c.advance(1);
+  assert.equal(h.advance(10n, 7, null), true);
+  assert.equal(h.watermark, 7);
+  assert.equal(h.forcedAdvances, 1);
+});
+
+test('horizon ignores a probe that took no transaction id (no new outbox ids)', () => {
+  const h = new Horizon('"s"', 1_000, clock().now);
+  h.advance(10n, 0, null);
+  assert.equal(h.hasPending, false);
+  assert.equal(h.watermark, 0);
+});
