@@ -1,0 +1,79 @@
+import { CompressionTypes, type IHeaders, type KafkaMessage, type Producer } from 'kafkajs';
+
+/** Why a message went to the dead-letter topic (the `dead-letter-reason` header). */
+export type DeadLetterReason =
+  /** The handler failed with an error the classifier calls permanent. */
+  | 'permanent-error'
+  /** The handler failed with transient errors maxAttempts times. */
+  | 'retries-exhausted'
+  /** The value could not be decoded (not JSON where JSON is expected). */
+  | 'undecodable'
+  /** No idempotency key (no message-id header, or the key function returned none). */
+  | 'missing-key';
+
+/** Header names the consumer adds to a dead-lettered message. */
+export const DEAD_LETTER_HEADERS = {
+  reason: 'dead-letter-reason',
+  error: 'dead-letter-error',
+  errorName: 'dead-letter-error-name',
+  attempts: 'dead-letter-attempts',
+  consumerGroup: 'dead-letter-consumer-group',
+  topic: 'dead-letter-original-topic',
+  partition: 'dead-letter-original-partition',
+  offset: 'dead-letter-original-offset',
+  timestamp: 'dead-letter-original-timestamp',
+  at: 'dead-letter-at',
+} as const;
+
+export interface DeadLetter {
+  topic: string;
+  partition: number;
+  message: KafkaMessage;
+  reason: DeadLetterReason;
+  error: unknown;
+  attempts: number;
+  consumerGroup: string;
+}
+
+// Headers are small metadata, not a log: a long error message is cut.
+const MAX_ERROR_CHARS = 1_000;
+
+/**
+ * The dead-letter message: the original key, value and headers, byte for byte, plus the
+ * dead-letter headers. A replay tool can publish key, value and original headers back
+ * to the original topic; the message-id header is unchanged, so a message that was
+ * handled after all is recognised as a duplicate.
+ */
+export function deadLetterMessage(d: DeadLetter): { key: Buffer | null; value: Buffer | null; headers: IHeaders } {
+  const headers: IHeaders = {};
+  for (const [name, value] of Object.entries(d.message.headers ?? {})) {
+    // Earlier dead-letter headers are replaced, not stacked, when a replayed message fails again.
+    if (value !== undefined && !name.startsWith('dead-letter-')) headers[name] = value;
+  }
+  const error = d.error instanceof Error ? d.error : undefined;
+  const text = error ? error.message || error.name : d.error === undefined ? '' : String(d.error);
+  headers[DEAD_LETTER_HEADERS.reason] = d.reason;
+  headers[DEAD_LETTER_HEADERS.error] = text.length > MAX_ERROR_CHARS ? `${text.slice(0, MAX_ERROR_CHARS)}...` : text;
+  headers[DEAD_LETTER_HEADERS.errorName] = error?.name ?? (d.error === undefined ? '' : typeof d.error);
+  headers[DEAD_LETTER_HEADERS.attempts] = String(d.attempts);
+  headers[DEAD_LETTER_HEADERS.consumerGroup] = d.consumerGroup;
+  headers[DEAD_LETTER_HEADERS.topic] = d.topic;
+  headers[DEAD_LETTER_HEADERS.partition] = String(d.partition);
+  headers[DEAD_LETTER_HEADERS.offset] = d.message.offset;
+  headers[DEAD_LETTER_HEADERS.timestamp] = d.message.timestamp;
+  headers[DEAD_LETTER_HEADERS.at] = new Date().toISOString();
+  return { key: d.message.key, value: d.message.value, headers };
+}
+
+/**
+ * Publish to the dead-letter topic with acks from all in-sync replicas. Throws when the
+ * broker does not acknowledge: the caller must then not commit the original offset.
+ */
+export async function publishDeadLetter(producer: Producer, deadLetterTopic: string, d: DeadLetter): Promise<void> {
+  await producer.send({
+    topic: deadLetterTopic,
+    acks: -1,
+    compression: CompressionTypes.None,
+    messages: [deadLetterMessage(d)],
+  });
+}

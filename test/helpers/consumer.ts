@@ -1,0 +1,92 @@
+import { randomUUID } from 'node:crypto';
+import { Partitioners, type IHeaders } from 'kafkajs';
+import type pg from 'pg';
+import { HEADERS } from '../../src/kafka.js';
+import type { ConsumedMessage, HandlerContext } from '../../src/consumer.js';
+import { testKafka } from './kafka.js';
+
+/** A message as the relay would publish it. */
+export interface TestEvent {
+  key: string;
+  /** JSON-encoded with content-type application/json, unless `raw` is given. */
+  value?: unknown;
+  /** Bytes sent as they are, without content-type (overrides value). */
+  raw?: Buffer | string;
+  /** Default: a fresh uuid. null: no message-id header. */
+  messageId?: string | null;
+  headers?: Record<string, string>;
+  partition?: number;
+}
+
+/** Publish events with the relay's headers; returns them with their message ids filled in. */
+export async function produce(topic: string, events: TestEvent[]): Promise<Array<TestEvent & { messageId: string | null }>> {
+  const producer = testKafka().producer({ createPartitioner: Partitioners.DefaultPartitioner });
+  await producer.connect();
+  const out = events.map((e) => ({ ...e, messageId: e.messageId === undefined ? randomUUID() : e.messageId }));
+  try {
+    await producer.send({
+      topic,
+      acks: -1,
+      messages: out.map((e) => {
+        const headers: IHeaders = { ...(e.headers ?? {}) };
+        if (e.messageId !== null) headers[HEADERS.messageId] = e.messageId;
+        let value: Buffer | string | null = null;
+        if (e.raw !== undefined) value = e.raw;
+        else if (e.value !== undefined) {
+          value = JSON.stringify(e.value);
+          headers[HEADERS.contentType] = 'application/json';
+        }
+        return { key: e.key, value, headers, partition: e.partition };
+      }),
+    });
+  } finally {
+    await producer.disconnect();
+  }
+  return out;
+}
+
+/**
+ * The tables a test handler's effects are visible in. `effects` has no unique constraint
+ * on purpose: a message handled twice shows up as two rows.
+ */
+export async function createEffectTables(pool: pg.Pool, schema: string): Promise<void> {
+  await pool.query(`
+    CREATE TABLE "${schema}".effects (
+      seq bigserial PRIMARY KEY,
+      message_id text,
+      entity text NOT NULL,
+      amount integer NOT NULL,
+      topic text NOT NULL,
+      kafka_partition integer NOT NULL,
+      kafka_offset bigint NOT NULL
+    );
+    CREATE TABLE "${schema}".balances (entity text PRIMARY KEY, total bigint NOT NULL)`);
+}
+
+/** The handler's one effect: an effects row and a balance update. */
+export async function applyEffect(schema: string, message: ConsumedMessage<unknown>, { client }: HandlerContext): Promise<void> {
+  const value = message.value as { amount?: number } | null;
+  const amount = value?.amount ?? 1;
+  await client.query(
+    `INSERT INTO "${schema}".effects (message_id, entity, amount, topic, kafka_partition, kafka_offset) VALUES ($1, $2, $3, $4, $5, $6)`,
+    [message.messageId ?? null, message.key ?? '', amount, message.topic, message.partition, message.offset],
+  );
+  await client.query(
+    `INSERT INTO "${schema}".balances (entity, total) VALUES ($1, $2)
+     ON CONFLICT (entity) DO UPDATE SET total = balances.total + EXCLUDED.total`,
+    [message.key ?? '', amount],
+  );
+}
+
+/** message_id -> number of effect rows. */
+export async function effectCounts(pool: pg.Pool, schema: string): Promise<Map<string, number>> {
+  const { rows } = await pool.query<{ message_id: string; n: number }>(
+    `SELECT message_id, count(*)::int AS n FROM "${schema}".effects GROUP BY message_id`,
+  );
+  return new Map(rows.map((r) => [r.message_id, r.n]));
+}
+
+export async function countRows(pool: pg.Pool, sql: string, params: unknown[] = []): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM (${sql}) AS q`, params);
+  return rows[0]?.n ?? 0;
+}
