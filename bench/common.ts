@@ -1,0 +1,53 @@
+import pg from 'pg';
+import { Kafka, logLevel } from 'kafkajs';
+import { migrate } from '../src/migrate.js';
+
+export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+export function brokers(): string[] {
+  const list = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
+  if (list.length === 0) throw new Error('KAFKA_BROKERS is not set: run through scripts/with-kafka.sh (npm run bench does)');
+  return list;
+}
+
+export function kafka(): Kafka {
+  return new Kafka({ clientId: 'bench', brokers: brokers(), logLevel: logLevel.NOTHING });
+}
+
+export function name(prefix: string): string {
+  return `${prefix}_${Date.now().toString(36)}_${Math.floor(Math.random() * 1e6)}`;
+}
+
+/** A migrated schema of its own, dropped by the returned function. */
+export async function benchSchema(pool: pg.Pool, prefix: string): Promise<{ schema: string; drop: () => Promise<void> }> {
+  const schema = name(prefix);
+  await migrate({ databaseUrl: DATABASE_URL, schema });
+  return { schema, drop: async () => void (await pool.query(`DROP SCHEMA "${schema}" CASCADE`)) };
+}
+
+export async function createTopic(partitions: number): Promise<string> {
+  const topic = name('bench');
+  const admin = kafka().admin();
+  await admin.connect();
+  await admin.createTopics({ topics: [{ topic, numPartitions: partitions }], waitForLeaders: true });
+  await admin.disconnect();
+  return topic;
+}
+
+/** `rows` outbox rows of ~200-byte JSON payloads over `keys` keys, committed at once. */
+export async function fillBacklog(pool: pg.Pool, schema: string, topic: string, rows: number, keys: number): Promise<void> {
+  for (let start = 0; start < rows; start += 50_000) {
+    await pool.query(
+      `INSERT INTO "${schema}".outbox (topic, key, payload)
+       SELECT $1, 'key-' || (i % $2), jsonb_build_object('i', i, 'type', 'order_updated', 'pad', repeat('x', 150))
+         FROM generate_series($3::int, $4::int) AS i`,
+      [topic, keys, start, Math.min(rows, start + 50_000) - 1],
+    );
+  }
+  await pool.query(`VACUUM ANALYZE "${schema}".outbox`);
+}
+
+export function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
