@@ -78,10 +78,11 @@ export async function applyEffect(schema: string, message: ConsumedMessage<unkno
   );
 }
 
-/** message_id -> number of effect rows. */
-export async function effectCounts(pool: pg.Pool, schema: string): Promise<Map<string, number>> {
+/** message_id -> number of effect rows (of one topic's messages when `topic` is given). */
+export async function effectCounts(pool: pg.Pool, schema: string, topic?: string): Promise<Map<string, number>> {
   const { rows } = await pool.query<{ message_id: string; n: number }>(
-    `SELECT message_id, count(*)::int AS n FROM "${schema}".effects GROUP BY message_id`,
+    `SELECT message_id, count(*)::int AS n FROM "${schema}".effects WHERE $1::text IS NULL OR topic = $1 GROUP BY message_id`,
+    [topic ?? null],
   );
   return new Map(rows.map((r) => [r.message_id, r.n]));
 }

@@ -1,0 +1,87 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { waitFor } from './wait.js';
+
+const FIXTURE = fileURLToPath(new URL('../fixtures/consumerProcess.ts', import.meta.url));
+
+export type ChildEvent = { event: string } & Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+/** test/fixtures/consumerProcess.ts running in a child process. */
+export interface ChildConsumer {
+  process: ChildProcess;
+  /** Every line it reported so far. */
+  events: ChildEvent[];
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Resolve with the first reported event matching `match`. */
+  waitForEvent(what: string, match: (e: ChildEvent) => boolean, timeoutMs?: number): Promise<ChildEvent>;
+  /** SIGTERM and wait for the 'stopped' report and the exit. */
+  stop(): Promise<ChildEvent>;
+  stderr(): string;
+}
+
+export function startChildConsumer(env: Record<string, string>): ChildConsumer {
+  const child = spawn(process.execPath, ['--import', 'tsx', FIXTURE], {
+    // Without NODE_TEST_CONTEXT: the child is a service, not a node:test subprocess.
+    env: { ...withoutTestContext(process.env), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const events: ChildEvent[] = [];
+  let buffered = '';
+  let stderr = '';
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+    buffered += chunk;
+    let newline: number;
+    while ((newline = buffered.indexOf('\n')) >= 0) {
+      const line = buffered.slice(0, newline);
+      buffered = buffered.slice(newline + 1);
+      try {
+        events.push(JSON.parse(line) as ChildEvent);
+      } catch {
+        // not one of the fixture's reports
+      }
+    }
+  });
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk;
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    // 'close', not 'exit': it comes after the last stdout line was read.
+    child.once('close', (code, signal) => resolve({ code, signal }));
+  });
+  let done = false;
+  void exited.then(() => {
+    done = true;
+  });
+  const waitForEvent = (what: string, match: (e: ChildEvent) => boolean, timeoutMs = 60_000): Promise<ChildEvent> =>
+    waitFor<ChildEvent>(
+      what,
+      () => {
+        const found = events.find(match);
+        if (found) return found;
+        if (done) throw new Error(`child exited before ${what}; stderr: ${stderr.slice(-2000)}`);
+        return undefined;
+      },
+      { timeoutMs, intervalMs: 20 },
+    ).catch((error: Error) => {
+      error.message += `\nlast reports: ${events.slice(-8).map((e) => JSON.stringify(e)).join('\n')}\nstderr: ${stderr.slice(-2000)}`;
+      throw error;
+    });
+  return {
+    process: child,
+    events,
+    exited,
+    waitForEvent,
+    async stop() {
+      child.kill('SIGTERM');
+      const stopped = await waitForEvent('stopped report', (e) => e.event === 'stopped', 30_000);
+      await exited;
+      return stopped;
+    },
+    stderr: () => stderr,
+  };
+}
+
+function withoutTestContext(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const { NODE_TEST_CONTEXT: _ignored, ...rest } = env;
+  return rest;
+}
