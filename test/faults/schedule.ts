@@ -1,0 +1,142 @@
+/**
+ * The fault schedule: which faults, against which process, when and for how long, all
+ * derived from one seed so that a run can be repeated.
+ */
+
+/** mulberry32: a tiny, good-enough 32-bit PRNG. Returns floats in [0, 1). */
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A PRNG with helpers. */
+export class Random {
+  readonly next: () => number;
+  constructor(seed: number) {
+    this.next = mulberry32(seed);
+  }
+  /** Integer in [min, max]. */
+  int(min: number, max: number): number {
+    return min + Math.floor(this.next() * (max - min + 1));
+  }
+  chance(p: number): boolean {
+    return this.next() < p;
+  }
+  pick<T>(list: readonly T[]): T {
+    return list[Math.floor(this.next() * list.length)] as T;
+  }
+  /** A derived seed, for an independent stream (one per writer, say). */
+  fork(): Random {
+    return new Random(Math.floor(this.next() * 4294967296));
+  }
+}
+
+export type Fault =
+  /** SIGKILL a relay, start it again `downMs` later. */
+  | { kind: 'relay-kill'; atMs: number; relay: number; downMs: number }
+  /** SIGSTOP a relay for `pauseMs` (longer than its lease), then SIGCONT. */
+  | { kind: 'relay-pause'; atMs: number; relay: number; pauseMs: number }
+  /** Stop the Kafka broker (SIGTERM), start it again. */
+  | { kind: 'broker-restart'; atMs: number }
+  /** Restart Postgres: `fast` (clean) or `immediate` (a crash, WAL replay). */
+  | { kind: 'postgres-restart'; atMs: number; mode: 'fast' | 'immediate' }
+  /** SIGKILL a consumer process, start it again `downMs` later. */
+  | { kind: 'consumer-kill'; atMs: number; consumer: number; downMs: number }
+  /** An extra consumer process joins the group and leaves it (SIGTERM) `stayMs` later. */
+  | { kind: 'consumer-join'; atMs: number; stayMs: number };
+
+export type FaultKind = Fault['kind'];
+
+export interface FaultCounts {
+  relayKills: number;
+  relayPauses: number;
+  brokerRestarts: number;
+  postgresRestarts: number;
+  consumerKills: number;
+  consumerJoins: number;
+}
+
+export interface ScheduleOptions {
+  seed: number;
+  counts: FaultCounts;
+  /** Faults start no earlier than this (ms after the workload starts)... */
+  startMs: number;
+  /** ...and no later than this. */
+  endMs: number;
+  relays: number;
+  consumers: number;
+  /** A pause lasts longer than this (the relays' lease TTL). */
+  leaseTtlMs: number;
+}
+
+/**
+ * Spread the faults over [startMs, endMs] at random times. Broker and Postgres restarts
+ * are kept apart from each other (at least `gap` ms) so that each one's recovery is
+ * exercised on its own; process faults land anywhere, overlapping those.
+ */
+export function buildSchedule(o: ScheduleOptions): Fault[] {
+  const rnd = new Random(o.seed);
+  const span = Math.max(1, o.endMs - o.startMs);
+  const at = (): number => o.startMs + Math.floor(rnd.next() * span);
+  const faults: Fault[] = [];
+
+  // Infrastructure restarts: evenly spaced slots, jittered within each slot.
+  const infra: Array<'broker' | 'postgres'> = [
+    ...Array.from({ length: o.counts.brokerRestarts }, () => 'broker' as const),
+    ...Array.from({ length: o.counts.postgresRestarts }, () => 'postgres' as const),
+  ];
+  // Shuffle (Fisher-Yates) so the kinds interleave.
+  for (let i = infra.length - 1; i > 0; i--) {
+    const j = Math.floor(rnd.next() * (i + 1));
+    [infra[i], infra[j]] = [infra[j] as 'broker' | 'postgres', infra[i] as 'broker' | 'postgres'];
+  }
+  const slot = span / Math.max(1, infra.length);
+  let postgresIndex = 0;
+  infra.forEach((kind, i) => {
+    const atMs = Math.floor(o.startMs + slot * i + slot * (0.15 + 0.5 * rnd.next()));
+    if (kind === 'broker') faults.push({ kind: 'broker-restart', atMs });
+    else {
+      // Alternate, starting with the crash: both kinds happen as soon as there are two.
+      faults.push({ kind: 'postgres-restart', atMs, mode: postgresIndex++ % 2 === 0 ? 'immediate' : 'fast' });
+    }
+  });
+
+  for (let i = 0; i < o.counts.relayKills; i++) {
+    faults.push({ kind: 'relay-kill', atMs: at(), relay: rnd.int(0, o.relays - 1), downMs: rnd.int(100, 2_000) });
+  }
+  for (let i = 0; i < o.counts.relayPauses; i++) {
+    faults.push({ kind: 'relay-pause', atMs: at(), relay: rnd.int(0, o.relays - 1), pauseMs: o.leaseTtlMs + rnd.int(1_000, 3_000) });
+  }
+  for (let i = 0; i < o.counts.consumerKills; i++) {
+    faults.push({ kind: 'consumer-kill', atMs: at(), consumer: rnd.int(0, o.consumers - 1), downMs: rnd.int(100, 3_000) });
+  }
+  for (let i = 0; i < o.counts.consumerJoins; i++) {
+    faults.push({ kind: 'consumer-join', atMs: at(), stayMs: rnd.int(2_000, 10_000) });
+  }
+  return faults.sort((a, b) => a.atMs - b.atMs);
+}
+
+/** One line per fault, for the log at start. */
+export function describeFault(f: Fault): string {
+  const t = `t+${(f.atMs / 1000).toFixed(1)}s`.padEnd(9);
+  switch (f.kind) {
+    case 'relay-kill':
+      return `${t} relay ${f.relay} SIGKILL, restarted after ${f.downMs} ms`;
+    case 'relay-pause':
+      return `${t} relay ${f.relay} SIGSTOP for ${f.pauseMs} ms, then SIGCONT`;
+    case 'broker-restart':
+      return `${t} Kafka broker restart`;
+    case 'postgres-restart':
+      return `${t} Postgres restart (${f.mode === 'immediate' ? 'crash: stop -m immediate' : 'clean: stop -m fast'})`;
+    case 'consumer-kill':
+      return `${t} consumer ${f.consumer} SIGKILL, restarted after ${f.downMs} ms`;
+    case 'consumer-join':
+      return `${t} an extra consumer joins the group, leaves after ${f.stayMs} ms`;
+  }
+}
