@@ -63,7 +63,7 @@ export function startChildConsumer(env: Record<string, string>): ChildConsumer {
       },
       { timeoutMs, intervalMs: 20 },
     ).catch((error: Error) => {
-      error.message += `\nlast reports: ${events.slice(-8).map((e) => JSON.stringify(e)).join('\n')}\nstderr: ${stderr.slice(-2000)}`;
+      error.message += `\nfirst: ${JSON.stringify(events.slice(0, 2))}\nlast reports: ${events.slice(-8).map((e) => JSON.stringify(e)).join('\n')}\nstderr: ${stderr.slice(-2000)}`;
       throw error;
     });
   return {
