@@ -8,6 +8,9 @@
 // applied again.
 //
 // Reports one JSON object a line on stdout; SIGTERM stops it softly (leaves the group).
+// SIGUSR2 arms the worst-moment crash: the process SIGKILLs itself in the next 'committed'
+// event, after a Postgres commit and before the Kafka offset commit of those messages, so
+// they are delivered again (to be skipped by the dedup, or applied twice without it).
 import { writeSync } from 'node:fs';
 import { createConsumer } from '../../src/consumer.js';
 import { HEADERS } from '../../src/kafka.js';
@@ -44,9 +47,18 @@ const consumer = createConsumer({
 });
 
 let processed = 0;
+let killAtNextCommit = false;
+process.on('SIGUSR2', () => {
+  killAtNextCommit = true;
+});
 consumer.on('assigned', (a) => report({ event: 'assigned', partitions: a.partitions.map((p) => p.partition) }));
 consumer.on('committed', (c) => {
   processed += c.processed;
+  if (killAtNextCommit) {
+    // Listeners run synchronously between the Postgres commit and the offset commit.
+    report({ event: 'killing', after: 'db-commit', partition: c.partition, firstOffset: c.firstOffset, lastOffset: c.lastOffset });
+    process.kill(process.pid, 'SIGKILL');
+  }
 });
 consumer.on('error', (e) => report({ event: 'error', during: e.during, error: String((e.error as Error)?.message ?? e.error).slice(0, 300) }));
 

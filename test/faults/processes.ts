@@ -46,6 +46,8 @@ export class Slot {
   /** running: alive and meant to be; paused: SIGSTOPped; down: killed by a fault; stopped: at the end. */
   state: 'running' | 'paused' | 'down' | 'stopped' = 'down';
   starts = 0;
+  /** Set by a `{"event":"started"}` report of the current process (consumers). */
+  ready = false;
   unexpectedExits = 0;
   readonly exitCodes: Array<number | string> = [];
   private lock: Promise<void> = Promise.resolve();
@@ -75,6 +77,7 @@ export class Slot {
     allChildren.add(child);
     this.child = child;
     this.state = 'running';
+    this.ready = false;
     this.starts++;
     if (this.o.onReport && child.stdout) {
       const logFd = openSync(this.o.logFile, 'a');
@@ -86,7 +89,9 @@ export class Slot {
           const line = buffered.slice(0, nl);
           buffered = buffered.slice(nl + 1);
           try {
-            this.o.onReport?.(JSON.parse(line) as Record<string, unknown>);
+            const report = JSON.parse(line) as Record<string, unknown>;
+            if (report.event === 'started' && this.child === child) this.ready = true;
+            this.o.onReport?.(report);
           } catch {
             // not a report
           }
@@ -118,6 +123,26 @@ export class Slot {
         }
       }
     });
+  }
+
+  /** Send `signal` to the process and wait up to `timeoutMs` for it to exit by itself
+   *  (a consumer armed to kill itself at its next commit); SIGKILL it after that.
+   *  @returns whether it exited by itself */
+  async signalAndAwaitExit(signal: NodeJS.Signals, timeoutMs: number): Promise<boolean> {
+    const child = this.child;
+    this.state = 'down';
+    if (!child) return false;
+    const exited = new Promise<boolean>((r) => child.once('exit', () => r(true)));
+    child.kill(signal);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<false>((r) => (timer = setTimeout(() => r(false), timeoutMs)));
+    const byItself = await Promise.race([exited, timeout]);
+    clearTimeout(timer);
+    if (!byItself) {
+      child.kill('SIGKILL');
+      await exited;
+    }
+    return byItself;
   }
 
   /** SIGKILL and wait for the exit; the slot is 'down' until start(). */

@@ -417,8 +417,15 @@ async function runOnce(servers: Servers, cfg: RunConfig): Promise<RunReport> {
         case 'consumer-kill': {
           const slot = consumerSlots[f.consumer] as Slot;
           await slot.exclusive(async () => {
-            log(`FAULT consumer ${f.consumer}: SIGKILL (restart in ${f.downMs} ms)`);
-            await slot.kill();
+            if (f.moment === 'after-db-commit') {
+              await waitFor(`consumer ${f.consumer} started`, () => slot.ready, { timeoutMs: 30_000, intervalMs: 50 }).catch(() => undefined);
+              log(`FAULT consumer ${f.consumer}: SIGKILL at its next Postgres commit, before the offset commit (restart in ${f.downMs} ms)`);
+              const byItself = await slot.signalAndAwaitExit('SIGUSR2', 10_000);
+              if (!byItself) log(`consumer ${f.consumer}: no commit within 10 s; SIGKILLed anyway`);
+            } else {
+              log(`FAULT consumer ${f.consumer}: SIGKILL (restart in ${f.downMs} ms)`);
+              await slot.kill();
+            }
             mark();
             await sleep(f.downMs);
             slot.start();

@@ -46,8 +46,9 @@ export type Fault =
   | { kind: 'broker-restart'; atMs: number }
   /** Restart Postgres: `fast` (clean) or `immediate` (a crash, WAL replay). */
   | { kind: 'postgres-restart'; atMs: number; mode: 'fast' | 'immediate' }
-  /** SIGKILL a consumer process, start it again `downMs` later. */
-  | { kind: 'consumer-kill'; atMs: number; consumer: number; downMs: number }
+  /** SIGKILL a consumer process, start it again `downMs` later. `after-db-commit`: at
+   *  its next transaction's commit, before the offset commit (the worst moment). */
+  | { kind: 'consumer-kill'; atMs: number; consumer: number; downMs: number; moment: 'any' | 'after-db-commit' }
   /** An extra consumer process joins the group and leaves it (SIGTERM) `stayMs` later. */
   | { kind: 'consumer-join'; atMs: number; stayMs: number };
 
@@ -114,7 +115,8 @@ export function buildSchedule(o: ScheduleOptions): Fault[] {
     faults.push({ kind: 'relay-pause', atMs: at(), relay: rnd.int(0, o.relays - 1), pauseMs: o.leaseTtlMs + rnd.int(1_000, 3_000) });
   }
   for (let i = 0; i < o.counts.consumerKills; i++) {
-    faults.push({ kind: 'consumer-kill', atMs: at(), consumer: rnd.int(0, o.consumers - 1), downMs: rnd.int(100, 3_000) });
+    // Every other one at the worst moment.
+    faults.push({ kind: 'consumer-kill', atMs: at(), consumer: rnd.int(0, o.consumers - 1), downMs: rnd.int(100, 3_000), moment: i % 2 === 0 ? 'after-db-commit' : 'any' });
   }
   for (let i = 0; i < o.counts.consumerJoins; i++) {
     faults.push({ kind: 'consumer-join', atMs: at(), stayMs: rnd.int(2_000, 10_000) });
@@ -135,7 +137,7 @@ export function describeFault(f: Fault): string {
     case 'postgres-restart':
       return `${t} Postgres restart (${f.mode === 'immediate' ? 'crash: stop -m immediate' : 'clean: stop -m fast'})`;
     case 'consumer-kill':
-      return `${t} consumer ${f.consumer} SIGKILL, restarted after ${f.downMs} ms`;
+      return `${t} consumer ${f.consumer} SIGKILL${f.moment === 'after-db-commit' ? ' between its Postgres commit and its offset commit' : ''}, restarted after ${f.downMs} ms`;
     case 'consumer-join':
       return `${t} an extra consumer joins the group, leaves after ${f.stayMs} ms`;
   }
