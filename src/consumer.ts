@@ -631,8 +631,6 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     };
     client.on('error', onError);
     this.activeClients.add(client);
-    const counts = { processed: 0, duplicates: 0, stale: 0, missingKey: 0 };
-    const events: Array<() => void> = [];
     try {
       await client.query('BEGIN');
       // The first occurrence of a key in offset order is the one that runs; a later one in
@@ -647,58 +645,88 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
         const { rows } = await client.query<{ key: string }>(this.claimSql, [this.options.groupId, [...firstIndex.keys()]]);
         for (const row of rows) claimed.add(row.key);
       }
+      const outcomes: Array<{ duplicate: boolean; stale: boolean }> = [];
       let failure: Failure | undefined;
+      // Index of the message whose savepoint is open: it is released together with the
+      // next message's SAVEPOINT, in one round trip.
+      let open = -1;
+      const fail = async (index: number, error: unknown): Promise<void> => {
+        await client.query('ROLLBACK TO SAVEPOINT message');
+        failure = { index, error, attempt: (prepared[index] as Prepared<V>).attempt };
+        const giveBack = [...claimed].filter((k) => (firstIndex.get(k) as number) >= index);
+        if (giveBack.length > 0) await client.query(this.unclaimSql, [this.options.groupId, giveBack]);
+      };
       for (const [i, p] of prepared.entries()) {
         const { message } = p;
         const key = message.idempotencyKey;
         if (key !== undefined && (!claimed.has(key) || firstIndex.get(key) !== i)) {
-          counts.duplicates++;
-          events.push(() => this.emit('duplicate', { topic, partition, offset: message.offset, idempotencyKey: key }));
+          outcomes.push({ duplicate: true, stale: false });
           continue;
         }
-        let stale = false;
+        try {
+          await client.query(open >= 0 ? 'RELEASE SAVEPOINT message; SAVEPOINT message' : 'SAVEPOINT message');
+        } catch (error) {
+          if (broken || open < 0) throw broken ?? error;
+          // The RELEASE failed, so the SAVEPOINT did not run: the previous handler returned
+          // with the transaction aborted (it caught a database error and went on).
+          await fail(open, abortedByHandler(error));
+          break;
+        }
+        open = i;
+        const outcome = { duplicate: false, stale: false };
         const context = this.context(client, p.attempt, () => {
-          stale = true;
+          outcome.stale = true;
         });
-        await client.query('SAVEPOINT message');
         try {
           await this.options.handler(message, context);
-          // Fails when the handler swallowed an error that aborted the transaction.
+        } catch (error) {
+          if (broken) throw broken;
+          await fail(i, error);
+          break;
+        }
+        outcomes.push(outcome);
+      }
+      if (!failure && open >= 0) {
+        try {
           await client.query('RELEASE SAVEPOINT message');
         } catch (error) {
           if (broken) throw broken;
-          await client.query('ROLLBACK TO SAVEPOINT message');
-          failure = { index: i, error, attempt: p.attempt };
-          const giveBack = [...claimed].filter((k) => (firstIndex.get(k) as number) >= i);
-          if (giveBack.length > 0) await client.query(this.unclaimSql, [this.options.groupId, giveBack]);
-          break;
-        }
-        counts.processed++;
-        if (p.missingKey) {
-          counts.missingKey++;
-          events.push(() => this.emit('missingKey', { topic, partition, offset: message.offset, outcome: 'process-without-dedup' }));
-        }
-        if (stale) {
-          counts.stale++;
-          events.push(() => this.emit('stale', { topic, partition, offset: message.offset, idempotencyKey: key }));
+          await fail(open, abortedByHandler(error));
         }
       }
-      const committed = failure ? failure.index : prepared.length;
+      const committed = failure ? (failure as Failure).index : prepared.length;
       if (committed === 0) {
         await client.query('ROLLBACK');
       } else {
         await client.query('COMMIT');
         this.counters.transactions++;
       }
-      this.counters.processed += counts.processed;
-      this.counters.duplicates += counts.duplicates;
-      this.counters.stale += counts.stale;
-      this.counters.missingKey += counts.missingKey;
       if (this.activeClients.delete(client)) {
         client.off('error', onError);
         client.release();
       }
-      for (const emit of events) emit();
+      let processed = 0;
+      let duplicates = 0;
+      for (const [i, outcome] of outcomes.slice(0, committed).entries()) {
+        const p = prepared[i] as Prepared<V>;
+        const { offset, idempotencyKey } = p.message;
+        if (outcome.duplicate) {
+          duplicates++;
+          this.counters.duplicates++;
+          this.emit('duplicate', { topic, partition, offset, idempotencyKey: idempotencyKey as string });
+          continue;
+        }
+        processed++;
+        this.counters.processed++;
+        if (p.missingKey) {
+          this.counters.missingKey++;
+          this.emit('missingKey', { topic, partition, offset, outcome: 'process-without-dedup' });
+        }
+        if (outcome.stale) {
+          this.counters.stale++;
+          this.emit('stale', { topic, partition, offset, idempotencyKey });
+        }
+      }
       if (committed > 0) {
         this.emit('committed', {
           topic,
@@ -706,8 +734,8 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
           firstOffset: (prepared[0] as Prepared<V>).raw.offset,
           lastOffset: (prepared[committed - 1] as Prepared<V>).raw.offset,
           count: committed,
-          processed: counts.processed,
-          duplicates: counts.duplicates,
+          processed,
+          duplicates,
         });
       }
       return { committed, failure };
@@ -829,4 +857,14 @@ async function withTimeout(promise: Promise<unknown>, ms: number): Promise<boole
  */
 export function createConsumer<V = unknown>(options: ConsumerOptions<V>): Consumer<V> {
   return new Consumer<V>(options);
+}
+
+/** The error of a handler that returned normally with its transaction aborted. */
+function abortedByHandler(cause: unknown): Error {
+  const error = new Error(
+    `the handler returned with the transaction aborted (it caught a database error and went on): ${describeError(cause)}`,
+    { cause },
+  );
+  error.name = 'HandlerLeftTransactionAborted';
+  return error;
 }

@@ -315,6 +315,34 @@ test('integration: when the dead-letter publish fails the offset is not committe
   await waitFor('offset committed', async () => (await committedOffsets(c.options.groupId, topic)).get(0) === '1');
 });
 
+test('integration: a handler that swallows a database error is caught: only its own message is rolled back', async () => {
+  const topic = await createTopic(1);
+  const deadLetterTopic = await createTopic(1, undefined, 'dlt');
+  const c = consumer<{ amount: number; swallow?: boolean }>({
+    topics: topic,
+    deadLetterTopic,
+    maxAttempts: 1,
+    handler: async (message, context) => {
+      await applyEffect(db.schema, message, context);
+      if (message.value.swallow) await context.client.query('SELECT 1/0').catch(() => undefined);
+    },
+  });
+  const sent = await produce(topic, [
+    { key: 's', value: { amount: 1 } },
+    { key: 's', value: { amount: 2, swallow: true } },
+    { key: 's', value: { amount: 3 } },
+  ]);
+  await c.start();
+  const dead = await readTopic(deadLetterTopic, (m) => m.length >= 1);
+  await waitFor('the others handled', () => c.stats().processed === 2);
+  assert.equal(dead[0]?.headers[DEAD_LETTER_HEADERS.errorName], 'HandlerLeftTransactionAborted');
+  assert.equal(dead[0]?.headers[DEAD_LETTER_HEADERS.offset], '1');
+  const counts = await effectCounts(db.pool, db.schema, topic);
+  assert.equal(counts.get(sent[0]?.messageId as string), 1);
+  assert.equal(counts.get(sent[1]?.messageId as string), undefined);
+  assert.equal(counts.get(sent[2]?.messageId as string), 1);
+});
+
 test('integration: stop() is idempotent and bounded, and a consumer refuses a schema without processed_messages', async () => {
   const topic = await createTopic(1);
   const c = consumer({ topics: topic });
