@@ -91,6 +91,30 @@ addSettings(
   );
 });
 
+// purge-processed: the consumer runtime's retention (src/processedMessages.ts). Imported
+// here, in its own block, so the command stays one self-contained piece.
+const consumerSettings = await import('./consumerSettings.js');
+const PURGE_SETTINGS = [settings.databaseUrl, settings.schema, consumerSettings.retentionDays, consumerSettings.purgeBatchSize, settings.logLevel] as const;
+addSettings(
+  program
+    .command('purge-processed')
+    .description('Delete processed_messages rows older than the retention, in bounded batches. Safe beside running consumers.'),
+  PURGE_SETTINGS,
+).action(async (flags: Record<string, unknown>) => {
+  const o = resolve(PURGE_SETTINGS, flags);
+  const { purgeProcessedMessages } = await import('./processedMessages.js');
+  const logger = createLogger(o.logLevel as LogLevel);
+  const result = await purgeProcessedMessages({
+    databaseUrl: o.databaseUrl as string,
+    schema: o.schema as string,
+    retentionDays: o.retentionDays as number,
+    batchSize: o.batchSize as number,
+    logger,
+  });
+  logger.flush();
+  process.stdout.write(`deleted ${result.deleted} processed_messages rows older than ${o.retentionDays as number} days (${result.batches} batches)\n`);
+});
+
 try {
   await program.parseAsync(process.argv);
 } catch (error) {
