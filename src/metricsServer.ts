@@ -1,0 +1,146 @@
+/**
+ * A small HTTP server for Prometheus and for orchestrators:
+ *
+ *   GET /metrics  the registry in Prometheus text format
+ *   GET /healthz  200 while the process serves requests (liveness)
+ *   GET /readyz   200 when every readiness check passes, else 503; JSON body either way
+ *
+ * It serves nothing else and never echoes request data. Bind it where it is configured
+ * (`--metrics-address`): 127.0.0.1 by default, 0.0.0.0 in a container that is scraped.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+import { describeError } from './errors.js';
+import { silentLogger, type Logger } from './logger.js';
+import type { Kafka } from 'kafkajs';
+import type { Relay } from './relay.js';
+import { ConfigError } from './errors.js';
+import { instrumentRelay, relayReadiness, type Readiness, type RelayInstrumentation } from './metrics.js';
+import { parseMetricsAddress } from './metricsSettings.js';
+
+export interface MetricsServerOptions {
+  host: string;
+  /** 0 picks a free port (tests). */
+  port: number;
+  registry: Registry;
+  /** Readiness of /readyz; without it, /readyz answers like /healthz. */
+  readiness?: () => Promise<Readiness>;
+  logger?: Logger;
+}
+
+export interface MetricsServer {
+  /** The address bound, with the real port. */
+  readonly host: string;
+  readonly port: number;
+  /** `http://host:port`. */
+  readonly url: string;
+  /** Stop listening and close open connections. Idempotent. */
+  close(): Promise<void>;
+}
+
+export async function startMetricsServer(options: MetricsServerOptions): Promise<MetricsServer> {
+  const logger = (options.logger ?? silentLogger()).child({ component: 'metrics-server' });
+  const send = (res: ServerResponse, status: number, type: string, body: string): void => {
+    res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store' });
+    res.end(body);
+  };
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.setHeader('allow', 'GET, HEAD');
+      send(res, 405, 'text/plain; charset=utf-8', 'method not allowed\n');
+      return;
+    }
+    if (path === '/metrics') {
+      send(res, 200, options.registry.contentType, await options.registry.metrics());
+    } else if (path === '/healthz') {
+      send(res, 200, 'text/plain; charset=utf-8', 'ok\n');
+    } else if (path === '/readyz') {
+      const readiness = options.readiness ? await options.readiness() : { ready: true, checks: {} };
+      send(res, readiness.ready ? 200 : 503, 'application/json', `${JSON.stringify(readiness)}\n`);
+    } else {
+      send(res, 404, 'text/plain; charset=utf-8', 'not found: try /metrics, /healthz or /readyz\n');
+    }
+  };
+  const server: Server = createServer((req, res) => {
+    handle(req, res).catch((error: unknown) => {
+      logger.warn({ err: describeError(error) }, 'metrics request failed');
+      if (!res.headersSent) send(res, 500, 'text/plain; charset=utf-8', 'internal error\n');
+      else res.destroy();
+    });
+  });
+  server.keepAliveTimeout = 5_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const host = address.address;
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${address.port}`;
+  logger.info({ address: url }, 'metrics server listening');
+  let closing: Promise<void> | undefined;
+  return {
+    host,
+    port: address.port,
+    url,
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+      return closing;
+    },
+  };
+}
+
+/** What {@link serveRelayMetrics} started; `close()` stops all of it. */
+export interface RelayMetricsService {
+  readonly server: MetricsServer;
+  readonly instrumentation: RelayInstrumentation;
+  close(): Promise<void>;
+}
+
+/**
+ * Everything `outbox-relay run` needs for observability in one call: instrument the relay,
+ * probe its readiness, serve /metrics, /healthz and /readyz on `address`.
+ *
+ * @param address `host:port` or `off` (the metricsAddress setting)
+ * @returns undefined when the address is `off`
+ */
+export async function serveRelayMetrics(
+  relay: Relay,
+  options: { address: string; sampleIntervalMs?: number; kafka?: Kafka; logger?: Logger },
+): Promise<RelayMetricsService | undefined> {
+  const parsed = parseMetricsAddress(options.address);
+  if ('problem' in parsed) throw new ConfigError('metricsAddress', parsed.problem);
+  if (parsed.value === 'off') return undefined;
+  const instrumentation = instrumentRelay(relay, { sampleIntervalMs: options.sampleIntervalMs, logger: options.logger });
+  const readiness = relayReadiness(relay, instrumentation, { kafka: options.kafka, logger: options.logger });
+  let server: MetricsServer;
+  try {
+    server = await startMetricsServer({
+      host: parsed.value.host,
+      port: parsed.value.port,
+      registry: instrumentation.registry,
+      readiness: () => readiness.check(),
+      logger: options.logger,
+    });
+  } catch (error) {
+    await readiness.close();
+    await instrumentation.close();
+    throw error;
+  }
+  return {
+    server,
+    instrumentation,
+    async close() {
+      await server.close();
+      await readiness.close();
+      await instrumentation.close();
+    },
+  };
+}

@@ -1,0 +1,61 @@
+/**
+ * The metrics sampler's queries (src/metrics.ts). Each runs every few seconds beside the
+ * relay, so each must stay cheap however large the backlog grows: they read the partial
+ * index outbox_unsent_idx (unsent rows only, by id) or the sequence, never the whole table.
+ */
+
+/**
+ * Unsent rows, counted exactly up to a cap: an index scan of at most $1 entries of
+ * outbox_unsent_idx. When the count reaches the cap the caller falls back to
+ * {@link backlogEstimateSql}.
+ *
+ * $1 int  cap
+ */
+export function backlogCountSql(quotedSchema: string): string {
+  return `
+SELECT count(*)::int AS pending
+  FROM (SELECT 1
+          FROM ${quotedSchema}.outbox
+         WHERE sent_at IS NULL
+         LIMIT $1) AS capped`;
+}
+
+/**
+ * The planner's estimate of the unsent rows: EXPLAIN only plans, it reads nothing. The
+ * estimate scales the table's statistics by its current size, so it follows a growing
+ * backlog between ANALYZE runs; it is used only above the exact count's cap.
+ */
+export function backlogEstimateSql(quotedSchema: string): string {
+  return `EXPLAIN (FORMAT JSON) SELECT 1 FROM ${quotedSchema}.outbox WHERE sent_at IS NULL`;
+}
+
+/**
+ * The oldest unsent row (lowest id: the first in the partial index, one index probe) and
+ * its age by the database's clock, so the relay's clock does not matter. Rows are
+ * created in id order up to the length of the writers' transactions, so this is the age
+ * of the oldest pending row to within that. No row: no result.
+ */
+export function oldestPendingSql(quotedSchema: string): string {
+  return `
+SELECT id,
+       extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_seconds
+  FROM ${quotedSchema}.outbox
+ WHERE sent_at IS NULL
+ ORDER BY id
+ LIMIT 1`;
+}
+
+/**
+ * The outbox sequence's last value: every enqueued row took one id, so its growth over
+ * time is the ingress rate (ids of rolled-back inserts count too: a slight overcount).
+ */
+export function sequenceLastValueSql(quotedSchema: string): string {
+  return `
+SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last_id
+  FROM ${quotedSchema}.outbox_id_seq`;
+}
+
+export interface OldestPendingRow {
+  id: number;
+  age_seconds: number;
+}

@@ -1,0 +1,182 @@
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { Kafka, logLevel } from 'kafkajs';
+import { Registry } from 'prom-client';
+import { createRelay, type Relay } from '../src/relay.js';
+import { enqueue } from '../src/enqueue.js';
+import { errorClass, instrumentRelay, metricNames, type RelayInstrumentation } from '../src/metrics.js';
+import { createTestSchema, type TestSchema } from './helpers/db.js';
+import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
+import { metricValue } from './helpers/metrics.js';
+import { waitFor } from './helpers/wait.js';
+
+let db: TestSchema;
+before(async () => {
+  db = await createTestSchema('metrics');
+});
+const cleanups: Array<() => Promise<unknown>> = [];
+after(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => undefined);
+  await db.drop();
+});
+
+function relayWith(kafka: Kafka | undefined, schema = db.schema): Relay {
+  const relay = createRelay({
+    databaseUrl: db.databaseUrl,
+    kafkaBrokers: testBrokers(),
+    schema,
+    kafka,
+    batchSize: 40,
+    retryMaxDelayMs: 50,
+    shutdownTimeoutMs: 5_000,
+  });
+  cleanups.push(() => relay.stop());
+  return relay;
+}
+
+function instrument(relay: Relay): RelayInstrumentation {
+  const inst = instrumentRelay(relay, { registry: new Registry(), sampleIntervalMs: 50 });
+  cleanups.push(() => inst.close());
+  return inst;
+}
+
+async function insertRows(schema: string, topic: string, count: number, ageSeconds: number, marker = 'payload'): Promise<void> {
+  const client = await db.pool.connect();
+  try {
+    await client.query('BEGIN');
+    await enqueue(
+      client,
+      Array.from({ length: count }, (_, i) => ({ topic, key: `key-${marker}-${i % 7}`, payload: { marker, i } })),
+      { schema },
+    );
+    // Backdate them: the oldest pending age is then at least ageSeconds.
+    await client.query(`UPDATE "${schema}".outbox SET created_at = now() - make_interval(secs => $1) WHERE sent_at IS NULL`, [ageSeconds]);
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+}
+
+test('integration: backlog, oldest age, ingress and egress follow real traffic through a relay', async () => {
+  const topicA = await createTopic(2);
+  const topicB = await createTopic(1);
+  const relay = relayWith(testKafka());
+  const inst = instrument(relay);
+  const r = inst.registry;
+
+  const first = await inst.sample(); // sets the ingress baseline
+  assert.equal(first.pending, 0);
+  assert.equal(first.oldestAgeSeconds, 0);
+
+  await insertRows(db.schema, topicA, 120, 30, 'secret-payload-marker');
+  await insertRows(db.schema, topicB, 80, 30, 'other-marker');
+  const waiting = await inst.sample();
+  assert.equal(waiting.pending, 200);
+  assert.equal(waiting.estimated, false);
+  assert.ok(waiting.oldestAgeSeconds >= 30, `oldest age ${waiting.oldestAgeSeconds} >= 30 s while the backlog waits`);
+  assert.equal(await metricValue(r, 'outbox_relay_pending_rows'), 200);
+  assert.ok((await metricValue(r, 'outbox_relay_oldest_pending_age_seconds')) >= 30);
+  assert.equal(await metricValue(r, 'outbox_relay_enqueued_rows_total'), 200, 'ingress counts the 200 enqueued rows');
+  assert.equal(await metricValue(r, 'outbox_relay_published_rows_total'), 0);
+
+  const batches: number[] = [];
+  relay.on('batch', (b) => batches.push(b.count));
+  await relay.start();
+  await waitFor('200 rows published', async () => (await metricValue(r, 'outbox_relay_published_rows_total')) === 200);
+  // The sampler runs by itself every 50 ms: the backlog drains to 0 and the age with it.
+  await waitFor('backlog gauge at 0', async () => (await metricValue(r, 'outbox_relay_pending_rows')) === 0 && (await metricValue(r, 'outbox_relay_oldest_pending_age_seconds')) === 0);
+
+  assert.equal(await metricValue(r, 'outbox_relay_batch_size_rows_sum'), 200);
+  assert.equal(await metricValue(r, 'outbox_relay_batch_size_rows_count'), batches.length);
+  assert.ok(batches.length >= 5, 'batch size 40: at least 5 batches');
+  assert.equal(await metricValue(r, 'outbox_relay_batch_duration_seconds_count'), batches.length);
+  assert.equal(await metricValue(r, 'outbox_relay_publish_errors_total'), 0);
+  assert.equal(await metricValue(r, 'outbox_relay_running'), 1);
+  const owned = (relay as unknown as { ownedShards?: number[] }).ownedShards;
+  await waitFor('shards owned reported', async () => (await metricValue(r, 'outbox_relay_shards_owned')) === (owned ? relay.ownedShards.length : 256) && (owned === undefined || owned.length > 0));
+
+  // The messages really are on Kafka.
+  const onA = await readTopic(topicA, (m) => m.length >= 120);
+  assert.equal(new Set(onA.map((m) => m.headers['message-id'])).size, 120);
+
+  // More traffic while it runs: ingress and egress both advance by 30.
+  await insertRows(db.schema, topicB, 30, 0, 'late');
+  await waitFor('230 published', async () => (await metricValue(r, 'outbox_relay_published_rows_total')) === 230);
+  await waitFor('ingress 230', async () => (await metricValue(r, 'outbox_relay_enqueued_rows_total')) === 230);
+
+  // No payloads, keys or message ids in the exposition; only bounded labels.
+  const text = await r.metrics();
+  assert.ok(!text.includes('secret-payload-marker') && !text.includes('key-'), 'no payload or key in /metrics');
+  const labelNames = new Set([...text.matchAll(/^outbox_[a-z_]+\{([^}]*)\}/gm)].flatMap((m) => [...(m[1] as string).matchAll(/([a-z_]+)="/g)].map((x) => x[1])));
+  for (const name of labelNames) assert.ok(['topic', 'error_class', 'le', 'outcome', 'partition'].includes(name as string), `label ${name}`);
+
+  await relay.stop();
+  assert.equal(await metricValue(r, 'outbox_relay_running'), 0);
+  assert.equal(await metricValue(r, 'outbox_relay_shards_owned'), 0);
+});
+
+test('integration: a broker that refuses connections shows up as publish errors by class and retries', async () => {
+  const other = await createTestSchema('metrics_err');
+  cleanups.push(() => other.drop());
+  // Nothing listens on port 1: every batch fails to connect.
+  const dead = new Kafka({ clientId: 'dead', brokers: ['127.0.0.1:1'], logLevel: logLevel.NOTHING, retry: { retries: 0 }, connectionTimeout: 200 });
+  const relay = relayWith(dead, other.schema);
+  const inst = instrument(relay);
+  const r = inst.registry;
+  await insertRows(other.schema, 'never-published', 5, 10);
+  await relay.start();
+  // Two workers fail side by side; one of them three times in a row.
+  await waitFor('three failures in a row', async () => (await metricValue(r, 'outbox_relay_consecutive_failures')) >= 3);
+  const text = await r.metrics();
+  const classes = [...text.matchAll(/^outbox_relay_publish_errors_total\{error_class="([^"]+)"\} (\d+)/gm)].map((m) => m[1]);
+  assert.ok(classes.length > 0, text);
+  for (const c of classes) assert.match(c as string, /^(kafka|network)_[a-z_]+$/, 'a Kafka or network error class');
+  assert.ok((await metricValue(r, 'outbox_relay_publish_errors_total')) >= 3);
+  assert.ok((await metricValue(r, 'outbox_relay_retries_total')) >= 3, 'each failure schedules a retry');
+  assert.equal(await metricValue(r, 'outbox_relay_published_rows_total'), 0);
+  await waitFor('backlog of 5 reported', async () => (await metricValue(r, 'outbox_relay_pending_rows')) === 5);
+  await relay.abort();
+});
+
+test('integration: above the exact-count cap the backlog is the planner estimate, never below the cap', async () => {
+  const other = await createTestSchema('metrics_cap');
+  cleanups.push(() => other.drop());
+  const relay = relayWith(testKafka(), other.schema); // never started: only sampled
+  const inst = instrumentRelay(relay, { registry: new Registry(), sampleIntervalMs: 60_000, backlogCountCap: 50 });
+  cleanups.push(() => inst.close());
+  await insertRows(other.schema, 'capped', 400, 1);
+  await other.pool.query(`ANALYZE "${other.schema}".outbox`);
+  const s = await inst.sample();
+  assert.equal(s.estimated, true);
+  assert.ok(s.pending >= 50, `estimate ${s.pending} at least the cap`);
+  assert.ok(s.pending > 200 && s.pending < 800, `estimate ${s.pending} near 400 after ANALYZE`);
+  await insertRows(other.schema, 'capped', 20, 1);
+  const exact = instrumentRelay(relay, { registry: new Registry(), sampleIntervalMs: 60_000, backlogCountCap: 1_000, processMetrics: false });
+  cleanups.push(() => exact.close());
+  const below = await exact.sample();
+  assert.equal(below.pending, 420);
+  assert.equal(below.estimated, false);
+});
+
+test('errorClass: bounded names from error types, never from messages', () => {
+  const pgError = Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' });
+  assert.equal(errorClass(pgError), 'postgres_57p01');
+  assert.equal(errorClass(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' })), 'network_econnrefused');
+  const protocol = Object.assign(new Error('not leader'), { name: 'KafkaJSProtocolError', type: 'NOT_LEADER_OR_FOLLOWER' });
+  assert.equal(errorClass(protocol), 'kafka_not_leader_or_follower');
+  const wrapped = Object.assign(new Error('retries exceeded'), { name: 'KafkaJSNumberOfRetriesExceeded', cause: protocol });
+  assert.equal(errorClass(wrapped), 'kafka_not_leader_or_follower');
+  assert.equal(errorClass(Object.assign(new Error('x'), { name: 'KafkaJSConnectionError' })), 'kafka_connection_error');
+  assert.equal(errorClass(new TypeError('key-123 payload')), 'type_error');
+  assert.equal(errorClass(new Error('anything with key-123')), 'other');
+  assert.equal(errorClass('a string'), 'other');
+});
+
+test('metric names follow Prometheus conventions', () => {
+  for (const name of metricNames()) {
+    assert.match(name, /^outbox_(relay|consumer)_[a-z0-9_]+$/);
+    if (name.endsWith('_total')) continue;
+    assert.ok(!/_count$|_sum$|_bucket$/.test(name), name);
+  }
+  assert.ok(metricNames().includes('outbox_relay_oldest_pending_age_seconds'));
+});
