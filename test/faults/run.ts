@@ -15,6 +15,7 @@
  * 0 and everything drained (and, with --verify-planted, when each planted bug was caught);
  * 1 otherwise.
  */
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -189,8 +190,20 @@ interface RunConfig {
   command: string;
 }
 
+/** The code under test: the commit, and the files of src/ and sql/ changed since it. */
+function codeVersion(): { commit: string; uncommitted: string[] } {
+  try {
+    const commit = execFileSync('git', ['rev-parse', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    const status = execFileSync('git', ['status', '--porcelain', '--', 'src', 'sql'], { cwd: ROOT, encoding: 'utf8' });
+    return { commit, uncommitted: status.split('\n').filter(Boolean) };
+  } catch {
+    return { commit: 'unknown', uncommitted: [] };
+  }
+}
+
 interface RunReport {
   name: string;
+  code: { commit: string; uncommitted: string[] };
   profile: string;
   plant: Plant;
   seed: number;
@@ -498,6 +511,7 @@ async function runOnce(servers: Servers, cfg: RunConfig): Promise<RunReport> {
   for (const s of allSlots()) processes[s.o.name] = { starts: s.starts, unexpectedExits: s.unexpectedExits, exitCodes: s.exitCodes };
   return {
     name: cfg.name,
+    code: codeVersion(),
     profile: cfg.profileName,
     plant: cfg.plant,
     seed: cfg.seed,
@@ -523,6 +537,7 @@ function printReport(r: RunReport): void {
   const c = r.check;
   const rows: Array<[string, string | number]> = [
     ['seed', r.seed],
+    ['code', `${r.code.commit.slice(0, 12)}${r.code.uncommitted.length ? ` + ${r.code.uncommitted.length} uncommitted src/sql files` : ''}`],
     ['plant', r.plant],
     ['relays / consumers / partitions', `${r.relaysUsed} / ${r.settings.consumers} / ${r.settings.partitions}`],
     ['faults injected', Object.entries(r.faultsInjected).map(([k, v]) => `${k} ${v}`).join(', ') || 'none'],
