@@ -22,7 +22,9 @@ export interface EntityLockOptions {
  * idempotency. Must run inside a transaction (the consumer's handlers always are).
  */
 export async function lockEntity(client: pg.ClientBase, key: string, options: EntityLockOptions = {}): Promise<void> {
-  const lockKey = `${options.namespace ?? 'entity'}\u0000${key}`;
+  const namespace = options.namespace ?? 'entity';
+  // Length-prefixed, so no namespace and key pair hashes the same text as another.
+  const lockKey = `${namespace.length}:${namespace}:${key}`;
   if (options.timeoutMs === undefined) {
     await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [lockKey]);
     return;
