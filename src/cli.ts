@@ -7,6 +7,7 @@ import * as settings from './settings.js';
 import { RELAY_SETTINGS, type RelayOptions } from './relay.js';
 import { runRelay, EXIT } from './run.js';
 import { migrate, migrationScript } from './migrate.js';
+import { formatStatus, getStatus } from './status.js';
 
 // Only parsing and dispatch live here; every command is a library function.
 
@@ -89,6 +90,19 @@ addSettings(
       ? `applied ${result.applied.join(', ')}\n`
       : `schema ${o.schema as string} is up to date (${result.alreadyApplied.length} migrations)\n`,
   );
+});
+
+const STATUS_SETTINGS = [settings.databaseUrl, settings.schema] as const;
+addSettings(
+  program
+    .command('status')
+    .description('Backlog, oldest pending age, and which relay owns which shards.')
+    .option('--json', 'print JSON instead of a table'),
+  STATUS_SETTINGS,
+).action(async (flags: Record<string, unknown>) => {
+  const o = resolve(STATUS_SETTINGS, flags);
+  const status = await getStatus({ databaseUrl: o.databaseUrl as string, schema: o.schema as string });
+  process.stdout.write(flags.json ? `${JSON.stringify(status, null, 2)}\n` : formatStatus(status));
 });
 
 // purge-processed: the consumer runtime's retention (src/processedMessages.ts). Imported

@@ -14,9 +14,9 @@ import { backoffDelayMs } from './backoff.js';
 import { TypedEmitter } from './events.js';
 import { claimSql, type ClaimedRow } from './sql/claim.js';
 import { markSentSql } from './sql/markSent.js';
+import { Membership, SHARD_COUNT } from './membership.js';
 
-/** Number of shards rows are hashed into (see the shard column in sql/001_outbox.sql). */
-export const SHARD_COUNT = 256;
+export { SHARD_COUNT };
 
 /** Options of {@link createRelay}. Only `databaseUrl` and `kafkaBrokers` are required. */
 export interface RelayOptions {
@@ -45,6 +45,12 @@ export interface RelayOptions {
    * it is claimed anyway, in ms (default 60000). See {@link Horizon}.
    */
   horizonMaxWaitMs?: number;
+  /**
+   * Shard lease time to live in ms (default 10000). A relay that dies, hangs or loses the
+   * database loses its shards after this long, and the others take them over within
+   * about 1.4 x this. Leases are renewed every third of it.
+   */
+  leaseTtlMs?: number;
   logger?: Logger;
   /** Use this kafkajs client instead of building one from kafkaBrokers. */
   kafka?: Kafka;
@@ -65,6 +71,16 @@ const horizonMaxWaitMs = settings.integer(
   86_400_000,
 );
 
+const leaseTtlMs = settings.integer(
+  'leaseTtlMs',
+  '--lease-ttl-ms',
+  'OUTBOX_LEASE_TTL_MS',
+  'Shard lease time to live: a relay that dies or stalls loses its shards after this long, and others take them over (milliseconds).',
+  10_000,
+  500,
+  600_000,
+);
+
 /** Every setting of the relay, in the order the CLI and README list them. */
 export const RELAY_SETTINGS = [
   settings.databaseUrl,
@@ -76,6 +92,7 @@ export const RELAY_SETTINGS = [
   settings.shutdownTimeoutMs,
   settings.retryMaxDelayMs,
   horizonMaxWaitMs,
+  leaseTtlMs,
   settings.clientId,
   settings.compression,
   settings.logLevel,
@@ -93,6 +110,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     shutdownTimeoutMs: settings.optionValue(settings.shutdownTimeoutMs, options.shutdownTimeoutMs),
     retryMaxDelayMs: settings.optionValue(settings.retryMaxDelayMs, options.retryMaxDelayMs),
     horizonMaxWaitMs: settings.optionValue(horizonMaxWaitMs, options.horizonMaxWaitMs),
+    leaseTtlMs: settings.optionValue(leaseTtlMs, options.leaseTtlMs),
     clientId: settings.optionValue(settings.clientId, options.clientId),
     compression: settings.optionValue(settings.compression, options.compression),
     logger: options.logger ?? silentLogger(),
@@ -108,12 +126,15 @@ export interface RelayEvents {
   batchError: { worker: number; error: Error; attempt: number; retryInMs: number };
   /** The horizon moved: rows up to `watermark` may be claimed. */
   horizon: { watermark: number; forced: boolean };
+  /** Shard ownership changed. `takenOver` shards came from a relay whose lease expired. */
+  shards: { owned: number; acquired: number[]; lost: number[]; takenOver: Array<{ shard: number; from: string }>; liveRelays: number };
   /** Every worker has stopped; `hard` when the shutdown timeout cut in-flight work short. */
   stopped: { hard: boolean };
 }
 
 interface Worker {
   index: number;
+  /** Shards this worker handles when the relay owns them. */
   shards: number[];
   /** Watermark up to which this worker found nothing more to claim. */
   drainedTo: number;
@@ -135,10 +156,11 @@ const RETRY_BASE_MS = 100;
 export class Relay extends TypedEmitter<RelayEvents> {
   readonly options: ResolvedRelayOptions;
   /** Identifies this relay instance in logs and in Postgres' application_name. */
-  readonly instanceId = randomUUID().slice(0, 8);
+  readonly instanceId = randomUUID().replaceAll('-', '').slice(0, 12);
   private readonly logger: Logger;
   private readonly quotedSchema: string;
   private readonly horizon: Horizon;
+  private readonly membership: Membership;
   /** Notified when the horizon moves (and on stop). */
   private readonly workAvailable = new Signal();
   /** Notified only on stop: cuts retry sleeps short without waking them on new work. */
@@ -159,6 +181,23 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
     this.logger = this.options.logger.child({ component: 'relay', relay: this.instanceId });
     this.horizon = new Horizon(this.quotedSchema, this.options.horizonMaxWaitMs);
+    this.membership = new Membership(
+      this.quotedSchema,
+      this.instanceId,
+      this.applicationName,
+      this.options.leaseTtlMs,
+      this.logger,
+    );
+  }
+
+  /** Prefix of the application_name of every connection: how a successor finds them. */
+  get applicationName(): string {
+    return `${this.options.clientId}:${this.instanceId}`;
+  }
+
+  /** Shards this relay currently owns. */
+  get ownedShards(): number[] {
+    return [...this.membership.owned].sort((a, b) => a - b);
   }
 
   /** Highest outbox id the relay may claim up to (see {@link Horizon}). */
@@ -176,7 +215,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     if (this.started) throw new OutboxError('relay already started', { retriable: false });
     this.started = true;
     const o = this.options;
-    this.pool = createPool(o.databaseUrl, `${o.clientId}:${this.instanceId}`, o.batchesInFlight + 1, this.logger);
+    this.pool = createPool(o.databaseUrl, this.applicationName, o.batchesInFlight + 2, this.logger);
     let client: pg.PoolClient;
     try {
       client = await this.pool.connect();
@@ -211,7 +250,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       failures: 0,
       client: undefined,
     }));
-    this.loops = [this.horizonLoop(), ...this.workers.map((w) => this.workerLoop(w))];
+    this.loops = [this.horizonLoop(), this.membershipLoop(), ...this.workers.map((w) => this.workerLoop(w))];
     this.logger.info(
       { database: describeDatabase(o.databaseUrl), brokers: o.kafkaBrokers, schema: o.schema, batchSize: o.batchSize, batchesInFlight: o.batchesInFlight },
       'relay started',
@@ -250,6 +289,12 @@ export class Relay extends TypedEmitter<RelayEvents> {
       this.abortWork();
     }
     const hard = this.aborted;
+    if (!hard) {
+      // Hand the shards over now rather than after the lease TTL.
+      await this.membership.leave(this.pool as pg.Pool).catch((error: unknown) => {
+        this.logger.warn({ err: describeError(error) }, 'could not release shard leases; they expire by themselves');
+      });
+    }
     await this.producer?.disconnect().catch(() => undefined);
     await this.pool?.end().catch(() => undefined);
     this.logger.info({ hard }, 'relay stopped');
@@ -308,21 +353,79 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
   /** The probe's own connection: its tiny transactions commit without waiting for a flush. */
   private async connectProbe(): Promise<pg.Client> {
-    const client = await connect(this.options.databaseUrl, `${this.options.clientId}:${this.instanceId}:horizon`);
+    const client = await connect(this.options.databaseUrl, `${this.applicationName}:horizon`);
     await client.query('SET synchronous_commit = off');
     return client;
+  }
+
+  private async membershipLoop(): Promise<void> {
+    const intervalMs = Math.max(100, Math.floor(this.options.leaseTtlMs / 3));
+    let failures = 0;
+    let lastSuccessMs = Date.now();
+    while (!this.stopping) {
+      let delay = intervalMs;
+      try {
+        const client = await (this.pool as pg.Pool).connect();
+        let broken: Error | undefined;
+        // See runBatch: a connection dropped between two queries emits 'error'.
+        const onError = (error: Error): void => {
+          broken ??= error;
+        };
+        client.on('error', onError);
+        let change;
+        try {
+          change = await this.membership.tick(client);
+        } catch (error) {
+          broken ??= error as Error;
+          throw error;
+        } finally {
+          client.off('error', onError);
+          client.release(broken);
+        }
+        failures = 0;
+        lastSuccessMs = Date.now();
+        if (change.acquired.length > 0 || change.lost.length > 0) {
+          // New shards may hold rows below the current watermark: look again.
+          for (const w of this.workers) w.drainedTo = 0;
+          this.logger.info(
+            { owned: this.membership.owned.size, acquired: change.acquired.length, lost: change.lost.length, liveRelays: change.liveRelays },
+            'shard ownership changed',
+          );
+          this.emit('shards', { owned: this.membership.owned.size, ...change });
+          this.workAvailable.notify();
+        }
+      } catch (error) {
+        if (Date.now() - lastSuccessMs > this.options.leaseTtlMs) this.membership.dropAll();
+        delay = Math.min(intervalMs, backoffDelayMs(failures++, RETRY_BASE_MS, this.options.retryMaxDelayMs) + RETRY_BASE_MS);
+        this.logger.warn({ err: describeError(error), retryInMs: delay }, 'shard lease renewal failed');
+      }
+      await this.sleep(delay);
+    }
   }
 
   private async workerLoop(worker: Worker): Promise<void> {
     while (!this.stopping) {
       const watermark = this.horizon.watermark;
-      const due = watermark > worker.drainedTo || Date.now() - worker.lastClaimAtMs >= RECHECK_MS;
+      const shards = worker.shards.filter((s) => this.membership.owned.has(s));
+      const unwanted = shards.filter((s) => !this.membership.wanted.has(s));
+      if (unwanted.length > 0) {
+        // Between two batches of this worker: none of these shards has a batch in flight.
+        try {
+          await this.membership.release(this.pool as pg.Pool, unwanted);
+          this.logger.info({ worker: worker.index, released: unwanted.length }, 'released shards to rebalance');
+        } catch (error) {
+          this.logger.warn({ err: describeError(error) }, 'could not release shards; retrying');
+          await this.sleep(RETRY_BASE_MS * 10);
+        }
+        continue;
+      }
+      const due = shards.length > 0 && (watermark > worker.drainedTo || Date.now() - worker.lastClaimAtMs >= RECHECK_MS);
       if (!due) {
         await this.workAvailable.wait(RECHECK_MS);
         continue;
       }
       try {
-        const count = await this.runBatch(worker, watermark);
+        const count = await this.runBatch(worker, watermark, shards);
         worker.failures = 0;
         if (count < this.options.batchSize) worker.drainedTo = watermark;
       } catch (error) {
@@ -340,7 +443,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   }
 
   /** Claim, publish, mark sent, commit. @returns rows published */
-  private async runBatch(worker: Worker, watermark: number): Promise<number> {
+  private async runBatch(worker: Worker, watermark: number, shards: number[]): Promise<number> {
     const started = Date.now();
     worker.lastClaimAtMs = started;
     const client = await (this.pool as pg.Pool).connect();
@@ -355,14 +458,20 @@ export class Relay extends TypedEmitter<RelayEvents> {
     client.on('error', onError);
     try {
       await client.query('BEGIN');
-      const { rows } = await client.query<ClaimedRow>(claimSql(this.quotedSchema), [watermark, worker.shards, this.options.batchSize]);
+      const { rows } = await client.query<ClaimedRow>(claimSql(this.quotedSchema), [watermark, shards, this.options.batchSize, this.instanceId]);
       if (rows.length === 0) {
         await client.query('COMMIT');
         return 0;
       }
       await this.publish(rows);
       if (this.aborted) throw new OutboxError('relay aborted before marking the batch sent', { retriable: true });
-      await client.query(markSentSql(this.quotedSchema), [rows.map((r) => r.id)]);
+      const marked = await client.query(markSentSql(this.quotedSchema), [rows.map((r) => r.id), this.instanceId]);
+      if (marked.rowCount !== rows.length) {
+        throw new OutboxError('lost the lease of a shard while publishing; rolled back, the new owner publishes these rows', {
+          retriable: true,
+          context: { claimed: rows.length, marked: marked.rowCount },
+        });
+      }
       await client.query('COMMIT');
       this.emit('batch', {
         worker: worker.index,

@@ -2,12 +2,13 @@
  * Claim the next batch of unsent rows of some shards, oldest first.
  *
  * $1 bigint     horizon: highest id known to be final (no transaction can still commit
- *               a row at or below it)
- * $2 smallint[] shards this worker owns
+ *               a row at or below it; src/horizon.ts)
+ * $2 smallint[] shards the claiming worker handles
  * $3 int        batch size
+ * $4 text       relay id: only shards it holds an unexpired lease on are claimed
  *
- * SKIP LOCKED is a safety net: rows another transaction holds are left to it instead of
- * blocking on them. Shard ownership, not the lock, is what keeps one key's rows in order.
+ * Shard ownership is what keeps one key's rows in one relay's hands; SKIP LOCKED is the
+ * safety net, leaving rows another transaction holds to it instead of waiting.
  * payload goes out as text so the relay forwards the stored JSON without parsing it.
  */
 export function claimSql(quotedSchema: string): string {
@@ -17,9 +18,11 @@ SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, head
  WHERE sent_at IS NULL
    AND id <= $1
    AND shard = ANY($2::smallint[])
+   AND shard IN (SELECT shard FROM ${quotedSchema}.outbox_shard_leases
+                  WHERE owner = $4 AND expires_at > now())
  ORDER BY id
  LIMIT $3
-   FOR UPDATE SKIP LOCKED`;
+   FOR UPDATE OF outbox SKIP LOCKED`;
 }
 
 export interface ClaimedRow {

@@ -3,11 +3,18 @@
  * the batch, so a crash before the commit leaves the rows unsent (published again: at
  * least once) and never sent-but-unpublished.
  *
+ * The lease condition fences a relay that lost its shards while it was publishing: its
+ * update then touches fewer rows than it claimed, and it rolls back. (A relay taking a
+ * shard over also terminates the stale owner's connections; this is the second line.)
+ *
  * $1 bigint[] ids of the batch
+ * $2 text     relay id
  */
 export function markSentSql(quotedSchema: string): string {
   return `
 UPDATE ${quotedSchema}.outbox
    SET sent_at = now()
- WHERE id = ANY($1::bigint[])`;
+ WHERE id = ANY($1::bigint[])
+   AND shard IN (SELECT shard FROM ${quotedSchema}.outbox_shard_leases
+                  WHERE owner = $2 AND expires_at > now())`;
 }

@@ -1,0 +1,168 @@
+import type pg from 'pg';
+import type { Logger } from './logger.js';
+import {
+  acquireSql,
+  forgetDeadRelaysSql,
+  heartbeatSql,
+  leaveSql,
+  liveRelaysSql,
+  lockWantedSql,
+  releaseSql,
+  renewSql,
+  terminateOwnerSql,
+} from './sql/leases.js';
+
+/** Number of shards rows are hashed into (the shard column in sql/001_outbox.sql). */
+export const SHARD_COUNT = 256;
+
+/**
+ * How long a takeover waits for each of the stale owner's connections to exit. Short on
+ * purpose: the round also renews this relay's own leases, and a round that outlasts the
+ * TTL would let another relay take this one's shards. A connection still there is
+ * signalled again next round, and its shards are not claimed until it is gone.
+ */
+const TERMINATE_WAIT_MS = 100;
+
+/** What one membership round changed. */
+export interface MembershipChange {
+  acquired: number[];
+  /** Shards taken from an owner whose lease had expired. */
+  takenOver: Array<{ shard: number; from: string }>;
+  lost: number[];
+  liveRelays: number;
+}
+
+/**
+ * Which shards this relay owns, kept in step with the other relays through the lease
+ * table, on the database's clock.
+ *
+ * Every round (a third of the lease TTL): heartbeat; compute this relay's fair share from
+ * the live relays (shard s goes to live relay number s mod n, relays sorted by id); renew
+ * the leases it holds; take the wanted shards that are free or whose lease expired. Before
+ * claiming a shard taken from an expired owner, the owner's Postgres connections are
+ * terminated and confirmed gone: a relay that stalled (SIGSTOP, a long GC pause) keeps its
+ * connections and the row locks of a claimed batch; skipping those rows would publish
+ * that key's later rows first, and waiting would wait for ever.
+ *
+ * Shards it holds but no longer wants are released by the worker that handles them,
+ * between two batches, so a shard never changes hands with a batch in flight.
+ */
+export class Membership {
+  /** Shards this relay holds a lease on and may claim rows of. */
+  readonly owned = new Set<number>();
+  /** This relay's fair share at the last round. */
+  wanted = new Set<number>();
+  /** Shards taken over whose previous owner's connections are not confirmed gone yet. */
+  private readonly unfenced = new Map<number, { from: string; applicationName: string | null; takenAt: Date }>();
+  private readonly s: string;
+
+  constructor(
+    quotedSchema: string,
+    readonly relayId: string,
+    private readonly applicationName: string,
+    private readonly leaseTtlMs: number,
+    private readonly logger: Logger,
+  ) {
+    this.s = quotedSchema;
+  }
+
+  /** One round on `client` (a pooled connection, not in a transaction). */
+  async tick(client: pg.ClientBase): Promise<MembershipChange> {
+    await client.query(heartbeatSql(this.s), [this.relayId, this.applicationName, this.leaseTtlMs]);
+    const live = (await client.query<{ relay_id: string }>(liveRelaysSql(this.s))).rows.map((r) => r.relay_id);
+    const index = live.indexOf(this.relayId);
+    // Our own heartbeat just committed, so we are live unless the clock jumped.
+    const n = Math.max(1, live.length);
+    const wanted = new Set<number>();
+    for (let shard = 0; shard < SHARD_COUNT; shard++) if (shard % n === Math.max(0, index)) wanted.add(shard);
+    this.wanted = wanted;
+
+    const takeovers: Array<{ shard: number; from: string; applicationName: string | null; takenAt: Date }> = [];
+    let held: number[] = [];
+    let acquired: number[] = [];
+    await client.query('BEGIN');
+    try {
+      held = (await client.query<{ shard: number }>(renewSql(this.s), [this.relayId, this.leaseTtlMs])).rows.map((r) => r.shard);
+      const candidates = (
+        await client.query<{ shard: number; owner: string | null; owner_application_name: string | null; available: boolean }>(
+          lockWantedSql(this.s),
+          [this.relayId, [...wanted]],
+        )
+      ).rows.filter((r) => r.available);
+      acquired = candidates.map((r) => r.shard);
+      let takenAt = new Date(0);
+      if (acquired.length > 0) {
+        const r = await client.query<{ taken_at: Date }>(acquireSql(this.s), [this.relayId, acquired, this.leaseTtlMs]);
+        takenAt = r.rows[0]!.taken_at;
+      }
+      await client.query('COMMIT');
+      for (const c of candidates) {
+        if (c.owner !== null) takeovers.push({ shard: c.shard, from: c.owner, applicationName: c.owner_application_name, takenAt });
+      }
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw error;
+    }
+
+    // Fence the stale owners before their shards are claimed: this round's takeovers and
+    // any earlier ones whose fencing has not succeeded yet.
+    for (const t of takeovers) this.unfenced.set(t.shard, { from: t.from, applicationName: t.applicationName, takenAt: t.takenAt });
+    const heldNow = new Set([...held, ...acquired]);
+    for (const shard of this.unfenced.keys()) if (!heldNow.has(shard)) this.unfenced.delete(shard);
+    const owners = new Map<string, { applicationName: string | null; takenAt: Date }>();
+    for (const { from, applicationName, takenAt } of this.unfenced.values()) {
+      const known = owners.get(from);
+      if (!known || known.takenAt < takenAt) owners.set(from, { applicationName, takenAt });
+    }
+    const fenced = new Set<string>();
+    for (const [from, { applicationName, takenAt }] of owners) {
+      if (!applicationName) {
+        fenced.add(from); // no membership row, so no connections we could find
+        continue;
+      }
+      const { rows } = await client.query<{ survivors: number; terminated: number }>(terminateOwnerSql, [applicationName, TERMINATE_WAIT_MS, takenAt]);
+      if (rows[0]!.survivors === 0) {
+        fenced.add(from);
+        this.logger.warn({ staleRelay: from, connectionsTerminated: rows[0]!.terminated }, 'took over shards of a relay whose lease expired');
+      } else {
+        this.logger.error({ staleRelay: from, survivors: rows[0]!.survivors }, "could not terminate a stale relay's connections; not claiming its shards yet");
+      }
+    }
+    const takenOver: Array<{ shard: number; from: string }> = [];
+    for (const [shard, { from }] of this.unfenced) {
+      if (fenced.has(from)) {
+        takenOver.push({ shard, from });
+        this.unfenced.delete(shard);
+      }
+    }
+    await client.query(forgetDeadRelaysSql(this.s));
+
+    const before = new Set(this.owned);
+    this.owned.clear();
+    for (const shard of heldNow) if (!this.unfenced.has(shard)) this.owned.add(shard);
+    return {
+      acquired: [...this.owned].filter((s) => !before.has(s)),
+      takenOver,
+      lost: [...before].filter((s) => !this.owned.has(s)),
+      liveRelays: live.length,
+    };
+  }
+
+  /** Give back shards this relay holds but no longer wants; call with no batch in flight on them. */
+  async release(client: pg.ClientBase | pg.Pool, shards: number[]): Promise<void> {
+    if (shards.length === 0) return;
+    await client.query(releaseSql(this.s), [this.relayId, shards]);
+    for (const s of shards) this.owned.delete(s);
+  }
+
+  /** Leave the group: release every shard and the membership row (best effort on stop). */
+  async leave(client: pg.ClientBase | pg.Pool): Promise<void> {
+    await client.query(leaveSql(this.s), [this.relayId]);
+    this.owned.clear();
+  }
+
+  /** Forget every lease in memory (after losing the database for longer than the TTL). */
+  dropAll(): void {
+    this.owned.clear();
+  }
+}

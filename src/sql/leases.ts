@@ -1,0 +1,82 @@
+// SQL of shard ownership (src/membership.ts). Tables: sql/003_relay_leases.sql.
+
+/** $1 relay id, $2 application_name prefix, $3 lease TTL in ms. Announce or renew a relay. */
+export const heartbeatSql = (s: string): string => `
+INSERT INTO ${s}.outbox_relays AS r (relay_id, application_name, lease_ttl_ms)
+VALUES ($1, $2, $3)
+ON CONFLICT (relay_id) DO UPDATE
+   SET heartbeat_at = now(), lease_ttl_ms = EXCLUDED.lease_ttl_ms`;
+
+/** Relays whose heartbeat is within their own TTL, in a stable order every relay agrees on. */
+export const liveRelaysSql = (s: string): string => `
+SELECT relay_id
+  FROM ${s}.outbox_relays
+ WHERE heartbeat_at > now() - make_interval(secs => lease_ttl_ms / 1000.0)
+ ORDER BY relay_id`;
+
+/** Forget relays that are dead and own nothing any more. */
+export const forgetDeadRelaysSql = (s: string): string => `
+DELETE FROM ${s}.outbox_relays AS r
+ WHERE heartbeat_at < now() - make_interval(secs => lease_ttl_ms / 1000.0)
+   AND NOT EXISTS (SELECT 1 FROM ${s}.outbox_shard_leases l WHERE l.owner = r.relay_id)`;
+
+/** $1 relay id, $2 TTL ms. Extend every lease this relay holds; returns them. */
+export const renewSql = (s: string): string => `
+UPDATE ${s}.outbox_shard_leases
+   SET expires_at = now() + make_interval(secs => $2 / 1000.0)
+ WHERE owner = $1
+RETURNING shard`;
+
+/**
+ * $1 relay id, $2 shards wanted. Lock the wanted shards this relay does not hold and say
+ * which are free or expired, with the application_name of an expired owner.
+ */
+export const lockWantedSql = (s: string): string => `
+SELECT l.shard, l.owner, r.application_name AS owner_application_name,
+       (l.owner IS NULL OR l.expires_at < now()) AS available
+  FROM ${s}.outbox_shard_leases l
+  LEFT JOIN ${s}.outbox_relays r ON r.relay_id = l.owner
+ WHERE l.shard = ANY($2::smallint[])
+   AND l.owner IS DISTINCT FROM $1
+   FOR UPDATE OF l`;
+
+/** $1 relay id, $2 shards, $3 TTL ms. Take the given (locked, available) shards; returns when. */
+export const acquireSql = (s: string): string => `
+UPDATE ${s}.outbox_shard_leases
+   SET owner = $1, epoch = epoch + 1, expires_at = now() + make_interval(secs => $3 / 1000.0)
+ WHERE shard = ANY($2::smallint[])
+RETURNING now() AS taken_at`;
+
+/** $1 relay id, $2 shards. Give shards back. */
+export const releaseSql = (s: string): string => `
+UPDATE ${s}.outbox_shard_leases
+   SET owner = NULL, expires_at = NULL
+ WHERE owner = $1 AND shard = ANY($2::smallint[])`;
+
+/** $1 relay id. Leave: give back every shard and the membership row. */
+export const leaveSql = (s: string): string => `
+WITH released AS (
+  UPDATE ${s}.outbox_shard_leases SET owner = NULL, expires_at = NULL WHERE owner = $1
+)
+DELETE FROM ${s}.outbox_relays WHERE relay_id = $1`;
+
+/**
+ * $1 application_name prefix of a stale owner, $2 ms to wait for each backend to exit,
+ * $3 when its shards were taken over.
+ *
+ * Terminating its connections rolls back its open transactions, which releases the row
+ * locks of a batch it claimed before it stalled; a paused relay that wakes up finds its
+ * connections gone and cannot mark anything sent. Only connections opened before the
+ * takeover: the owner may wake up and reconnect, and a new connection of it holds nothing
+ * old (its claims and marks check the leases). Returns how many are still there.
+ */
+export const terminateOwnerSql = `
+WITH targets AS (
+  SELECT pid FROM pg_stat_activity
+   WHERE (application_name = $1 OR left(application_name, length($1) + 1) = $1 || ':')
+     AND backend_start <= $3
+     AND pid <> pg_backend_pid()
+), terminated AS (
+  SELECT pid, pg_terminate_backend(pid, $2) AS gone FROM targets
+)
+SELECT count(*) FILTER (WHERE NOT gone)::int AS survivors, count(*)::int AS terminated FROM terminated`;
