@@ -1,0 +1,92 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Kafka } from 'kafkajs';
+import pg from 'pg';
+import { createConsumer, resolveConsumerOptions, type ConsumerOptions } from '../src/consumer.js';
+import { classifyError } from '../src/classifyError.js';
+import { DecodeError, decodeValue } from '../src/decode.js';
+import { deadLetterMessage } from '../src/consumerDeadLetters.js';
+import { ConfigError, OutboxError } from '../src/errors.js';
+
+const kafka = new Kafka({ brokers: ['127.0.0.1:1'] });
+const pool = new pg.Pool();
+const base: ConsumerOptions = { kafka, pool, groupId: 'g', topics: 't', handler: async () => undefined };
+
+function rejects(options: Partial<ConsumerOptions> & Record<string, unknown>, setting: string): void {
+  assert.throws(
+    () => createConsumer({ ...base, ...options } as ConsumerOptions),
+    (e: unknown) => e instanceof ConfigError && e.setting === setting,
+    setting,
+  );
+}
+
+test('createConsumer validates its options up front, naming the bad one', () => {
+  rejects({ kafka: undefined }, 'kafka');
+  rejects({ pool: undefined }, 'pool');
+  rejects({ groupId: '' }, 'groupId');
+  rejects({ topics: [] }, 'topics');
+  rejects({ handler: 'nope' as never }, 'handler');
+  rejects({ decode: 'xml' as never }, 'decode');
+  rejects({ onMissingKey: 'skip' as never }, 'onMissingKey');
+  rejects({ maxAttempts: 0 }, 'maxAttempts');
+  rejects({ messagesPerTransaction: 65 }, 'messagesPerTransaction');
+  rejects({ partitionsConcurrency: 1.5 }, 'partitionsConcurrency');
+  rejects({ retryBaseDelayMs: 5_000, retryMaxDelayMs: 1_000 }, 'retryBaseDelayMs');
+  rejects({ heartbeatIntervalMs: 30_000 }, 'heartbeatIntervalMs');
+  rejects({ deadLetterTopic: 't' }, 'deadLetterTopic');
+  rejects({ schema: 'bad-schema' }, 'schema');
+  rejects({ kafkaBrokers: ['nohost'] }, 'kafkaBrokers');
+  const o = resolveConsumerOptions(base);
+  assert.equal(o.maxAttempts, 5);
+  assert.equal(o.messagesPerTransaction, 50);
+  assert.equal(o.deadLetterTopic('orders'), 'orders.dead-letter');
+  assert.deepEqual(o.topics, ['t']);
+});
+
+test('classifyError: invalid payloads and non-retriable errors are permanent, the unknown is transient', () => {
+  assert.equal(classifyError(new DecodeError('x')), 'permanent');
+  assert.equal(classifyError(new SyntaxError('Unexpected token')), 'permanent');
+  assert.equal(classifyError(new OutboxError('x', { retriable: false })), 'permanent');
+  assert.equal(classifyError(new OutboxError('x', { retriable: true })), 'transient');
+  assert.equal(classifyError(Object.assign(new Error('dup'), { code: '23505' })), 'permanent');
+  assert.equal(classifyError(Object.assign(new Error('deadlock'), { code: '40P01' })), 'transient');
+  assert.equal(classifyError(Object.assign(new Error('lock'), { code: '55P03' })), 'transient');
+  assert.equal(classifyError(Object.assign(new Error('reset'), { code: 'ECONNRESET' })), 'transient');
+  assert.equal(classifyError(new Error('who knows')), 'transient');
+});
+
+test('decodeValue: auto follows content-type, json insists, tombstones are null', () => {
+  const json = { 'content-type': 'application/json' };
+  assert.deepEqual(decodeValue(Buffer.from('{"a":1}'), json, 'auto'), { a: 1 });
+  assert.ok(Buffer.isBuffer(decodeValue(Buffer.from('{"a":1}'), {}, 'auto')));
+  assert.equal(decodeValue(null, json, 'json'), null);
+  assert.throws(() => decodeValue(Buffer.from('nope'), {}, 'json'), (e: unknown) => e instanceof DecodeError && /not JSON/.test(e.message));
+  assert.throws(() => decodeValue(Buffer.from('x'), {}, () => { throw new Error('bad avro'); }), /decoder failed: bad avro/);
+});
+
+test('deadLetterMessage keeps key, value and headers, replaces earlier dead-letter headers', () => {
+  const m = deadLetterMessage({
+    topic: 'orders',
+    partition: 2,
+    message: {
+      key: Buffer.from('k'),
+      value: Buffer.from([1, 2, 3]),
+      headers: { 'message-id': Buffer.from('id-1'), 'dead-letter-reason': Buffer.from('old') },
+      offset: '41',
+      timestamp: '1700000000000',
+      attributes: 0,
+    },
+    reason: 'retries-exhausted',
+    error: new TypeError('x'.repeat(2_000)),
+    attempts: 5,
+    consumerGroup: 'g',
+  });
+  assert.deepEqual(m.key, Buffer.from('k'));
+  assert.deepEqual(m.value, Buffer.from([1, 2, 3]));
+  assert.deepEqual(m.headers['message-id'], Buffer.from('id-1'));
+  assert.equal(m.headers['dead-letter-reason'], 'retries-exhausted');
+  assert.equal(m.headers['dead-letter-error-name'], 'TypeError');
+  assert.equal((m.headers['dead-letter-error'] as string).length, 1_003);
+  assert.equal(m.headers['dead-letter-original-offset'], '41');
+  assert.equal(m.headers['dead-letter-original-partition'], '2');
+});
