@@ -35,7 +35,7 @@ export async function createTopic(partitions: number): Promise<string> {
 }
 
 /** `rows` outbox rows of ~200-byte JSON payloads over `keys` keys, committed at once. */
-export async function fillBacklog(pool: pg.Pool, schema: string, topic: string, rows: number, keys: number): Promise<void> {
+export async function fillBacklog(pool: pg.Pool, schema: string, topic: string, rows: number, keys: number, vacuum = true): Promise<void> {
   for (let start = 0; start < rows; start += 50_000) {
     await pool.query(
       `INSERT INTO "${schema}".outbox (topic, key, payload)
@@ -44,7 +44,7 @@ export async function fillBacklog(pool: pg.Pool, schema: string, topic: string, 
       [topic, keys, start, Math.min(rows, start + 50_000) - 1],
     );
   }
-  await pool.query(`VACUUM ANALYZE "${schema}".outbox`);
+  if (vacuum) await pool.query(`VACUUM ANALYZE "${schema}".outbox`);
 }
 
 export function percentile(sorted: number[], p: number): number {

@@ -74,3 +74,35 @@ test('integration: a long-running transaction elsewhere holds rows back only up 
     await probe.end();
   }
 });
+
+test('integration: a relay behind a write transaction held open elsewhere publishes after the configured wait, not never', async () => {
+  const { createRelay } = await import('../src/relay.js');
+  const { createTopic, testBrokers } = await import('./helpers/kafka.js');
+  const topic = await createTopic(1);
+  const longTx = await db.pool.connect();
+  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, horizonMaxWaitMs: 1_000 });
+  let forced = 0;
+  relay.on('horizon', (h) => {
+    if (h.forced) forced++;
+  });
+  await relay.start();
+  try {
+    await longTx.query('BEGIN');
+    await longTx.query(`UPDATE "${db.schema}".entity SET v = v + 1`); // a write transaction that stays open
+    const { rows } = await db.pool.query<{ id: number }>(`INSERT INTO "${db.schema}".outbox (topic, key) VALUES ($1, 'k') RETURNING id`, [topic]);
+    const insertedAt = Date.now();
+    const published = new Promise<number>((resolve) =>
+      relay.on('batch', (b) => {
+        if (b.firstId <= rows[0]!.id && rows[0]!.id <= b.lastId) resolve(Date.now());
+      }),
+    );
+    const delayMs = (await published) - insertedAt;
+    assert.ok(delayMs >= 1_000, `held back by the open transaction (${delayMs} ms)`);
+    assert.ok(delayMs < 1_000 + 5_000, `published within the wait plus a few polls (${delayMs} ms)`);
+    assert.ok(forced >= 1, 'the forced release is reported');
+  } finally {
+    await longTx.query('ROLLBACK');
+    longTx.release();
+    await relay.stop();
+  }
+});
