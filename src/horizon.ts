@@ -18,12 +18,23 @@ import { horizonProbeSql, type HorizonProbeRow } from './sql/horizon.js';
  * A long transaction anywhere in the database holds xmin back and so the horizon. A pair
  * older than `maxWaitMs` is released anyway (counted in `forcedAdvances`): order may
  * then break for a row whose transaction is still open, and only for such a row.
+ *
+ * A watermark is only good for the server incarnation it was computed on: crash recovery
+ * can rewind the sequence below ids already released (nextval WAL-logs 32 values ahead,
+ * and a record no commit flushed is lost), and those ids are handed out again. When the
+ * server's start time changes, or the sequence is found below what was paired, the
+ * horizon starts over from zero (counted in `resets`), and claims carry the incarnation
+ * so that a claim racing the restart finds nothing.
  */
 export class Horizon {
   /** Highest id known to be final; claims use `id <= watermark`. */
   watermark = 0;
   /** Times a pair was released before its transactions had all finished. */
   forcedAdvances = 0;
+  /** Times the horizon started over (server restart, sequence rewound). */
+  resets = 0;
+  /** Start time of the server the watermark holds for (pg_postmaster_start_time, as text). */
+  incarnation: string | undefined;
   /** Highest outbox id already paired (or released). */
   private pairedUpTo = 0;
   private pending: Array<{ lastId: number; xid: bigint; atMs: number }> = [];
@@ -48,7 +59,17 @@ export class Horizon {
     const { rows } = await client.query<HorizonProbeRow>(this.sql, [this.pairedUpTo]);
     const row = rows[0];
     if (!row) return false;
+    if (this.incarnation !== undefined && row.started !== this.incarnation) this.reset();
+    this.incarnation = row.started;
     return this.advance(BigInt(row.xmin), Number(row.last_id), row.xid === null ? null : BigInt(row.xid));
+  }
+
+  /** Forget everything released or paired: after a restart none of it is known to hold. */
+  reset(): void {
+    this.watermark = 0;
+    this.pairedUpTo = 0;
+    this.pending = [];
+    this.resets++;
   }
 
   /**
@@ -56,6 +77,10 @@ export class Horizon {
    * `xmin` is from a snapshot taken before `lastId` was read and `xid` was taken.
    */
   advance(xmin: bigint, lastId: number, xid: bigint | null): boolean {
+    // The sequence went backwards (setval, or a recovery we did not see as a restart): ids
+    // above it may come again. This probe took no xid (last_id was not new), so the next
+    // probe pairs afresh.
+    if (lastId < this.pairedUpTo) this.reset();
     const before = this.watermark;
     const now = this.now();
     while (this.pending.length > 0) {

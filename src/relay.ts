@@ -324,10 +324,15 @@ export class Relay extends TypedEmitter<RelayEvents> {
       try {
         client ??= await this.connectProbe();
         const forcedBefore = this.horizon.forcedAdvances;
+        const resetsBefore = this.horizon.resets;
         let moved = await this.horizon.probe(client);
         // New ids were just paired: a second probe right away usually finds their
         // transactions done and releases them now rather than one interval later.
         if (this.horizon.hasPending) moved = (await this.horizon.probe(client)) || moved;
+        if (this.horizon.resets > resetsBefore) {
+          this.logger.warn({ incarnation: this.horizon.incarnation }, 'Postgres restarted or the outbox sequence went backwards: horizon starts over');
+          for (const w of this.workers) w.drainedTo = 0;
+        }
         if (moved) {
           const forced = this.horizon.forcedAdvances > forcedBefore;
           if (forced) {
@@ -405,7 +410,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
   private async workerLoop(worker: Worker): Promise<void> {
     while (!this.stopping) {
-      const watermark = this.horizon.watermark;
+      const { watermark, incarnation } = this.horizon;
       const shards = worker.shards.filter((s) => this.membership.owned.has(s));
       const unwanted = shards.filter((s) => !this.membership.wanted.has(s));
       if (unwanted.length > 0) {
@@ -425,7 +430,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
         continue;
       }
       try {
-        const count = await this.runBatch(worker, watermark, shards);
+        const count = await this.runBatch(worker, watermark, incarnation, shards);
         worker.failures = 0;
         if (count < this.options.batchSize) worker.drainedTo = watermark;
       } catch (error) {
@@ -443,7 +448,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   }
 
   /** Claim, publish, mark sent, commit. @returns rows published */
-  private async runBatch(worker: Worker, watermark: number, shards: number[]): Promise<number> {
+  private async runBatch(worker: Worker, watermark: number, incarnation: string | undefined, shards: number[]): Promise<number> {
     const started = Date.now();
     worker.lastClaimAtMs = started;
     const client = await (this.pool as pg.Pool).connect();
@@ -458,7 +463,13 @@ export class Relay extends TypedEmitter<RelayEvents> {
     client.on('error', onError);
     try {
       await client.query('BEGIN');
-      const { rows } = await client.query<ClaimedRow>(claimSql(this.quotedSchema), [watermark, shards, this.options.batchSize, this.instanceId]);
+      const { rows } = await client.query<ClaimedRow>(claimSql(this.quotedSchema), [
+        watermark,
+        shards,
+        this.options.batchSize,
+        this.instanceId,
+        incarnation ?? '-infinity',
+      ]);
       if (rows.length === 0) {
         await client.query('COMMIT');
         return 0;

@@ -52,3 +52,17 @@ test('horizon ignores a probe that took no transaction id (no new outbox ids)', 
   assert.equal(h.hasPending, false);
   assert.equal(h.watermark, 0);
 });
+
+test('horizon starts over when the sequence goes backwards (ids above it may be handed out again)', () => {
+  const h = new Horizon('"s"', 60_000, clock().now);
+  h.advance(10n, 50, 20n);
+  h.advance(30n, 50, null);
+  assert.equal(h.watermark, 50);
+  // Crash recovery restored the sequence from an older WAL record.
+  h.advance(40n, 30, null);
+  assert.equal(h.watermark, 0, 'nothing above zero is known to be final any more');
+  assert.equal(h.resets, 1);
+  h.advance(40n, 35, 45n);
+  h.advance(50n, 35, null);
+  assert.equal(h.watermark, 35, 'pairs afresh');
+});

@@ -6,6 +6,8 @@
  * $2 smallint[] shards the claiming worker handles
  * $3 int        batch size
  * $4 text       relay id: only shards it holds an unexpired lease on are claimed
+ * $5 timestamptz server start time the horizon was computed on: after a restart the
+ *               watermark no longer holds (see src/horizon.ts), and this claim finds nothing
  *
  * Shard ownership is what keeps one key's rows in one relay's hands; SKIP LOCKED is the
  * safety net, leaving rows another transaction holds to it instead of waiting.
@@ -20,6 +22,7 @@ SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, head
    AND shard = ANY($2::smallint[])
    AND shard IN (SELECT shard FROM ${quotedSchema}.outbox_shard_leases
                   WHERE owner = $4 AND expires_at > now())
+   AND pg_postmaster_start_time() = $5::timestamptz
  ORDER BY id
  LIMIT $3
    FOR UPDATE OF outbox SKIP LOCKED`;
