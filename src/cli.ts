@@ -16,8 +16,10 @@ type AnySetting = Setting<any>; // eslint-disable-line @typescript-eslint/no-exp
 function addSettings(command: Command, list: readonly AnySetting[]): Command {
   for (const s of list) {
     if (!s.flag) continue;
-    const option = new Option(`${s.flag} <value>`, `${s.description} [env ${s.env}]`);
-    if (s.defaultValue !== undefined) option.default(undefined, String(s.defaultValue));
+    // The default is in the text, not option.default(): a flag left unset must stay
+    // undefined so that the environment variable can still win over the default.
+    const fallback = s.defaultValue === undefined ? '' : `, default ${String(s.defaultValue)}`;
+    const option = new Option(`${s.flag} <value>`, `${s.description} [env ${s.env}${fallback}]`);
     command.addOption(option);
   }
   return command;
