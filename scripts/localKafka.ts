@@ -27,6 +27,12 @@ export interface LocalKafkaOptions {
   readyTimeoutMs?: number;
   /** Detach the JVM so it outlives this process (the `start` command). */
   detached?: boolean;
+  /**
+   * Also open a SASL_PLAINTEXT listener (on a free port, see `saslBrokers`) that accepts
+   * SCRAM-SHA-256 and SCRAM-SHA-512 for this one user, whose credentials are created when
+   * the storage is formatted. The PLAINTEXT listener stays as it is.
+   */
+  scram?: { username: string; password: string };
 }
 
 /** A running local broker. */
@@ -34,6 +40,8 @@ export interface LocalKafka {
   /** `127.0.0.1:PORT`. */
   readonly brokers: string;
   readonly port: number;
+  /** `127.0.0.1:PORT` of the SCRAM listener when started with `scram`. */
+  readonly saslBrokers?: string;
   readonly dir: string;
   /** Stop the broker (SIGTERM, then SIGKILL after 30 s). Data stays in `dir`. */
   stop(): Promise<void>;
@@ -61,15 +69,23 @@ export async function freePort(): Promise<number> {
   });
 }
 
-function serverProperties(dir: string, port: number, controllerPort: number): string {
+function serverProperties(dir: string, port: number, controllerPort: number, saslPort?: number): string {
+  const sasl = saslPort === undefined ? '' : `,SASL_PLAINTEXT://127.0.0.1:${saslPort}`;
   return [
     'process.roles=broker,controller',
     'node.id=1',
     `controller.quorum.voters=1@127.0.0.1:${controllerPort}`,
-    `listeners=PLAINTEXT://127.0.0.1:${port},CONTROLLER://127.0.0.1:${controllerPort}`,
-    `advertised.listeners=PLAINTEXT://127.0.0.1:${port}`,
+    `listeners=PLAINTEXT://127.0.0.1:${port},CONTROLLER://127.0.0.1:${controllerPort}${sasl}`,
+    `advertised.listeners=PLAINTEXT://127.0.0.1:${port}${sasl}`,
     'controller.listener.names=CONTROLLER',
-    'listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT',
+    `listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT${saslPort === undefined ? '' : ',SASL_PLAINTEXT:SASL_PLAINTEXT'}`,
+    ...(saslPort === undefined
+      ? []
+      : [
+          'sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512',
+          'listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;',
+          'listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;',
+        ]),
     'inter.broker.listener.name=PLAINTEXT',
     `log.dirs=${join(dir, 'data')}`,
     'num.partitions=1',
@@ -169,13 +185,17 @@ export async function startLocalKafka(options: LocalKafkaOptions = {}): Promise<
   const dir = resolve(options.dir ?? join(ROOT, '.cache/kafka/run', `broker-${process.pid}-${Date.now()}`));
   const port = options.port ?? (await freePort());
   const controllerPort = await freePort();
+  const saslPort = options.scram ? await freePort() : undefined;
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   const props = join(dir, 'server.properties');
-  writeFileSync(props, serverProperties(dir, port, controllerPort));
+  writeFileSync(props, serverProperties(dir, port, controllerPort, saslPort));
   writeFileSync(join(dir, 'log4j.properties'), LOG4J);
   const clusterId = execFileSync('java', ['-cp', CLASSPATH, 'kafka.tools.StorageTool', 'random-uuid'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
-  execFileSync('java', ['-cp', CLASSPATH, 'kafka.tools.StorageTool', 'format', '-t', clusterId, '-c', props], { stdio: 'ignore' });
+  const scram = options.scram
+    ? ['SCRAM-SHA-256', 'SCRAM-SHA-512'].flatMap((m) => ['--add-scram', `${m}=[name=${options.scram?.username},password=${options.scram?.password}]`])
+    : [];
+  execFileSync('java', ['-cp', CLASSPATH, 'kafka.tools.StorageTool', 'format', '-t', clusterId, '-c', props, ...scram], { stdio: 'ignore' });
 
   const brokers = `127.0.0.1:${port}`;
   const readyTimeoutMs = options.readyTimeoutMs ?? 90_000;
@@ -197,6 +217,7 @@ export async function startLocalKafka(options: LocalKafkaOptions = {}): Promise<
   return {
     brokers,
     port,
+    ...(saslPort === undefined ? {} : { saslBrokers: `127.0.0.1:${saslPort}` }),
     dir,
     stop,
     start,

@@ -78,6 +78,7 @@ export function errorClass(error: unknown, depth = 0): string {
 
 function snake(name: string): string {
   return name
+    .replace(/([A-Z]+)([A-Z][a-z])/g, '$1_$2')
     .replace(/([a-z0-9])([A-Z])/g, '$1_$2')
     .toLowerCase()
     .replace(/[^a-z0-9_]/g, '');

@@ -1,0 +1,173 @@
+/**
+ * Kafka transport security: TLS and SASL (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN), as
+ * settings and as the `ssl` and `sasl` parts of a kafkajs client config.
+ *
+ * The password is a secret: it comes only from KAFKA_SASL_PASSWORD or from the file named
+ * by KAFKA_SASL_PASSWORD_FILE, never from a flag, and is never logged (the logger redacts
+ * `sasl.password`; errors here never quote it).
+ */
+import { readFileSync } from 'node:fs';
+import type { KafkaConfig, SASLOptions } from 'kafkajs';
+import type { ConnectionOptions } from 'node:tls';
+import { ConfigError } from './errors.js';
+import type { Setting } from './settings.js';
+
+export const SASL_MECHANISMS = ['none', 'plain', 'scram-sha-256', 'scram-sha-512'] as const;
+export type SaslMechanism = (typeof SASL_MECHANISMS)[number];
+
+/** Kafka security options (library form of the settings below). */
+export interface KafkaSecurityOptions {
+  /** Connect with TLS (default false). Implied by any of the TLS files. */
+  kafkaSsl?: boolean;
+  /** PEM file of the CA(s) that signed the brokers' certificates (default: Node's CA store). */
+  kafkaSslCaFile?: string;
+  /** PEM client certificate for mutual TLS. */
+  kafkaSslCertFile?: string;
+  /** PEM private key of the client certificate. */
+  kafkaSslKeyFile?: string;
+  /** SASL mechanism (default none). */
+  kafkaSaslMechanism?: SaslMechanism;
+  kafkaSaslUsername?: string;
+  /** A secret: from KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE. */
+  kafkaSaslPassword?: string;
+}
+
+function text(option: string, flag: string | undefined, env: string, description: string, secret = false): Setting<string> {
+  return {
+    option,
+    flag,
+    env,
+    description,
+    // '' is "not set": the CLI requires a value for every setting.
+    defaultValue: '',
+    ...(secret ? { secret: true } : {}),
+    parse(raw) {
+      return { value: secret ? raw.replace(/\r?\n$/, '') : raw.trim() };
+    },
+    check(value) {
+      if (typeof value !== 'string') return 'is not text';
+      if (value.length > 4096) return 'is longer than 4096 characters';
+      return undefined;
+    },
+  };
+}
+
+export const kafkaSsl: Setting<boolean> = {
+  option: 'kafkaSsl',
+  flag: '--kafka-ssl',
+  env: 'KAFKA_SSL',
+  description: 'Connect to Kafka with TLS (true or false). Set implicitly by the KAFKA_SSL_*_FILE settings.',
+  defaultValue: false,
+  parse(raw) {
+    const v = raw.trim().toLowerCase();
+    if (['true', '1', 'yes', 'on'].includes(v)) return { value: true };
+    if (['false', '0', 'no', 'off'].includes(v)) return { value: false };
+    return { problem: `${JSON.stringify(raw)} is not true or false` };
+  },
+  check(value) {
+    return typeof value === 'boolean' ? undefined : `${JSON.stringify(value)} is not true or false`;
+  },
+};
+
+export const kafkaSslCaFile = text('kafkaSslCaFile', '--kafka-ssl-ca-file', 'KAFKA_SSL_CA_FILE', 'PEM file of the CA certificates that signed the Kafka brokers\' certificates (default: the system CAs).');
+export const kafkaSslCertFile = text('kafkaSslCertFile', '--kafka-ssl-cert-file', 'KAFKA_SSL_CERT_FILE', 'PEM client certificate, for brokers that require mutual TLS.');
+export const kafkaSslKeyFile = text('kafkaSslKeyFile', '--kafka-ssl-key-file', 'KAFKA_SSL_KEY_FILE', 'PEM private key of the client certificate.');
+
+export const kafkaSaslMechanism: Setting<SaslMechanism> = {
+  option: 'kafkaSaslMechanism',
+  flag: '--kafka-sasl-mechanism',
+  env: 'KAFKA_SASL_MECHANISM',
+  description: `Kafka SASL mechanism: ${SASL_MECHANISMS.join(', ')}.`,
+  defaultValue: 'none',
+  parse(raw) {
+    const v = raw.trim().toLowerCase();
+    return (SASL_MECHANISMS as readonly string[]).includes(v)
+      ? { value: v as SaslMechanism }
+      : { problem: `${JSON.stringify(raw)} is not one of ${SASL_MECHANISMS.join(', ')}` };
+  },
+  check(value) {
+    return SASL_MECHANISMS.includes(value) ? undefined : `${JSON.stringify(value)} is not one of ${SASL_MECHANISMS.join(', ')}`;
+  },
+};
+
+export const kafkaSaslUsername = text('kafkaSaslUsername', '--kafka-sasl-username', 'KAFKA_SASL_USERNAME', 'Kafka SASL user name.');
+
+export const kafkaSaslPassword = text(
+  'kafkaSaslPassword',
+  undefined,
+  'KAFKA_SASL_PASSWORD',
+  'Kafka SASL password. A secret: environment or KAFKA_SASL_PASSWORD_FILE only, never a flag.',
+  true,
+);
+
+/** Every Kafka security setting, in the order the CLI and README list them. */
+export const KAFKA_SECURITY_SETTINGS = [
+  kafkaSsl,
+  kafkaSslCaFile,
+  kafkaSslCertFile,
+  kafkaSslKeyFile,
+  kafkaSaslMechanism,
+  kafkaSaslUsername,
+  kafkaSaslPassword,
+] as const;
+
+function readPem(file: string, setting: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (error) {
+    throw new ConfigError(setting, `cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+  }
+}
+
+/**
+ * The `ssl` and `sasl` parts of a kafkajs config. Reads the TLS files now, so a missing
+ * file fails at start with the setting's name.
+ *
+ * @throws ConfigError for an incomplete combination (a mechanism without user name or
+ *   password, a certificate without its key, a password without a mechanism)
+ */
+export function kafkaSecurityConfig(options: KafkaSecurityOptions): Pick<KafkaConfig, 'ssl' | 'sasl'> {
+  const mechanism = options.kafkaSaslMechanism ?? 'none';
+  if (!SASL_MECHANISMS.includes(mechanism)) throw new ConfigError('kafkaSaslMechanism', `${JSON.stringify(mechanism)} is not one of ${SASL_MECHANISMS.join(', ')}`);
+  const username = options.kafkaSaslUsername ?? '';
+  const password = options.kafkaSaslPassword ?? '';
+  const out: Pick<KafkaConfig, 'ssl' | 'sasl'> = {};
+
+  const ca = options.kafkaSslCaFile ?? '';
+  const cert = options.kafkaSslCertFile ?? '';
+  const key = options.kafkaSslKeyFile ?? '';
+  if ((cert === '') !== (key === '')) {
+    throw new ConfigError(cert === '' ? 'kafkaSslCertFile' : 'kafkaSslKeyFile', 'a client certificate needs both KAFKA_SSL_CERT_FILE and KAFKA_SSL_KEY_FILE');
+  }
+  if (options.kafkaSsl || ca !== '' || cert !== '') {
+    const tls: ConnectionOptions = {};
+    if (ca !== '') tls.ca = [readPem(ca, 'kafkaSslCaFile')];
+    if (cert !== '') {
+      tls.cert = readPem(cert, 'kafkaSslCertFile');
+      tls.key = readPem(key, 'kafkaSslKeyFile');
+    }
+    out.ssl = Object.keys(tls).length > 0 ? tls : true;
+  }
+
+  if (mechanism === 'none') {
+    if (username !== '' || password !== '') {
+      throw new ConfigError('kafkaSaslMechanism', 'a SASL user name or password is set but no mechanism (KAFKA_SASL_MECHANISM=scram-sha-512, for example)');
+    }
+    return out;
+  }
+  if (username === '') throw new ConfigError('kafkaSaslUsername', `is required with SASL mechanism ${mechanism}`);
+  if (password === '') throw new ConfigError('kafkaSaslPassword', `is required with SASL mechanism ${mechanism} (KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE)`);
+  out.sasl = { mechanism, username, password } as SASLOptions;
+  return out;
+}
+
+/** Settings safe to log: what is configured, never the password or file contents. */
+export function describeKafkaSecurity(options: KafkaSecurityOptions): Record<string, unknown> {
+  const mechanism = options.kafkaSaslMechanism ?? 'none';
+  return {
+    tls: Boolean(options.kafkaSsl || options.kafkaSslCaFile || options.kafkaSslCertFile),
+    clientCertificate: Boolean(options.kafkaSslCertFile),
+    sasl: mechanism,
+    ...(mechanism === 'none' ? {} : { saslUsername: options.kafkaSaslUsername }),
+  };
+}
