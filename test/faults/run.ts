@@ -3,7 +3,7 @@
  * runtime lose nothing, apply nothing twice and reorder no key under faults.
  *
  *   tsx test/faults/run.ts --profile smoke|ci|long [--seed N] [--rows N] [--relays N]
- *                          [--plant dedup-off|horizon-off] [--verify-planted]
+ *                          [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot]
  *
  * It starts a Postgres instance and a Kafka broker of its own (never the shared ones),
  * concurrent writers, relay processes and consumer processes; injects faults on a seeded
@@ -16,12 +16,11 @@
  * 1 otherwise.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
-import { migrate } from '../../src/migrate.js';
 import { startLocalKafka, type LocalKafka } from '../../scripts/localKafka.js';
 import { startLocalPostgres, destroyLocalPostgresSync, type LocalPostgres } from '../../scripts/localPostgres.js';
 import { waitFor } from '../helpers/wait.js';
@@ -32,6 +31,28 @@ import { killAllChildren, Slot } from './processes.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const RESULTS = join(ROOT, 'bench/results');
+/** Where the relays and consumers run from: a snapshot of the tree taken at start (others
+ *  edit the shared working tree meanwhile), or the tree itself with --no-snapshot. */
+let CODE = ROOT;
+
+/** Copy the code under test to /tmp so that edits made during a run do not reach it. */
+function snapshotCode(): string {
+  const dir = mkdtempSync('/tmp/outbox-faults-code-');
+  for (const entry of ['src', 'sql', 'scripts', 'test', 'package.json', 'tsconfig.json']) {
+    cpSync(join(ROOT, entry), join(dir, entry), { recursive: true });
+  }
+  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+  return dir;
+}
+
+/** Migrate `schema` with the CLI of the code under test. */
+function migrateSchema(url: string, schema: string): void {
+  execFileSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'migrate'], {
+    cwd: CODE,
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: url, OUTBOX_SCHEMA: schema, OUTBOX_LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+}
 
 type Plant = 'none' | 'dedup-off' | 'horizon-off';
 
@@ -132,10 +153,11 @@ interface Args {
   relays?: number;
   plant: Plant;
   verifyPlanted: boolean;
+  snapshot: boolean;
 }
 
 function parseArgs(argv: string[]): Args {
-  const args: Args = { profile: 'ci', seed: Math.floor(Math.random() * 2 ** 31), plant: 'none', verifyPlanted: false };
+  const args: Args = { profile: 'ci', seed: Math.floor(Math.random() * 2 ** 31), plant: 'none', verifyPlanted: false, snapshot: true };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const value = (): string => {
@@ -149,6 +171,7 @@ function parseArgs(argv: string[]): Args {
     else if (a === '--relays') args.relays = Number(value());
     else if (a === '--plant') args.plant = value() as Plant;
     else if (a === '--verify-planted') args.verifyPlanted = true;
+    else if (a === '--no-snapshot') args.snapshot = false;
     else usage(`unknown argument ${a}`);
   }
   if (!PROFILES[args.profile]) usage(`unknown profile ${args.profile}`);
@@ -161,7 +184,7 @@ function parseArgs(argv: string[]): Args {
 
 function usage(problem: string): never {
   process.stderr.write(
-    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off] [--verify-planted]\n`,
+    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot]\n`,
   );
   process.exit(2);
 }
@@ -173,7 +196,7 @@ function log(line: string): void {
 
 /** Whether the relay in this tree has shard leases (several relays keep key order). */
 function relayHasLeases(): boolean {
-  return readFileSync(join(ROOT, 'src/relay.ts'), 'utf8').includes('OUTBOX_LEASE_TTL_MS');
+  return readFileSync(join(CODE, 'src/relay.ts'), 'utf8').includes('OUTBOX_LEASE_TTL_MS');
 }
 
 interface Servers {
@@ -191,7 +214,12 @@ interface RunConfig {
 }
 
 /** The code under test: the commit, and the files of src/ and sql/ changed since it. */
+let codeAtStart: { commit: string; uncommitted: string[] } | undefined;
 function codeVersion(): { commit: string; uncommitted: string[] } {
+  codeAtStart ??= readCodeVersion();
+  return codeAtStart;
+}
+function readCodeVersion(): { commit: string; uncommitted: string[] } {
   try {
     const commit = execFileSync('git', ['rev-parse', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
     const status = execFileSync('git', ['status', '--porcelain', '--', 'src', 'sql'], { cwd: ROOT, encoding: 'utf8' });
@@ -245,7 +273,7 @@ async function runOnce(servers: Servers, cfg: RunConfig): Promise<RunReport> {
   log(`run ${cfg.name}: seed ${cfg.seed}, ${p.rows} rows, ${p.writers} writers, ${p.keys} keys (+${p.hotKeys} hot), ${relays} relay(s), ${p.consumers} consumers, ${p.partitions} partitions`);
   log(`reproduce: ${cfg.command}`);
 
-  await migrate({ databaseUrl: url, schema });
+  migrateSchema(url, schema);
   const pool = new pg.Pool({ connectionString: url, max: 4 });
   pool.on('error', () => undefined);
   await pool.query(`
@@ -310,7 +338,7 @@ async function runOnce(servers: Servers, cfg: RunConfig): Promise<RunReport> {
       new Slot({
         name: `relay ${i}`,
         args: ['src/cli.ts', 'run'],
-        cwd: ROOT,
+        cwd: CODE,
         env: relayEnv(i),
         logFile: join(logs, `relay-${i}.log`),
         restartDelayMs: 1_000,
@@ -322,7 +350,7 @@ async function runOnce(servers: Servers, cfg: RunConfig): Promise<RunReport> {
     new Slot({
       name,
       args: ['test/faults/consumerProcess.ts'],
-      cwd: ROOT,
+      cwd: CODE,
       env: consumerEnv(name),
       logFile: join(logs, `${name}.log`),
       restartDelayMs: 1_000,
@@ -589,8 +617,11 @@ async function main(): Promise<number> {
   // Everything we start is stopped on the way out, whatever the way.
   let postgres: LocalPostgres | undefined;
   let kafka: LocalKafka | undefined;
+  codeVersion();
+  if (args.snapshot) CODE = snapshotCode();
   const emergencyCleanup = (): void => {
     killAllChildren();
+    if (CODE !== ROOT) rmSync(CODE, { recursive: true, force: true });
     if (postgres) destroyLocalPostgresSync(postgres.dir);
     if (kafka) {
       try {
@@ -641,7 +672,7 @@ async function main(): Promise<number> {
   try {
     log('starting a Postgres instance and a Kafka broker of our own');
     [postgres, kafka] = await Promise.all([startLocalPostgres(), startLocalKafka({ dir: join(ROOT, '.cache/kafka/run', `faults-${process.pid}`) })]);
-    log(`Postgres ${postgres.url} (${postgres.dir}), Kafka ${kafka.brokers}`);
+    log(`Postgres ${postgres.url} (${postgres.dir}), Kafka ${kafka.brokers}; code under test: ${CODE}`);
     for (const cfg of runs) {
       const report = await runOnce({ postgres, kafka }, cfg);
       reports.push(report);
