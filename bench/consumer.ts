@@ -83,7 +83,13 @@ async function rawKafkajs(): Promise<number> {
   return rate(first, last);
 }
 
-async function ours(pool: pg.Pool): Promise<{ rate: number; transactions: number }> {
+interface Arm {
+  perTransaction: number;
+  savepoints: 'on-failure' | 'always';
+  concurrency: number;
+}
+
+async function ours(pool: pg.Pool, arm: Arm): Promise<{ rate: number; transactions: number; cpuUsPerMessage: number }> {
   let first = 0;
   let last = 0;
   let resolveDone: () => void = () => undefined;
@@ -92,12 +98,13 @@ async function ours(pool: pg.Pool): Promise<{ rate: number; transactions: number
   });
   const consumer = createConsumer<{ amount: number }>({
     kafka,
-    groupId: `bench-ours-${suffix}`,
+    groupId: `bench-ours-${suffix}-${Math.random().toString(36).slice(2, 8)}`,
     topics: topic,
     pool,
     schema,
-    partitionsConcurrency: partitions,
-    messagesPerTransaction: perTransaction,
+    partitionsConcurrency: arm.concurrency,
+    messagesPerTransaction: arm.perTransaction,
+    savepoints: arm.savepoints,
     maxWaitTimeMs: 100,
     handler: async (message, { client }) => {
       if (first === 0) first = Date.now();
@@ -114,10 +121,12 @@ async function ours(pool: pg.Pool): Promise<{ rate: number; transactions: number
       resolveDone();
     }
   });
+  const cpu0 = process.cpuUsage();
   await consumer.start();
   await done;
+  const cpu = process.cpuUsage(cpu0);
   await consumer.stop();
-  return { rate: rate(first, last), transactions: consumer.stats().transactions };
+  return { rate: rate(first, last), transactions: consumer.stats().transactions, cpuUsPerMessage: Math.round(((cpu.user + cpu.system) / total) * 10) / 10 };
 }
 
 const pool = await setUp();
@@ -125,11 +134,21 @@ try {
   process.stdout.write(`${total} messages, ${partitions} partitions, Kafka ${brokers.join(',')}, Postgres ${new URL(databaseUrl).host}\n`);
   const raw = await rawKafkajs();
   process.stdout.write(`raw kafkajs consumer (eachBatch, no database):           ${raw} messages/s\n`);
-  const result = await ours(pool);
-  const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".effects`);
-  process.stdout.write(
-    `outbox-relay consumer (dedup + one-row effect, ${perTransaction}/transaction): ${result.rate} messages/s (${rows[0]?.n} effects, ${result.transactions} transactions)\n`,
-  );
+  const arms: Arm[] = (process.env.BENCH_ARMS ?? `${perTransaction}:on-failure:${partitions}`).split(',').map((a) => {
+    const [n, sp, c] = a.split(':');
+    return { perTransaction: Number(n), savepoints: sp === 'always' ? 'always' : 'on-failure', concurrency: Number(c ?? partitions) };
+  });
+  const rounds = Number(process.env.BENCH_ROUNDS ?? 1);
+  for (let round = 0; round < rounds; round++) {
+    for (const arm of arms) {
+      await pool.query(`TRUNCATE "${schema}".effects, "${schema}".processed_messages`);
+      const result = await ours(pool, arm);
+      const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".effects`);
+      process.stdout.write(
+        `outbox-relay consumer (dedup + one-row effect, ${arm.perTransaction}/transaction, savepoints ${arm.savepoints}, ${arm.concurrency} at once): ${result.rate} messages/s (${rows[0]?.n} effects, ${result.transactions} transactions, node CPU ${result.cpuUsPerMessage} µs/message)\n`,
+      );
+    }
+  }
 } finally {
   await pool.query(`DROP SCHEMA "${schema}" CASCADE`);
   await pool.end();

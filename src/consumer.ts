@@ -119,8 +119,19 @@ export interface ConsumerOptions<V = unknown> {
   retryMaxDelayMs?: number;
   /** Partitions handled at once (default 4). */
   partitionsConcurrency?: number;
-  /** Messages per Postgres transaction, one savepoint each (default 50, at most 64). */
+  /**
+   * Messages of a partition per Postgres transaction (default 100, at most 1000). With
+   * `savepoints: 'always'`, at most 64 are used (one savepoint each).
+   */
   messagesPerTransaction?: number;
+  /**
+   * When a message gets its own savepoint (default `'on-failure'`). `'on-failure'`: a
+   * group runs as one plain transaction; when a handler fails, the group is rolled back
+   * and the messages before the failing one run again, so their handlers are called twice
+   * (their database effects still happen once). `'always'`: a savepoint per message from
+   * the start, one more round trip per message, handlers never rerun.
+   */
+  savepoints?: 'on-failure' | 'always';
   /** Soft stop budget in ms; then transactions in flight are rolled back (default 15000). */
   stopTimeoutMs?: number;
   sessionTimeoutMs?: number;
@@ -229,6 +240,10 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
   if (options.classifyError !== undefined && typeof options.classifyError !== 'function') {
     throw new ConfigError('classifyError', 'must be a function (error, message) => "transient" | "permanent"');
   }
+  const savepoints = options.savepoints ?? 'on-failure';
+  if (savepoints !== 'on-failure' && savepoints !== 'always') {
+    throw new ConfigError('savepoints', `${JSON.stringify(savepoints)} is not 'on-failure' or 'always'`);
+  }
   const dlt = options.deadLetterTopic;
   let deadLetterTopic: (topic: string) => string;
   if (dlt === undefined) deadLetterTopic = (t) => `${t}.dead-letter`;
@@ -256,6 +271,7 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
     retryMaxDelayMs: settings.optionValue(consumerSettings.consumerRetryMaxDelayMs, options.retryMaxDelayMs),
     partitionsConcurrency: settings.optionValue(consumerSettings.partitionsConcurrency, options.partitionsConcurrency),
     messagesPerTransaction: settings.optionValue(consumerSettings.messagesPerTransaction, options.messagesPerTransaction),
+    savepoints,
     stopTimeoutMs: settings.optionValue(consumerSettings.stopTimeoutMs, options.stopTimeoutMs),
     sessionTimeoutMs: settings.optionValue(consumerSettings.sessionTimeoutMs, options.sessionTimeoutMs),
     heartbeatIntervalMs: settings.optionValue(consumerSettings.heartbeatIntervalMs, options.heartbeatIntervalMs),
@@ -272,6 +288,12 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
   }
   return resolved;
 }
+
+/**
+ * Most savepoints in one transaction: 64 is PostgreSQL's per-backend cache of
+ * subtransaction ids; past it every other session's snapshot checks go to pg_subtrans.
+ */
+const SAVEPOINT_GROUP = 64;
 
 /** Longest idempotency key accepted; longer ones would not fit a btree index entry safely. */
 const MAX_KEY_CHARS = 512;
@@ -615,14 +637,58 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   }
 
   /**
-   * One transaction: claim the keys, run each new message's handler in its own savepoint,
-   * stop at the first failing handler (its effects and its key, and the keys of the
-   * messages after it, are taken back), commit.
+   * Handle a group of messages, committing the leading ones that succeed.
+   *
+   * With `savepoints: 'on-failure'` (default) the group first runs as one plain
+   * transaction, without a savepoint per message: one round trip per handler query plus
+   * BEGIN, the key claim and COMMIT. If handler i fails, the whole transaction is rolled
+   * back, messages 0..i-1 run again (and commit) in a fresh one, and message i is reported
+   * failed, with its own error, without running it again. A handler that left the
+   * transaction aborted (it caught a database error and went on) cannot be told apart
+   * from the next message's failure this way: then the group runs again with a savepoint
+   * per message, which finds it. Either way the outcome is the one of the savepoint path:
+   * the effects of the messages before the failing one commit, the failing one's do not.
    *
    * @returns how many leading messages are committed, and the handler failure, if any
-   * @throws when the transaction itself fails (nothing committed, or unknown after a lost COMMIT)
+   * @throws when a transaction itself fails (nothing committed, or unknown after a lost COMMIT)
    */
   private async transact(topic: string, partition: number, prepared: Prepared<V>[]): Promise<{ committed: number; failure: Failure | undefined }> {
+    let group = prepared;
+    let pending: Failure | undefined;
+    if (this.options.savepoints === 'on-failure') {
+      for (;;) {
+        const result = await this.runTransaction(topic, partition, group, false);
+        if (!('rolledBack' in result)) return result.committed === group.length && pending ? { committed: result.committed, failure: pending } : result;
+        if (!result.rolledBack) break;
+        // Message `index` failed by itself: the ones before it run again, it does not.
+        pending = result.rolledBack;
+        if (pending.index === 0) return { committed: 0, failure: pending };
+        group = group.slice(0, pending.index);
+      }
+    }
+    // A savepoint per message; at most SAVEPOINT_GROUP of them (subtransaction cache).
+    const limited = group.length > SAVEPOINT_GROUP ? group.slice(0, SAVEPOINT_GROUP) : group;
+    const result = await this.runTransaction(topic, partition, limited, true);
+    if ('rolledBack' in result) throw new Error('unreachable: the savepoint path never rolls back a whole group');
+    return result.committed === group.length && pending ? { committed: result.committed, failure: pending } : result;
+  }
+
+  /**
+   * One transaction: claim the keys, run each new message's handler (in its own savepoint
+   * when `savepoints`), commit.
+   *
+   * With savepoints: stop at the first failing handler (its effects and its key, and the
+   * keys of the messages after it, are taken back) and commit the rest.
+   * Without: on a handler failure roll everything back and return `rolledBack`: the
+   * failure when it is the handler's own, null when the transaction was aborted by an
+   * earlier handler that swallowed a database error (the caller redoes with savepoints).
+   */
+  private async runTransaction(
+    topic: string,
+    partition: number,
+    prepared: Prepared<V>[],
+    savepoints: boolean,
+  ): Promise<{ committed: number; failure: Failure | undefined } | { rolledBack: Failure | null }> {
     const pool = this.pool as pg.Pool;
     const client = await pool.connect();
     let broken: Error | undefined;
@@ -631,13 +697,19 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     };
     client.on('error', onError);
     this.activeClients.add(client);
+    const release = (): void => {
+      if (this.activeClients.delete(client)) {
+        client.off('error', onError);
+        client.release();
+      }
+    };
     try {
       await client.query('BEGIN');
       // The first occurrence of a key in offset order is the one that runs; a later one in
       // the same group (a relay that published twice) is a duplicate like any other.
       const firstIndex = new Map<string, number>();
-      for (const [i, p] of prepared.entries()) {
-        const key = p.message.idempotencyKey;
+      for (let i = 0; i < prepared.length; i++) {
+        const key = (prepared[i] as Prepared<V>).message.idempotencyKey;
         if (key !== undefined && !firstIndex.has(key)) firstIndex.set(key, i);
       }
       const claimed = new Set<string>();
@@ -656,23 +728,26 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
         const giveBack = [...claimed].filter((k) => (firstIndex.get(k) as number) >= index);
         if (giveBack.length > 0) await client.query(this.unclaimSql, [this.options.groupId, giveBack]);
       };
-      for (const [i, p] of prepared.entries()) {
+      for (let i = 0; i < prepared.length; i++) {
+        const p = prepared[i] as Prepared<V>;
         const { message } = p;
         const key = message.idempotencyKey;
         if (key !== undefined && (!claimed.has(key) || firstIndex.get(key) !== i)) {
           outcomes.push({ duplicate: true, stale: false });
           continue;
         }
-        try {
-          await client.query(open >= 0 ? 'RELEASE SAVEPOINT message; SAVEPOINT message' : 'SAVEPOINT message');
-        } catch (error) {
-          if (broken || open < 0) throw broken ?? error;
-          // The RELEASE failed, so the SAVEPOINT did not run: the previous handler returned
-          // with the transaction aborted (it caught a database error and went on).
-          await fail(open, abortedByHandler(error));
-          break;
+        if (savepoints) {
+          try {
+            await client.query(open >= 0 ? 'RELEASE SAVEPOINT message; SAVEPOINT message' : 'SAVEPOINT message');
+          } catch (error) {
+            if (broken || open < 0) throw broken ?? error;
+            // The RELEASE failed, so the SAVEPOINT did not run: the previous handler returned
+            // with the transaction aborted (it caught a database error and went on).
+            await fail(open, abortedByHandler(error));
+            break;
+          }
+          open = i;
         }
-        open = i;
         const outcome = { duplicate: false, stale: false };
         const context = this.context(client, p.attempt, () => {
           outcome.stale = true;
@@ -681,12 +756,18 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
           await this.options.handler(message, context);
         } catch (error) {
           if (broken) throw broken;
+          if (!savepoints) {
+            await client.query('ROLLBACK');
+            release();
+            // 25P02: the transaction was already aborted, maybe by an earlier handler.
+            return { rolledBack: (error as { code?: unknown })?.code === '25P02' ? null : { index: i, error, attempt: p.attempt } };
+          }
           await fail(i, error);
           break;
         }
         outcomes.push(outcome);
       }
-      if (!failure && open >= 0) {
+      if (savepoints && !failure && open >= 0) {
         try {
           await client.query('RELEASE SAVEPOINT message');
         } catch (error) {
@@ -698,16 +779,20 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       if (committed === 0) {
         await client.query('ROLLBACK');
       } else {
-        await client.query('COMMIT');
+        const result = await client.query('COMMIT');
+        // COMMIT of an aborted transaction rolls back: a handler swallowed a database error.
+        if (result.command === 'ROLLBACK') {
+          if (savepoints) throw new Error('COMMIT rolled back: the transaction was aborted outside any handler');
+          release();
+          return { rolledBack: null };
+        }
         this.counters.transactions++;
       }
-      if (this.activeClients.delete(client)) {
-        client.off('error', onError);
-        client.release();
-      }
+      release();
       let processed = 0;
       let duplicates = 0;
-      for (const [i, outcome] of outcomes.slice(0, committed).entries()) {
+      for (let i = 0; i < committed; i++) {
+        const outcome = outcomes[i] as { duplicate: boolean; stale: boolean };
         const p = prepared[i] as Prepared<V>;
         const { offset, idempotencyKey } = p.message;
         if (outcome.duplicate) {

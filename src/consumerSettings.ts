@@ -43,16 +43,16 @@ export const partitionsConcurrency = integer(
   256,
 );
 
-// 64 is PostgreSQL's per-transaction cache of subtransaction ids: past it, every other
-// session's snapshot checks go to pg_subtrans (subtransaction overflow).
+// A group runs as one transaction without savepoints unless a handler fails (consumer
+// option `savepoints`); with a savepoint per message at most 64 of them are used.
 export const messagesPerTransaction = integer(
   'messagesPerTransaction',
   '--messages-per-transaction',
   'OUTBOX_CONSUMER_MESSAGES_PER_TRANSACTION',
-  'Messages of one partition handled in one Postgres transaction, each in its own savepoint (at most 64).',
-  50,
+  'Messages of one partition handled in one Postgres transaction (at most 64 with a savepoint per message).',
+  100,
   1,
-  64,
+  1_000,
 );
 
 export const stopTimeoutMs = integer(

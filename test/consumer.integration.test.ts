@@ -79,91 +79,94 @@ test('integration: the same messages published twice have their effects once, an
   assert.equal(total, 180, 'every delivery committed');
 });
 
-test('integration: poison messages go to the dead-letter topic with their metadata while the rest of the partition keeps flowing', async () => {
-  const topic = await createTopic(2);
-  const deadLetterTopic = await createTopic(1, undefined, 'dlt');
-  class InvalidOrder extends OutboxError {
-    constructor() {
-      super('order has no lines', { retriable: false });
+for (const savepoints of ['on-failure', 'always'] as const) {
+  test(`integration: poison messages go to the dead-letter topic with their metadata while the rest of the partition keeps flowing (savepoints ${savepoints})`, async () => {
+    const topic = await createTopic(2);
+    const deadLetterTopic = await createTopic(1, undefined, 'dlt');
+    class InvalidOrder extends OutboxError {
+      constructor() {
+        super('order has no lines', { retriable: false });
+      }
     }
-  }
-  const c = consumer<{ amount?: number; invalid?: boolean; flaky?: boolean } | null>({
-    topics: topic,
-    deadLetterTopic,
-    maxAttempts: 3,
-    messagesPerTransaction: 4,
-    handler: async (message, context) => {
-      // The effect first, then the failure: the rollback must take it back.
-      await applyEffect(db.schema, message, context);
-      if (message.value?.invalid) throw new InvalidOrder();
-      if (message.value?.flaky) throw Object.assign(new Error('downstream timed out'), { retriable: true });
-    },
+    const c = consumer<{ amount?: number; invalid?: boolean; flaky?: boolean } | null>({
+      topics: topic,
+      deadLetterTopic,
+      maxAttempts: 3,
+      messagesPerTransaction: 4,
+      savepoints,
+      handler: async (message, context) => {
+        // The effect first, then the failure: the rollback must take it back.
+        await applyEffect(db.schema, message, context);
+        if (message.value?.invalid) throw new InvalidOrder();
+        if (message.value?.flaky) throw Object.assign(new Error('downstream timed out'), { retriable: true });
+      },
+    });
+    const p0: TestEvent[] = [
+      { key: 'a', value: { amount: 1 }, partition: 0 },
+      { key: 'a', raw: '{not json', headers: { [HEADERS.contentType]: 'application/json', traceparent: '00-abc-01' }, partition: 0 },
+      { key: 'a', value: { amount: 2 }, partition: 0 },
+      { key: 'a', value: { invalid: true }, partition: 0 },
+      { key: 'a', value: { amount: 3 }, partition: 0 },
+      { key: 'a', value: { amount: 4 }, messageId: null, partition: 0 },
+      { key: 'a', value: { flaky: true }, partition: 0 },
+      ...Array.from({ length: 10 }, (_, i) => ({ key: 'a', value: { amount: 10 + i }, partition: 0 })),
+    ];
+    const p1: TestEvent[] = Array.from({ length: 20 }, (_, i) => ({ key: 'b', value: { amount: i }, partition: 1 }));
+    const sent = await produce(topic, [...p0, ...p1]);
+    await c.start();
+
+    const dead = await readTopic(deadLetterTopic, (m) => m.length >= 4);
+    const good = sent.filter((e) => !(e.raw || (e.value as { invalid?: boolean; flaky?: boolean }).invalid || (e.value as { flaky?: boolean }).flaky || e.messageId === null));
+    await waitFor('good messages handled', () => c.stats().processed === good.length);
+    const counts = await effectCounts(db.pool, db.schema);
+    for (const e of good) assert.equal(counts.get(e.messageId as string), 1);
+    const failedIds = sent.filter((e) => !good.includes(e) && e.messageId).map((e) => e.messageId as string);
+    for (const id of failedIds) assert.equal(counts.get(id), undefined, `no effect of dead-lettered ${id}`);
+    // Its rollback took the dedup row too: a replay after a fix is handled, not skipped.
+    assert.equal(await countRows(db.pool, `SELECT 1 FROM "${db.schema}".processed_messages WHERE key = ANY($1)`, [failedIds]), 0);
+
+    assert.equal(dead.length, 4);
+    const byReason = new Map(dead.map((m) => [m.headers[DEAD_LETTER_HEADERS.reason], m]));
+    const undecodable = byReason.get('undecodable');
+    assert.ok(undecodable, 'undecodable value dead-lettered');
+    assert.equal(undecodable.value?.toString(), '{not json');
+    assert.equal(undecodable.key, 'a');
+    assert.equal(undecodable.headers.traceparent, '00-abc-01');
+    assert.equal(undecodable.headers[HEADERS.messageId], sent[1]?.messageId);
+    assert.equal(undecodable.headers[DEAD_LETTER_HEADERS.errorName], 'DecodeError');
+    assert.match(undecodable.headers[DEAD_LETTER_HEADERS.error] ?? '', /not JSON/);
+    assert.equal(undecodable.headers[DEAD_LETTER_HEADERS.topic], topic);
+    assert.equal(undecodable.headers[DEAD_LETTER_HEADERS.partition], '0');
+    assert.equal(undecodable.headers[DEAD_LETTER_HEADERS.offset], '1');
+    assert.match(undecodable.headers[DEAD_LETTER_HEADERS.timestamp] ?? '', /^\d{13}$/);
+    assert.equal(undecodable.headers[DEAD_LETTER_HEADERS.consumerGroup], c.options.groupId);
+    assert.equal(undecodable.headers[DEAD_LETTER_HEADERS.attempts], '1');
+
+    const permanent = byReason.get('permanent-error');
+    assert.equal(permanent?.headers[DEAD_LETTER_HEADERS.errorName], 'InvalidOrder');
+    assert.equal(permanent?.headers[DEAD_LETTER_HEADERS.error], 'order has no lines');
+    assert.equal(permanent?.headers[DEAD_LETTER_HEADERS.offset], '3');
+    assert.deepEqual(JSON.parse(permanent?.value?.toString() ?? ''), { invalid: true });
+
+    const missing = byReason.get('missing-key');
+    assert.equal(missing?.headers[DEAD_LETTER_HEADERS.offset], '5');
+    assert.equal(missing?.headers[HEADERS.messageId], undefined);
+
+    const exhausted = byReason.get('retries-exhausted');
+    assert.equal(exhausted?.headers[DEAD_LETTER_HEADERS.attempts], '3');
+    assert.equal(exhausted?.headers[DEAD_LETTER_HEADERS.offset], '6');
+    assert.equal(exhausted?.headers[DEAD_LETTER_HEADERS.error], 'downstream timed out');
+
+    const stats = c.stats();
+    assert.equal(stats.deadLettered, 4);
+    assert.equal(stats.missingKey, 1);
+    assert.equal(stats.retries, 2);
+    await c.stop();
+    const offsets = await committedOffsets(c.options.groupId, topic);
+    assert.equal(offsets.get(0), String(p0.length), 'partition 0 committed past its poison messages');
+    assert.equal(offsets.get(1), String(p1.length));
   });
-  const p0: TestEvent[] = [
-    { key: 'a', value: { amount: 1 }, partition: 0 },
-    { key: 'a', raw: '{not json', headers: { [HEADERS.contentType]: 'application/json', traceparent: '00-abc-01' }, partition: 0 },
-    { key: 'a', value: { amount: 2 }, partition: 0 },
-    { key: 'a', value: { invalid: true }, partition: 0 },
-    { key: 'a', value: { amount: 3 }, partition: 0 },
-    { key: 'a', value: { amount: 4 }, messageId: null, partition: 0 },
-    { key: 'a', value: { flaky: true }, partition: 0 },
-    ...Array.from({ length: 10 }, (_, i) => ({ key: 'a', value: { amount: 10 + i }, partition: 0 })),
-  ];
-  const p1: TestEvent[] = Array.from({ length: 20 }, (_, i) => ({ key: 'b', value: { amount: i }, partition: 1 }));
-  const sent = await produce(topic, [...p0, ...p1]);
-  await c.start();
-
-  const dead = await readTopic(deadLetterTopic, (m) => m.length >= 4);
-  const good = sent.filter((e) => !(e.raw || (e.value as { invalid?: boolean; flaky?: boolean }).invalid || (e.value as { flaky?: boolean }).flaky || e.messageId === null));
-  await waitFor('good messages handled', () => c.stats().processed === good.length);
-  const counts = await effectCounts(db.pool, db.schema);
-  for (const e of good) assert.equal(counts.get(e.messageId as string), 1);
-  const failedIds = sent.filter((e) => !good.includes(e) && e.messageId).map((e) => e.messageId as string);
-  for (const id of failedIds) assert.equal(counts.get(id), undefined, `no effect of dead-lettered ${id}`);
-  // Its rollback took the dedup row too: a replay after a fix is handled, not skipped.
-  assert.equal(await countRows(db.pool, `SELECT 1 FROM "${db.schema}".processed_messages WHERE key = ANY($1)`, [failedIds]), 0);
-
-  assert.equal(dead.length, 4);
-  const byReason = new Map(dead.map((m) => [m.headers[DEAD_LETTER_HEADERS.reason], m]));
-  const undecodable = byReason.get('undecodable');
-  assert.ok(undecodable, 'undecodable value dead-lettered');
-  assert.equal(undecodable.value?.toString(), '{not json');
-  assert.equal(undecodable.key, 'a');
-  assert.equal(undecodable.headers.traceparent, '00-abc-01');
-  assert.equal(undecodable.headers[HEADERS.messageId], sent[1]?.messageId);
-  assert.equal(undecodable.headers[DEAD_LETTER_HEADERS.errorName], 'DecodeError');
-  assert.match(undecodable.headers[DEAD_LETTER_HEADERS.error] ?? '', /not JSON/);
-  assert.equal(undecodable.headers[DEAD_LETTER_HEADERS.topic], topic);
-  assert.equal(undecodable.headers[DEAD_LETTER_HEADERS.partition], '0');
-  assert.equal(undecodable.headers[DEAD_LETTER_HEADERS.offset], '1');
-  assert.match(undecodable.headers[DEAD_LETTER_HEADERS.timestamp] ?? '', /^\d{13}$/);
-  assert.equal(undecodable.headers[DEAD_LETTER_HEADERS.consumerGroup], c.options.groupId);
-  assert.equal(undecodable.headers[DEAD_LETTER_HEADERS.attempts], '1');
-
-  const permanent = byReason.get('permanent-error');
-  assert.equal(permanent?.headers[DEAD_LETTER_HEADERS.errorName], 'InvalidOrder');
-  assert.equal(permanent?.headers[DEAD_LETTER_HEADERS.error], 'order has no lines');
-  assert.equal(permanent?.headers[DEAD_LETTER_HEADERS.offset], '3');
-  assert.deepEqual(JSON.parse(permanent?.value?.toString() ?? ''), { invalid: true });
-
-  const missing = byReason.get('missing-key');
-  assert.equal(missing?.headers[DEAD_LETTER_HEADERS.offset], '5');
-  assert.equal(missing?.headers[HEADERS.messageId], undefined);
-
-  const exhausted = byReason.get('retries-exhausted');
-  assert.equal(exhausted?.headers[DEAD_LETTER_HEADERS.attempts], '3');
-  assert.equal(exhausted?.headers[DEAD_LETTER_HEADERS.offset], '6');
-  assert.equal(exhausted?.headers[DEAD_LETTER_HEADERS.error], 'downstream timed out');
-
-  const stats = c.stats();
-  assert.equal(stats.deadLettered, 4);
-  assert.equal(stats.missingKey, 1);
-  assert.equal(stats.retries, 2);
-  await c.stop();
-  const offsets = await committedOffsets(c.options.groupId, topic);
-  assert.equal(offsets.get(0), String(p0.length), 'partition 0 committed past its poison messages');
-  assert.equal(offsets.get(1), String(p1.length));
-});
+}
 
 test('integration: a transient failure is retried with backoff until it succeeds, effect once, while other partitions flow and the member stays in the group', async () => {
   const topic = await createTopic(2);
@@ -315,32 +318,68 @@ test('integration: when the dead-letter publish fails the offset is not committe
   await waitFor('offset committed', async () => (await committedOffsets(c.options.groupId, topic)).get(0) === '1');
 });
 
-test('integration: a handler that swallows a database error is caught: only its own message is rolled back', async () => {
+// With 2 messages per transaction the swallowing handler is the last of its group (the
+// COMMIT finds the transaction aborted); with 100, the next handler's query fails.
+for (const [savepoints, messagesPerTransaction] of [['on-failure', 100], ['on-failure', 2], ['always', 100]] as const) {
+  test(`integration: a handler that swallows a database error is caught: only its own message is rolled back (savepoints ${savepoints}, ${messagesPerTransaction} per transaction)`, async () => {
+    const topic = await createTopic(1);
+    const deadLetterTopic = await createTopic(1, undefined, 'dlt');
+    const c = consumer<{ amount: number; swallow?: boolean }>({
+      topics: topic,
+      deadLetterTopic,
+      maxAttempts: 1,
+      savepoints,
+      messagesPerTransaction,
+      handler: async (message, context) => {
+        await applyEffect(db.schema, message, context);
+        if (message.value.swallow) await context.client.query('SELECT 1/0').catch(() => undefined);
+      },
+    });
+    const sent = await produce(topic, [
+      { key: 's', value: { amount: 1 } },
+      { key: 's', value: { amount: 2, swallow: true } },
+      { key: 's', value: { amount: 3 } },
+    ]);
+    await c.start();
+    const dead = await readTopic(deadLetterTopic, (m) => m.length >= 1);
+    await waitFor('the others handled', () => c.stats().processed === 2);
+    assert.equal(dead[0]?.headers[DEAD_LETTER_HEADERS.errorName], 'HandlerLeftTransactionAborted');
+    assert.equal(dead[0]?.headers[DEAD_LETTER_HEADERS.offset], '1');
+    const counts = await effectCounts(db.pool, db.schema, topic);
+    assert.equal(counts.get(sent[0]?.messageId as string), 1);
+    assert.equal(counts.get(sent[1]?.messageId as string), undefined);
+    assert.equal(counts.get(sent[2]?.messageId as string), 1);
+  });
+}
+
+test('integration: savepoints on failure: a failing message rolls back only itself; the handlers before it run again, their effects once', async () => {
   const topic = await createTopic(1);
   const deadLetterTopic = await createTopic(1, undefined, 'dlt');
-  const c = consumer<{ amount: number; swallow?: boolean }>({
+  const calls = new Map<string, number>();
+  const c = consumer<{ amount: number; invalid?: boolean }>({
     topics: topic,
     deadLetterTopic,
-    maxAttempts: 1,
+    messagesPerTransaction: 10,
     handler: async (message, context) => {
+      calls.set(message.offset, (calls.get(message.offset) ?? 0) + 1);
       await applyEffect(db.schema, message, context);
-      if (message.value.swallow) await context.client.query('SELECT 1/0').catch(() => undefined);
+      if (message.value.invalid) throw new OutboxError('invalid', { retriable: false });
     },
   });
-  const sent = await produce(topic, [
-    { key: 's', value: { amount: 1 } },
-    { key: 's', value: { amount: 2, swallow: true } },
-    { key: 's', value: { amount: 3 } },
-  ]);
+  const sent = await produce(topic, Array.from({ length: 10 }, (_, i) => ({ key: 'f', value: { amount: i + 1, invalid: i === 4 } })));
   await c.start();
-  const dead = await readTopic(deadLetterTopic, (m) => m.length >= 1);
-  await waitFor('the others handled', () => c.stats().processed === 2);
-  assert.equal(dead[0]?.headers[DEAD_LETTER_HEADERS.errorName], 'HandlerLeftTransactionAborted');
-  assert.equal(dead[0]?.headers[DEAD_LETTER_HEADERS.offset], '1');
+  await waitFor('the others handled', () => c.stats().processed === 9 && c.stats().deadLettered === 1);
   const counts = await effectCounts(db.pool, db.schema, topic);
-  assert.equal(counts.get(sent[0]?.messageId as string), 1);
-  assert.equal(counts.get(sent[1]?.messageId as string), undefined);
-  assert.equal(counts.get(sent[2]?.messageId as string), 1);
+  for (const [i, e] of sent.entries()) assert.equal(counts.get(e.messageId as string), i === 4 ? undefined : 1, `effect of message ${i}`);
+  assert.deepEqual(
+    [...calls.entries()].sort((x, y) => Number(x[0]) - Number(y[0])).map(([, n]) => n),
+    [2, 2, 2, 2, 1, 1, 1, 1, 1, 1],
+    'the four before the failing one ran twice (the first run rolled back), the failing one once',
+  );
+  const { rows } = await db.pool.query<{ kafka_offset: number }>(`SELECT kafka_offset FROM "${db.schema}".effects WHERE topic = $1 ORDER BY seq`, [topic]);
+  assert.deepEqual(rows.map((r) => Number(r.kafka_offset)), [0, 1, 2, 3, 5, 6, 7, 8, 9], 'in offset order');
+  await c.stop();
+  assert.equal((await committedOffsets(c.options.groupId, topic)).get(0), '10');
 });
 
 test('integration: stop() is idempotent and bounded, and a consumer refuses a schema without processed_messages', async () => {

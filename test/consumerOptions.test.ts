@@ -29,7 +29,8 @@ test('createConsumer validates its options up front, naming the bad one', () => 
   rejects({ decode: 'xml' as never }, 'decode');
   rejects({ onMissingKey: 'skip' as never }, 'onMissingKey');
   rejects({ maxAttempts: 0 }, 'maxAttempts');
-  rejects({ messagesPerTransaction: 65 }, 'messagesPerTransaction');
+  rejects({ messagesPerTransaction: 1001 }, 'messagesPerTransaction');
+  rejects({ savepoints: 'sometimes' as never }, 'savepoints');
   rejects({ partitionsConcurrency: 1.5 }, 'partitionsConcurrency');
   rejects({ retryBaseDelayMs: 5_000, retryMaxDelayMs: 1_000 }, 'retryBaseDelayMs');
   rejects({ heartbeatIntervalMs: 30_000 }, 'heartbeatIntervalMs');
@@ -38,7 +39,8 @@ test('createConsumer validates its options up front, naming the bad one', () => 
   rejects({ kafkaBrokers: ['nohost'] }, 'kafkaBrokers');
   const o = resolveConsumerOptions(base);
   assert.equal(o.maxAttempts, 5);
-  assert.equal(o.messagesPerTransaction, 50);
+  assert.equal(o.messagesPerTransaction, 100);
+  assert.equal(o.savepoints, 'on-failure');
   assert.equal(o.deadLetterTopic('orders'), 'orders.dead-letter');
   assert.deepEqual(o.topics, ['t']);
 });
