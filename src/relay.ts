@@ -15,6 +15,9 @@ import { TypedEmitter } from './events.js';
 import { claimSql, type ClaimedRow } from './sql/claim.js';
 import { markSentSql } from './sql/markSent.js';
 import { Membership, SHARD_COUNT } from './membership.js';
+import { publishBatch, PublishError, type DeadLetterPolicy } from './publishBatch.js';
+import { CircuitBreaker, type BreakerState } from './breaker.js';
+import { deadLetterSql, recordAttemptSql } from './sql/deadLetter.js';
 
 export { SHARD_COUNT };
 
@@ -51,6 +54,20 @@ export interface RelayOptions {
    * about 1.4 x this. Leases are renewed every third of it.
    */
   leaseTtlMs?: number;
+  /** Largest message (key + value + headers, bytes) the relay sends; larger rows are dead-lettered (default 1000000). */
+  maxMessageBytes?: number;
+  /**
+   * What a dead-lettered row does to its key's later rows (default `park`): `park` holds
+   * them, in order, until an operator replays or discards the dead letter; `skip` lets
+   * them go on without it.
+   */
+  deadLetterPolicy?: DeadLetterPolicy;
+  /** Per-topic policies overriding {@link RelayOptions.deadLetterPolicy}. */
+  deadLetterPolicyByTopic?: Record<string, DeadLetterPolicy>;
+  /** After Kafka acknowledged a row: `mark` it sent (default; `cleanup` deletes it later) or `delete` it. */
+  onPublish?: 'mark' | 'delete';
+  /** Consecutive failed batches that open the circuit breaker (default 3). */
+  breakerFailures?: number;
   logger?: Logger;
   /** Use this kafkajs client instead of building one from kafkaBrokers. */
   kafka?: Kafka;
@@ -81,6 +98,67 @@ const leaseTtlMs = settings.integer(
   600_000,
 );
 
+const maxMessageBytes = settings.integer(
+  'maxMessageBytes',
+  '--max-message-bytes',
+  'OUTBOX_MAX_MESSAGE_BYTES',
+  'Largest message (key + value + headers) the relay sends; a larger row goes to the dead letters at once.',
+  1_000_000,
+  1_024,
+  100_000_000,
+);
+
+const deadLetterPolicy = settings.choice(
+  'deadLetterPolicy',
+  '--dead-letter-policy',
+  'OUTBOX_DEAD_LETTER_POLICY',
+  "What a dead-lettered row does to its key's later rows: park (they wait, in order, for an operator) or skip (they go on).",
+  'park',
+  ['park', 'skip'] as const,
+);
+
+const deadLetterPolicyByTopic: settings.Setting<Record<string, DeadLetterPolicy>> = {
+  option: 'deadLetterPolicyByTopic',
+  flag: '--dead-letter-policy-topics',
+  env: 'OUTBOX_DEAD_LETTER_POLICY_TOPICS',
+  description: 'Per-topic dead-letter policies overriding the default, e.g. "audit=skip,orders=park".',
+  defaultValue: {},
+  parse(raw) {
+    const out: Record<string, DeadLetterPolicy> = {};
+    for (const part of raw.split(',').map((p) => p.trim()).filter(Boolean)) {
+      const m = /^([A-Za-z0-9._-]{1,249})=(park|skip)$/.exec(part);
+      if (!m) return { problem: `${JSON.stringify(part)} is not topic=park or topic=skip` };
+      out[m[1]!] = m[2] as DeadLetterPolicy;
+    }
+    return { value: out };
+  },
+  check(value) {
+    for (const [topic, policy] of Object.entries(value)) {
+      if (policy !== 'park' && policy !== 'skip') return `policy of ${JSON.stringify(topic)} is ${JSON.stringify(policy)}, not park or skip`;
+    }
+    return undefined;
+  },
+};
+
+const onPublish = settings.choice(
+  'onPublish',
+  '--on-publish',
+  'OUTBOX_ON_PUBLISH',
+  'After Kafka acknowledged a row: mark it sent (kept until `cleanup`) or delete it (no bloat, nothing to clean up, no history).',
+  'mark',
+  ['mark', 'delete'] as const,
+);
+
+const breakerFailures = settings.integer(
+  'breakerFailures',
+  '--breaker-failures',
+  'OUTBOX_BREAKER_FAILURES',
+  'Consecutive failed batches after which the relay stops claiming and probes the broker until it answers.',
+  3,
+  1,
+  1_000,
+);
+
 /** Every setting of the relay, in the order the CLI and README list them. */
 export const RELAY_SETTINGS = [
   settings.databaseUrl,
@@ -93,6 +171,11 @@ export const RELAY_SETTINGS = [
   settings.retryMaxDelayMs,
   horizonMaxWaitMs,
   leaseTtlMs,
+  maxMessageBytes,
+  deadLetterPolicy,
+  deadLetterPolicyByTopic,
+  onPublish,
+  breakerFailures,
   settings.clientId,
   settings.compression,
   settings.logLevel,
@@ -111,6 +194,11 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     retryMaxDelayMs: settings.optionValue(settings.retryMaxDelayMs, options.retryMaxDelayMs),
     horizonMaxWaitMs: settings.optionValue(horizonMaxWaitMs, options.horizonMaxWaitMs),
     leaseTtlMs: settings.optionValue(leaseTtlMs, options.leaseTtlMs),
+    maxMessageBytes: settings.optionValue(maxMessageBytes, options.maxMessageBytes),
+    deadLetterPolicy: settings.optionValue(deadLetterPolicy, options.deadLetterPolicy),
+    deadLetterPolicyByTopic: settings.optionValue(deadLetterPolicyByTopic, options.deadLetterPolicyByTopic),
+    onPublish: settings.optionValue(onPublish, options.onPublish),
+    breakerFailures: settings.optionValue(breakerFailures, options.breakerFailures),
     clientId: settings.optionValue(settings.clientId, options.clientId),
     compression: settings.optionValue(settings.compression, options.compression),
     logger: options.logger ?? silentLogger(),
@@ -128,6 +216,10 @@ export interface RelayEvents {
   horizon: { watermark: number; forced: boolean };
   /** Shard ownership changed. `takenOver` shards came from a relay whose lease expired. */
   shards: { owned: number; acquired: number[]; lost: number[]; takenOver: Array<{ shard: number; from: string }>; liveRelays: number };
+  /** A row moved to the dead letters (committed). */
+  deadLetter: { id: number; topic: string; errorName: string; reason: string; policy: DeadLetterPolicy };
+  /** The circuit breaker opened (broker unreachable: claiming paused) or closed again. */
+  breaker: { state: BreakerState };
   /** Every worker has stopped; `hard` when the shutdown timeout cut in-flight work short. */
   stopped: { hard: boolean };
 }
@@ -161,10 +253,15 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private readonly quotedSchema: string;
   private readonly horizon: Horizon;
   private readonly membership: Membership;
+  /** Opens when Kafka keeps refusing batches; see {@link CircuitBreaker}. */
+  readonly breaker: CircuitBreaker;
+  private kafka: Kafka | undefined;
   /** Notified when the horizon moves (and on stop). */
   private readonly workAvailable = new Signal();
   /** Notified only on stop: cuts retry sleeps short without waking them on new work. */
   private readonly stopRequested = new Signal();
+  /** Notified when the breaker opens. */
+  private readonly breakerOpened = new Signal();
   private pool: pg.Pool | undefined;
   private producer: Producer | undefined;
   private producerConnected = false;
@@ -181,6 +278,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
     this.logger = this.options.logger.child({ component: 'relay', relay: this.instanceId });
     this.horizon = new Horizon(this.quotedSchema, this.options.horizonMaxWaitMs);
+    this.breaker = new CircuitBreaker(this.options.breakerFailures);
     this.membership = new Membership(
       this.quotedSchema,
       this.instanceId,
@@ -237,6 +335,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     client.release();
 
     const kafka = o.kafka ?? createKafka({ brokers: o.kafkaBrokers, clientId: o.clientId, logger: this.options.logger });
+    this.kafka = kafka;
     this.producer = createProducer(kafka);
     this.producer.on(this.producer.events.DISCONNECT, () => {
       this.producerConnected = false;
@@ -250,7 +349,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       failures: 0,
       client: undefined,
     }));
-    this.loops = [this.horizonLoop(), this.membershipLoop(), ...this.workers.map((w) => this.workerLoop(w))];
+    this.loops = [this.horizonLoop(), this.membershipLoop(), this.breakerLoop(), ...this.workers.map((w) => this.workerLoop(w))];
     this.logger.info(
       { database: describeDatabase(o.databaseUrl), brokers: o.kafkaBrokers, schema: o.schema, batchSize: o.batchSize, batchesInFlight: o.batchesInFlight },
       'relay started',
@@ -408,6 +507,33 @@ export class Relay extends TypedEmitter<RelayEvents> {
     }
   }
 
+  /** While the breaker is open: probe the broker with backoff; close it when it answers. */
+  private async breakerLoop(): Promise<void> {
+    let probes = 0;
+    while (!this.stopping) {
+      if (!this.breaker.isOpen) {
+        probes = 0;
+        await this.breakerOpened.wait(RECHECK_MS);
+        continue;
+      }
+      await this.sleep(backoffDelayMs(probes++, 250, Math.min(this.options.retryMaxDelayMs, 5_000)) + 250);
+      if (this.stopping) break;
+      const admin = (this.kafka as Kafka).admin();
+      try {
+        await admin.connect();
+        await admin.describeCluster();
+        this.breaker.probeSucceeded();
+        this.logger.info({ probes }, 'Kafka answers again: circuit breaker closed, claiming resumes');
+        this.emit('breaker', { state: 'closed' });
+        this.workAvailable.notify();
+      } catch (error) {
+        this.logger.debug({ err: describeError(error), probes }, 'Kafka still unreachable');
+      } finally {
+        await admin.disconnect().catch(() => undefined);
+      }
+    }
+  }
+
   private async workerLoop(worker: Worker): Promise<void> {
     while (!this.stopping) {
       const { watermark, incarnation } = this.horizon;
@@ -424,7 +550,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
         }
         continue;
       }
-      const due = shards.length > 0 && (watermark > worker.drainedTo || Date.now() - worker.lastClaimAtMs >= RECHECK_MS);
+      const due =
+        !this.breaker.isOpen && shards.length > 0 && (watermark > worker.drainedTo || Date.now() - worker.lastClaimAtMs >= RECHECK_MS);
       if (!due) {
         await this.workAvailable.wait(RECHECK_MS);
         continue;
@@ -435,6 +562,14 @@ export class Relay extends TypedEmitter<RelayEvents> {
         if (count < this.options.batchSize) worker.drainedTo = watermark;
       } catch (error) {
         if (this.aborted) break;
+        if (error instanceof PublishError && this.breaker.failure()) {
+          this.logger.warn(
+            { err: describeError(error), failuresToOpen: this.options.breakerFailures },
+            'Kafka keeps refusing batches: circuit breaker open, claiming paused until a probe reaches it',
+          );
+          this.emit('breaker', { state: 'open' });
+          this.breakerOpened.notify();
+        }
         const retryInMs = backoffDelayMs(worker.failures, RETRY_BASE_MS, this.options.retryMaxDelayMs);
         worker.failures++;
         this.logger.warn(
@@ -454,6 +589,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     const client = await (this.pool as pg.Pool).connect();
     worker.client = client;
     let broken: Error | undefined;
+    let failedIds: number[] | undefined;
     // The pool listens for errors only on idle clients. A connection dropped while this
     // one is checked out (during the Kafka send, say) would otherwise be an uncaught
     // 'error' event; the next query on it fails and the batch is retried.
@@ -474,27 +610,62 @@ export class Relay extends TypedEmitter<RelayEvents> {
         await client.query('COMMIT');
         return 0;
       }
-      await this.publish(rows);
-      if (this.aborted) throw new OutboxError('relay aborted before marking the batch sent', { retriable: true });
-      const marked = await client.query(markSentSql(this.quotedSchema), [rows.map((r) => r.id), this.instanceId]);
-      if (marked.rowCount !== rows.length) {
-        throw new OutboxError('lost the lease of a shard while publishing; rolled back, the new owner publishes these rows', {
-          retriable: true,
-          context: { claimed: rows.length, marked: marked.rowCount },
+      let outcome;
+      try {
+        outcome = await publishBatch(rows, {
+          maxMessageBytes: this.options.maxMessageBytes,
+          policyOf: (topic) => this.options.deadLetterPolicyByTopic[topic] ?? this.options.deadLetterPolicy,
+          send: (batch) => this.publish(batch),
         });
+      } catch (error) {
+        if (error instanceof PublishError) failedIds = rows.map((r) => r.id);
+        throw error;
+      }
+      if (this.aborted) throw new OutboxError('relay aborted before marking the batch sent', { retriable: true });
+      const { published, deadLetters } = outcome;
+      if (published.length > 0) {
+        const marked = await client.query(markSentSql(this.quotedSchema, this.options.onPublish), [published.map((r) => r.id), this.instanceId]);
+        if (marked.rowCount !== published.length) throw leaseLost(published.length, marked.rowCount);
+      }
+      if (deadLetters.length > 0) {
+        const { rows: moved } = await client.query<{ moved: number }>(deadLetterSql(this.quotedSchema), [
+          deadLetters.map((d) => d.row.id),
+          deadLetters.map((d) => d.reason),
+          deadLetters.map((d) => d.errorName),
+          deadLetters.map((d) => d.policy),
+          this.instanceId,
+        ]);
+        if (moved[0]!.moved !== deadLetters.length) throw leaseLost(deadLetters.length, moved[0]!.moved);
       }
       await client.query('COMMIT');
-      this.emit('batch', {
-        worker: worker.index,
-        count: rows.length,
-        firstId: rows[0]!.id,
-        lastId: rows[rows.length - 1]!.id,
-        durationMs: Date.now() - started,
-      });
+      this.breaker.success();
+      for (const d of deadLetters) {
+        this.logger.error(
+          { id: d.row.id, topic: d.row.topic, errorName: d.errorName, reason: d.reason, policy: d.policy },
+          d.policy === 'park' ? "row moved to the dead letters; its key's later rows wait for it" : 'row moved to the dead letters',
+        );
+        this.emit('deadLetter', { id: d.row.id, topic: d.row.topic, errorName: d.errorName, reason: d.reason, policy: d.policy });
+      }
+      if (published.length > 0) {
+        this.emit('batch', {
+          worker: worker.index,
+          count: published.length,
+          firstId: published[0]!.id,
+          lastId: published[published.length - 1]!.id,
+          durationMs: Date.now() - started,
+        });
+      }
+      // Held rows (behind a key parked just now) count as handled: the claim skips them now.
       return rows.length;
     } catch (error) {
       broken = error as Error;
       await client.query('ROLLBACK').catch(() => undefined);
+      if (failedIds && !this.aborted) {
+        // Outside the rolled-back transaction: the attempt and its error stay on the rows.
+        await (this.pool as pg.Pool)
+          .query(recordAttemptSql(this.quotedSchema), [failedIds, describeError(error).slice(0, 2_000)])
+          .catch(() => undefined);
+      }
       throw error;
     } finally {
       client.off('error', onError);
@@ -522,6 +693,13 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private sleep(ms: number): Promise<void> {
     return this.stopping ? Promise.resolve() : this.stopRequested.wait(ms);
   }
+}
+
+function leaseLost(expected: number, changed: number | null): OutboxError {
+  return new OutboxError('lost the lease of a shard while publishing; rolled back, the new owner publishes these rows', {
+    retriable: true,
+    context: { expected, changed },
+  });
 }
 
 function isConnectionError(error: Error): boolean {

@@ -54,7 +54,7 @@ export function integer(
   };
 }
 
-function choice<T extends string>(
+export function choice<T extends string>(
   option: string,
   flag: string,
   env: string,

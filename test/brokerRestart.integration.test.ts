@@ -63,3 +63,63 @@ test('integration: the relay rides out a broker restart by itself and every row 
   const delivered = new Set(messages.map((m) => m.headers[HEADERS.messageId]));
   assert.deepEqual(rows.filter((r) => !delivered.has(r.message_id)), []);
 });
+
+test('integration: broker stopped for 30 seconds while rows arrive: the breaker opens, nothing is dead-lettered, every row arrives after the restart', async () => {
+  const brokers = [kafka.brokers];
+  const topic = await createTopic(2, brokers);
+  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: brokers, schema: db.schema, batchSize: 100, retryMaxDelayMs: 2_000 });
+  const states: string[] = [];
+  let failedBatches = 0;
+  relay.on('breaker', (b) => states.push(b.state));
+  relay.on('batchError', () => failedBatches++);
+  await relay.start();
+  const ids: number[] = [];
+  const write = async (n: number): Promise<void> => {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const r = await enqueue(client, Array.from({ length: n }, (_, i) => ({ topic, key: `k${i % 7}`, payload: { i } })), { schema: db.schema });
+      await client.query('COMMIT');
+      ids.push(...r.map((x) => x.id as number));
+    } finally {
+      client.release();
+    }
+  };
+  try {
+    await write(50);
+    await waitFor('the first rows sent', async () => (await pendingOf(ids)) === 0);
+    await kafka.stop();
+    const stoppedAt = Date.now();
+    await write(50);
+    await waitFor('the breaker to open', () => states.includes('open'), { timeoutMs: 60_000 });
+    const failuresWhenOpened = failedBatches;
+    // Rows keep arriving for the whole 30 s outage.
+    while (Date.now() - stoppedAt < 30_000) {
+      await write(10);
+      await new Promise((r) => setTimeout(r, 1_000));
+    }
+    // While open, nothing is claimed: no more failed batches, no transaction held open.
+    assert.ok(failedBatches <= failuresWhenOpened + 1, `no attempts burned while open (${failuresWhenOpened} -> ${failedBatches})`);
+    const { rows: open } = await db.pool.query(
+      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE $1 AND state = 'idle in transaction'`,
+      [`${relay.applicationName}%`],
+    );
+    assert.equal(open[0].n, 0, 'no transaction held open');
+    await kafka.start();
+    await waitFor('every row sent after the restart', async () => (await pendingOf(ids)) === 0, { timeoutMs: 90_000 });
+    assert.deepEqual(states.slice(0, 2), ['open', 'closed']);
+  } finally {
+    await relay.stop();
+  }
+  const { rows: dead } = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}".outbox_dead_letters`);
+  assert.equal(dead[0].n, 0, 'nothing dead-lettered');
+  const { rows } = await db.pool.query<{ message_id: string }>(`SELECT message_id FROM "${db.schema}".outbox WHERE id = ANY($1)`, [ids]);
+  const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.headers[HEADERS.messageId])).size >= rows.length, { brokers });
+  const delivered = new Set(messages.map((m) => m.headers[HEADERS.messageId]));
+  assert.deepEqual(rows.filter((r) => !delivered.has(r.message_id)), []);
+});
+
+async function pendingOf(ids: number[]): Promise<number> {
+  const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE id = ANY($1) AND sent_at IS NULL`, [ids]);
+  return rows[0]!.n;
+}

@@ -9,6 +9,9 @@
  * $5 timestamptz server start time the horizon was computed on: after a restart the
  *               watermark no longer holds (see src/horizon.ts), and this claim finds nothing
  *
+ * Rows of a parked key (its dead letter waits for an operator) are left where they are,
+ * in order, until the key is released.
+ *
  * Shard ownership is what keeps one key's rows in one relay's hands; SKIP LOCKED is the
  * safety net, leaving rows another transaction holds to it instead of waiting.
  * payload goes out as text so the relay forwards the stored JSON without parsing it.
@@ -23,6 +26,8 @@ SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, head
    AND shard IN (SELECT shard FROM ${quotedSchema}.outbox_shard_leases
                   WHERE owner = $4 AND expires_at > now())
    AND pg_postmaster_start_time() = $5::timestamptz
+   AND NOT EXISTS (SELECT 1 FROM ${quotedSchema}.outbox_parked_keys AS p
+                    WHERE p.topic = outbox.topic AND p.key = outbox.key)
  ORDER BY id
  LIMIT $3
    FOR UPDATE OF outbox SKIP LOCKED`;

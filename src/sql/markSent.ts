@@ -10,7 +10,17 @@
  * $1 bigint[] ids of the batch
  * $2 text     relay id
  */
-export function markSentSql(quotedSchema: string): string {
+export function markSentSql(quotedSchema: string, onPublish: 'mark' | 'delete' = 'mark'): string {
+  if (onPublish === 'delete') {
+    // Delete-on-publish: one dead tuple per row and no index insertions, where marking
+    // writes a new row version and new index entries (sent_at is in the partial index's
+    // predicate, so the update is never HOT). Nothing to clean up afterwards.
+    return `
+DELETE FROM ${quotedSchema}.outbox
+ WHERE id = ANY($1::bigint[])
+   AND shard IN (SELECT shard FROM ${quotedSchema}.outbox_shard_leases
+                  WHERE owner = $2 AND expires_at > now())`;
+  }
   return `
 UPDATE ${quotedSchema}.outbox
    SET sent_at = now()

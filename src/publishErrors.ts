@@ -1,0 +1,63 @@
+/**
+ * What the relay does when Kafka refuses a batch: retry it (transient) or move the rows
+ * that cause it to the dead letters (permanent).
+ */
+export type PublishErrorClass = 'transient' | 'permanent';
+
+export interface ClassifiedPublishError {
+  class: PublishErrorClass;
+  /** Kafka's error name (e.g. MESSAGE_TOO_LARGE) or the kafkajs error's name. */
+  name: string;
+  message: string;
+}
+
+// Kafka error codes that the same record will get again however often it is sent: the
+// record or its topic is the problem, not the cluster's state. Named as kafkajs names them
+// (KafkaJSProtocolError.type).
+const PERMANENT = new Set([
+  'CORRUPT_MESSAGE', // 2: the record fails its CRC or is malformed
+  'MESSAGE_TOO_LARGE', // 10: larger than the topic's max.message.bytes
+  'INVALID_TOPIC_EXCEPTION', // 17: the topic name is not legal
+  'RECORD_LIST_TOO_LARGE', // 18
+  'TOPIC_AUTHORIZATION_FAILED', // 29: no write permission on this topic
+  'INVALID_RECORD', // 87: the broker's validation rejects the record (e.g. compacted topic without key)
+]);
+
+// Everything else is transient: leader changes (NOT_LEADER_FOR_PARTITION,
+// LEADER_NOT_AVAILABLE), timeouts, NOT_ENOUGH_REPLICAS, throttling, connection errors,
+// an unknown topic still being created. Authentication and cluster-level authorization
+// failures are transient too on purpose: they are the relay's configuration, not any
+// row's fault, and dead-lettering every row because of a rotated password would empty
+// the outbox into the dead letters; the breaker and the logs report them instead.
+
+/** Walk kafkajs' wrappers (retries exceeded, aggregate errors) to the Kafka error inside. */
+function innermost(error: unknown): unknown[] {
+  const found: unknown[] = [];
+  const visit = (e: unknown, depth: number): void => {
+    if (!e || typeof e !== 'object' || depth > 5) return;
+    const o = e as { originalError?: unknown; cause?: unknown; errors?: unknown[] };
+    if (Array.isArray(o.errors) && o.errors.length > 0) {
+      for (const inner of o.errors) visit(inner, depth + 1);
+      return;
+    }
+    if (o.originalError) return visit(o.originalError, depth + 1);
+    if (o.cause) return visit(o.cause, depth + 1);
+    found.push(e);
+  };
+  visit(error, 0);
+  return found.length > 0 ? found : [error];
+}
+
+/** Classify an error from producer.send / sendBatch. */
+export function classifyPublishError(error: unknown): ClassifiedPublishError {
+  const inner = innermost(error);
+  for (const e of inner) {
+    const type = (e as { type?: unknown }).type;
+    if (typeof type === 'string' && PERMANENT.has(type)) {
+      return { class: 'permanent', name: type, message: (e as Error).message ?? type };
+    }
+  }
+  const first = inner[0] as { type?: unknown; name?: unknown; message?: unknown };
+  const name = typeof first?.type === 'string' ? first.type : typeof first?.name === 'string' ? first.name : 'Error';
+  return { class: 'transient', name, message: typeof first?.message === 'string' ? first.message : String(first) };
+}

@@ -1,0 +1,47 @@
+/**
+ * Move rows the relay can never publish from the outbox to the dead letters, whole, with
+ * the reason; park their keys where the policy says so. Runs in the batch's transaction,
+ * under the same lease check as marking rows sent.
+ *
+ * $1 bigint[] ids   $2 text[] reasons   $3 text[] error names   $4 text[] policies
+ * $5 text     relay id
+ *
+ * Returns how many rows moved (fewer than given means the lease was lost: roll back).
+ */
+export function deadLetterSql(s: string): string {
+  return `
+WITH failed AS (
+  SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS f(id, reason, error_name, policy)
+), moved AS (
+  DELETE FROM ${s}.outbox AS o
+   USING failed AS f
+   WHERE o.id = f.id
+     AND o.shard IN (SELECT shard FROM ${s}.outbox_shard_leases WHERE owner = $5 AND expires_at > now())
+  RETURNING o.id, o.message_id, o.topic, o.key, o.payload, o.payload_bytes, o.headers, o.created_at,
+            o.dedup_key, o.attempts, f.reason, f.error_name, f.policy
+), dead AS (
+  INSERT INTO ${s}.outbox_dead_letters
+         (id, message_id, topic, key, payload, payload_bytes, headers, created_at, dedup_key,
+          attempts, reason, error_name, policy)
+  SELECT id, message_id, topic, key, payload, payload_bytes, headers, created_at, dedup_key,
+         attempts + 1, reason, error_name, policy
+    FROM moved
+  RETURNING id, topic, key, policy
+), parked AS (
+  INSERT INTO ${s}.outbox_parked_keys (topic, key, dead_letter_id)
+  SELECT DISTINCT ON (topic, key) topic, key, id FROM dead WHERE policy = 'park' ORDER BY topic, key, id
+  ON CONFLICT (topic, key) DO NOTHING
+)
+SELECT count(*)::int AS moved FROM dead`;
+}
+
+/**
+ * After a failed batch (rolled back): count the attempt and keep the error on its rows.
+ * $1 bigint[] ids   $2 text last error
+ */
+export function recordAttemptSql(s: string): string {
+  return `
+UPDATE ${s}.outbox
+   SET attempts = attempts + 1, last_error = $2
+ WHERE id = ANY($1::bigint[]) AND sent_at IS NULL`;
+}
