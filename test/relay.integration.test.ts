@@ -158,3 +158,29 @@ test('integration: Postgres connections dropped mid-stream (backends terminated)
   assert.equal(new Set(messages.map((m) => m.headers[HEADERS.messageId])).size, 5_000);
   assert.ok(errors > 0, 'the drops were felt (and survived)');
 });
+
+test('integration: --on-publish delete removes rows once Kafka acknowledged them, and every row still arrives', async () => {
+  const topic = await createTopic(2);
+  const client = await db.pool.connect();
+  try {
+    await client.query('BEGIN');
+    await enqueue(client, Array.from({ length: 1_000 }, (_, i) => ({ topic, key: `k${i % 10}`, payload: { i } })), { schema: db.schema });
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+  const { rows: before } = await db.pool.query<{ message_id: string }>(`SELECT message_id FROM "${db.schema}".outbox WHERE topic = $1`, [topic]);
+  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, onPublish: 'delete' });
+  await relay.start();
+  try {
+    await waitFor('every row deleted', async () => {
+      const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE topic = $1`, [topic]);
+      return rows[0].n === 0;
+    });
+  } finally {
+    await relay.stop();
+  }
+  const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.headers[HEADERS.messageId])).size >= 1_000);
+  const delivered = new Set(messages.map((m) => m.headers[HEADERS.messageId]));
+  assert.deepEqual(before.filter((r) => !delivered.has(r.message_id)), []);
+});
