@@ -1,0 +1,91 @@
+import type pg from 'pg';
+import { connect } from './database.js';
+import { quoteIdentifier } from './identifiers.js';
+import { assertMigrated } from './migrate.js';
+import { optionValue } from './settings.js';
+import { cleanupBatchSize, cleanupRetention } from './operatorSettings.js';
+import { parseDuration } from './durations.js';
+import { cleanupBatchSql } from './sql/cleanup.js';
+import { silentLogger, type Logger } from './logger.js';
+import { ConfigError } from './errors.js';
+
+export interface CleanupOptions {
+  /** Connection string; ignored when `client` or `pool` is given. */
+  databaseUrl?: string;
+  /** A pool or connection to use instead of `databaseUrl`; left open. */
+  pool?: pg.Pool;
+  client?: pg.ClientBase;
+  /** Schema of the outbox (default `public`). */
+  schema?: string;
+  /**
+   * Sent rows whose sent_at is older than this are deleted: `7d` (default), `12h`, `30m`.
+   * It is also the producer-side dedup window: once a row is gone, its dedup key can be
+   * enqueued again.
+   */
+  retention?: string;
+  /** Rows per delete transaction (default 1000). */
+  batchSize?: number;
+  /** Stop after this many batches (default: until no sent row past the retention is left). */
+  maxBatches?: number;
+  logger?: Logger;
+}
+
+export interface CleanupResult {
+  deleted: number;
+  batches: number;
+}
+
+/**
+ * `outbox-relay cleanup`: delete sent outbox rows older than the retention, in bounded
+ * batches, lowest id first. Pending rows (sent_at NULL) are never touched, whatever
+ * their age. Each batch is its own short transaction and skips rows another transaction
+ * holds, so it runs beside live relays without blocking them.
+ *
+ * With the relay's delete-on-publish mode there is nothing left for it to do.
+ */
+export async function cleanupOutbox(options: CleanupOptions = {}): Promise<CleanupResult> {
+  const retention = optionValue(cleanupRetention, options.retention);
+  const retentionMs = (parseDuration(retention) as { value: number }).value;
+  const batchSize = optionValue(cleanupBatchSize, options.batchSize);
+  const schema = options.schema ?? 'public';
+  const quoted = quoteIdentifier(schema, 'schema');
+  if (options.maxBatches !== undefined && !(Number.isSafeInteger(options.maxBatches) && options.maxBatches >= 1)) {
+    throw new ConfigError('maxBatches', `${JSON.stringify(options.maxBatches)} is not a positive whole number`);
+  }
+  const logger = options.logger ?? silentLogger();
+  let own: pg.Client | undefined;
+  let db: pg.ClientBase | pg.Pool;
+  if (options.client) db = options.client;
+  else if (options.pool) db = options.pool;
+  else {
+    if (!options.databaseUrl) throw new ConfigError('databaseUrl', 'is required (environment DATABASE_URL)');
+    db = own = await connect(options.databaseUrl, 'outbox-relay:cleanup');
+  }
+  const result: CleanupResult = { deleted: 0, batches: 0 };
+  try {
+    const check = options.client ?? own;
+    if (check) await assertMigrated(check, schema);
+    else {
+      const c = await (db as pg.Pool).connect();
+      try {
+        await assertMigrated(c, schema);
+      } finally {
+        c.release();
+      }
+    }
+    const sql = cleanupBatchSql(quoted);
+    let after = 0;
+    for (;;) {
+      const { rows } = await db.query<{ id: number }>(sql, [retentionMs / 1000, batchSize, after]);
+      result.batches++;
+      result.deleted += rows.length;
+      for (const r of rows) after = Math.max(after, Number(r.id));
+      if (rows.length < batchSize) break;
+      if (options.maxBatches !== undefined && result.batches >= options.maxBatches) break;
+    }
+  } finally {
+    await own?.end().catch(() => undefined);
+  }
+  logger.info({ ...result, retention, schema }, 'cleaned up sent outbox rows');
+  return result;
+}
