@@ -34,3 +34,13 @@ export { createConcurrencyLimit, createRateLimit, createDependencyLimit } from '
 export type { Limit, ConcurrencyLimit, RateLimit, RateLimitOptions, DependencyLimit, DependencyLimitOptions, DependencyStats } from './limits.js';
 export { purgeProcessedMessages } from './processedMessages.js';
 export type { PurgeProcessedOptions, PurgeProcessedResult } from './processedMessages.js';
+export { instrumentRelay, relayReadiness, instrumentConsumer, instrumentHandler, relayMetrics, consumerMetrics, addProcessMetrics, errorClass, metricNames, BREAKER_STATE, CONSUMER_OUTCOMES } from './metrics.js';
+export type { RelayMetrics, RelayInstrumentation, InstrumentRelayOptions, RelaySample, RelayReadiness, RelayReadinessOptions, Readiness, ReadinessCheck, ConsumerMetrics, ConsumerInstrumentation, InstrumentConsumerOptions } from './metrics.js';
+export { startMetricsServer, serveRelayMetrics } from './metricsServer.js';
+export type { MetricsServer, MetricsServerOptions, RelayMetricsService } from './metricsServer.js';
+export { METRICS_SETTINGS, metricsAddress, metricsSampleIntervalMs, parseMetricsAddress, formatMetricsAddress } from './metricsSettings.js';
+export type { MetricsAddress } from './metricsSettings.js';
+export { KAFKA_SECURITY_SETTINGS, kafkaSecurityConfig, describeKafkaSecurity, SASL_MECHANISMS } from './kafkaSecurity.js';
+export type { KafkaSecurityOptions, SaslMechanism } from './kafkaSecurity.js';
+export { roleScript } from './roles.js';
+export type { RoleScriptOptions } from './roles.js';
