@@ -1,0 +1,113 @@
+/**
+ * A relay or a consumer in a process of its own, for bench/run.ts: it reports on stdout, as
+ * JSON lines, what the parent needs to time it without sharing its event loop.
+ *
+ *   node bench/.build/child.mjs relay    (env BENCH_SCHEMA, BENCH_RELAY_OPTIONS as JSON)
+ *   node bench/.build/child.mjs consumer (env BENCH_SCHEMA, BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS)
+ *
+ * Lines: {"ready":true} once started; {"t":ms,"rss":bytes,"acks":[[outboxId,ms],...]} every
+ * 200 ms (relay: when Kafka acknowledged the row's batch; consumer: when its handler
+ * started). Times are wall-clock milliseconds with sub-millisecond precision
+ * (performance.timeOrigin + performance.now()), comparable across processes.
+ * SIGTERM stops it cleanly; {"done":true,"peakRss":bytes} is the last line.
+ */
+import pg from 'pg';
+import type { Kafka, Producer, ProducerBatch } from 'kafkajs';
+import { createKafka, HEADERS } from '../src/kafka.js';
+import { createRelay, type RelayOptions } from '../src/relay.js';
+import { createConsumer } from '../src/consumer.js';
+import { createLogger, silentLogger } from '../src/logger.js';
+
+const mode = process.argv[2];
+const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
+const schema = process.env.BENCH_SCHEMA ?? 'public';
+const now = (): number => performance.timeOrigin + performance.now();
+
+let acks: Array<[number, number]> = [];
+let peakRss = 0;
+function report(): void {
+  const rss = process.memoryUsage.rss();
+  peakRss = Math.max(peakRss, rss);
+  process.stdout.write(`${JSON.stringify({ t: now(), rss, acks })}\n`);
+  acks = [];
+}
+
+/** A kafkajs client whose producers record when each message's batch was acknowledged. */
+function recordingKafka(): Kafka {
+  const kafka = createKafka({ brokers, clientId: 'bench-relay', logger: silentLogger() });
+  const producer = kafka.producer.bind(kafka);
+  kafka.producer = (config) => {
+    const p: Producer = producer(config);
+    const sendBatch = p.sendBatch.bind(p);
+    p.sendBatch = async (batch: ProducerBatch) => {
+      const result = await sendBatch(batch);
+      const t = now();
+      for (const tm of batch.topicMessages ?? []) {
+        for (const m of tm.messages) acks.push([Number(m.headers?.[HEADERS.outboxId]?.toString()), t]);
+      }
+      return result;
+    };
+    return p;
+  };
+  return kafka;
+}
+
+async function main(): Promise<void> {
+  let stop: () => Promise<unknown>;
+  if (mode === 'relay') {
+    const options = JSON.parse(process.env.BENCH_RELAY_OPTIONS ?? '{}') as Partial<RelayOptions>;
+    const relay = createRelay({
+      databaseUrl,
+      kafkaBrokers: brokers,
+      schema,
+      kafka: recordingKafka(),
+      logger: createLogger('warn'),
+      ...options,
+    });
+    await relay.start();
+    stop = () => relay.stop();
+  } else if (mode === 'consumer') {
+    const partitions = Number(process.env.BENCH_PARTITIONS ?? 6);
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: partitions + 2 });
+    const effect = `INSERT INTO "${schema}".effects (message_id, entity, amount) VALUES ($1, $2, $3)`;
+    const consumer = createConsumer<{ i: number }>({
+      kafkaBrokers: brokers,
+      groupId: process.env.BENCH_GROUP ?? 'bench',
+      topics: process.env.BENCH_TOPIC ?? 'bench',
+      pool,
+      schema,
+      partitionsConcurrency: partitions,
+      maxWaitTimeMs: 10,
+      logger: createLogger('warn'),
+      handler: async (message, { client }) => {
+        acks.push([Number(message.headers[HEADERS.outboxId]), now()]);
+        await client.query(effect, [message.messageId, message.key, 1]);
+      },
+    });
+    await consumer.start();
+    stop = async () => {
+      await consumer.stop();
+      await pool.end();
+    };
+  } else {
+    throw new Error(`usage: child.mjs relay|consumer (got ${mode})`);
+  }
+  const timer = setInterval(report, 200);
+  process.stdout.write(`${JSON.stringify({ ready: true, t: now() })}\n`);
+  let stopping = false;
+  process.on('SIGTERM', () => {
+    if (stopping) return;
+    stopping = true;
+    void stop().finally(() => {
+      clearInterval(timer);
+      report();
+      process.stdout.write(`${JSON.stringify({ done: true, peakRss })}\n`, () => process.exit(0));
+    });
+  });
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`bench child (${mode}) failed: ${(error as Error)?.stack ?? String(error)}\n`);
+  process.exit(1);
+});
