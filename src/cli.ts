@@ -131,6 +131,171 @@ addSettings(
   process.stdout.write(`deleted ${result.deleted} processed_messages rows older than ${o.retentionDays as number} days (${result.batches} batches)\n`);
 });
 
+// dead-letters and cleanup: the operator side of rows that could not be published
+// (src/deadLetters.ts, src/cleanup.ts, docs/operations-dead-letters.md). Imported here,
+// in its own block, so the commands stay one self-contained piece.
+const ops = await import('./operatorSettings.js');
+const deadLetters = await import('./deadLetters.js');
+
+/** Library option name to the flag the user typed, for ConfigErrors of the filter. */
+const FILTER_FLAGS: Record<string, string> = { ids: 'id', topic: '--topic', key: '--key', reason: '--reason', since: '--since', until: '--until', policy: '--policy', all: '--all', yes: '--yes' };
+
+async function namingFlags<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (error instanceof ConfigError && error.setting === 'filter') {
+      throw new ConfigError('dead-letters', 'no dead letters named: give ids, a filter (--topic, --key, --reason, --since, --until, --policy) or --all');
+    }
+    const flag = error instanceof ConfigError ? FILTER_FLAGS[error.setting] : undefined;
+    if (error instanceof ConfigError && flag) throw new ConfigError(flag, error.message.slice(error.setting.length + 2));
+    throw error;
+  }
+}
+
+function withFilterFlags(command: Command): Command {
+  return command
+    .argument('[ids...]', 'dead letter ids (space- or comma-separated)')
+    .option('--topic <topic>', 'only this topic')
+    .option('--key <key>', 'only this key')
+    .option('--reason <text>', 'only where the reason or the error name contains this (case-insensitive)')
+    .option('--since <time>', 'dead-lettered at or after: ISO 8601 time (UTC unless an offset is given) or a duration ago (30m, 2h, 7d)')
+    .option('--until <time>', 'dead-lettered before: ISO 8601 time or a duration ago')
+    .option('--policy <policy>', 'park or skip');
+}
+
+function filterFrom(ids: string[], flags: Record<string, unknown>): import('./deadLetters.js').DeadLetterFilter {
+  const list = ids.flatMap((a) => a.split(',')).map((a) => a.trim()).filter((a) => a !== '');
+  for (const a of list) if (!/^\d+$/.test(a) || Number(a) < 1) throw new ConfigError('id', `${JSON.stringify(a)} is not a dead letter id (a positive whole number)`);
+  return {
+    ids: list.length ? list.map(Number) : undefined,
+    topic: flags.topic as string | undefined,
+    key: flags.key as string | undefined,
+    reason: flags.reason as string | undefined,
+    since: flags.since as string | undefined,
+    until: flags.until as string | undefined,
+    policy: flags.policy as 'park' | 'skip' | undefined,
+  };
+}
+
+const deadLettersCommand = program
+  .command('dead-letters')
+  .description('Rows the relay could never publish: list them, replay them (throttled) once the cause is fixed, or discard them.');
+
+const DL_LIST_SETTINGS = [settings.databaseUrl, settings.schema, ops.listLimit] as const;
+addSettings(
+  withFilterFlags(deadLettersCommand.command('list').description('List dead letters, lowest id first. Read-only.')).option('--json', 'print JSON instead of a table'),
+  DL_LIST_SETTINGS,
+).action(async (ids: string[], flags: Record<string, unknown>) => {
+  const o = resolve(DL_LIST_SETTINGS, flags);
+  const result = await namingFlags(() =>
+    deadLetters.listDeadLetters({ ...filterFrom(ids, flags), databaseUrl: o.databaseUrl as string, schema: o.schema as string, limit: o.limit as number }),
+  );
+  process.stdout.write(
+    flags.json
+      ? `${JSON.stringify({ total: result.total, deadLetters: result.deadLetters.map(deadLetters.deadLetterJson) }, null, 2)}\n`
+      : deadLetters.formatDeadLetters(result.deadLetters, result.total),
+  );
+});
+
+const DL_REPLAY_SETTINGS = [settings.databaseUrl, settings.schema, ops.replayRate, settings.logLevel] as const;
+addSettings(
+  withFilterFlags(
+    deadLettersCommand
+      .command('replay')
+      .description('Move dead letters back into the outbox under their original id and message id, one row per transaction, lowest id first, at --rate rows per second. Fix the cause first.'),
+  ).option('--all', 'replay every dead letter (needed when no ids and no filter are given)'),
+  DL_REPLAY_SETTINGS,
+).action(async (ids: string[], flags: Record<string, unknown>) => {
+  const o = resolve(DL_REPLAY_SETTINGS, flags);
+  const logger = createLogger(o.logLevel as LogLevel);
+  // A signal stops the replay between two rows: what moved stays moved, the rest stay dead letters.
+  const abort = new AbortController();
+  const stop = (): void => abort.abort();
+  process.once('SIGINT', stop).once('SIGTERM', stop);
+  const r = await namingFlags(() =>
+    deadLetters.replayDeadLetters({
+      ...filterFrom(ids, flags),
+      all: flags.all === true ? true : undefined,
+      databaseUrl: o.databaseUrl as string,
+      schema: o.schema as string,
+      rate: o.rate as number,
+      signal: abort.signal,
+      logger,
+    }),
+  );
+  logger.flush();
+  const seconds = (r.finishedAt.getTime() - r.startedAt.getTime()) / 1000;
+  let line = `replayed ${r.replayed} of ${r.selected} dead letters in ${seconds.toFixed(1)} s` + (r.ratePerSecond === null ? '' : ` (${r.ratePerSecond.toFixed(1)}/s)`);
+  line += `; released ${r.releasedKeys.length} parked ${r.releasedKeys.length === 1 ? 'key' : 'keys'}`;
+  if (r.waiting.length) line += `; ${r.waiting.length} wait behind keys still parked by dead letters ${[...new Set(r.waiting.map((w) => w.parkedBehind))].join(', ')}`;
+  process.stdout.write(`${line}\n`);
+  if (r.stopped) fail(new Error(`replay stopped by a signal after ${r.replayed} of ${r.selected}; the others are still dead letters`));
+  if (r.notMoved.length) {
+    const conflicts = r.notMoved.filter((n) => n.why === 'conflict').map((n) => n.id);
+    const gone = r.notMoved.filter((n) => n.why === 'gone').map((n) => n.id);
+    fail(
+      new Error(
+        `${r.notMoved.length} not replayed` +
+          (conflicts.length ? `; still dead letters, a row with the same id or dedup key is in the outbox: ${conflicts.join(', ')}` : '') +
+          (gone.length ? `; replayed or discarded by someone else meanwhile: ${gone.join(', ')}` : ''),
+      ),
+    );
+  }
+});
+
+const DL_DISCARD_SETTINGS = [settings.databaseUrl, settings.schema] as const;
+addSettings(
+  withFilterFlags(
+    deadLettersCommand
+      .command('discard')
+      .description('Delete dead letters for good, releasing the keys they park. Without --yes, lists what it would delete and exits 2.'),
+  )
+    .option('--all', 'discard every dead letter (needed when no ids and no filter are given)')
+    .option('--yes', 'confirm: really delete them'),
+  DL_DISCARD_SETTINGS,
+).action(async (ids: string[], flags: Record<string, unknown>) => {
+  const o = resolve(DL_DISCARD_SETTINGS, flags);
+  const r = await namingFlags(() =>
+    deadLetters.discardDeadLetters({
+      ...filterFrom(ids, flags),
+      all: flags.all === true ? true : undefined,
+      yes: flags.yes === true,
+      databaseUrl: o.databaseUrl as string,
+      schema: o.schema as string,
+    }),
+  );
+  if (r.dryRun) {
+    process.stdout.write(deadLetters.formatDeadLetters(r.matched));
+    fail(new ConfigError('--yes', `is required to discard these ${r.matched.length} dead letters; nothing was discarded`));
+  }
+  const released = r.releasedKeys.length;
+  process.stdout.write(
+    `discarded ${r.discarded} dead letters (ids ${r.matched.slice(0, 50).map((d) => d.id).join(', ')}${r.matched.length > 50 ? ', …' : ''}); released ${released} parked ${released === 1 ? 'key' : 'keys'}\n`,
+  );
+});
+
+const CLEANUP_SETTINGS = [settings.databaseUrl, settings.schema, ops.cleanupRetention, ops.cleanupBatchSize, settings.logLevel] as const;
+addSettings(
+  program
+    .command('cleanup')
+    .description('Delete sent outbox rows older than the retention, in bounded batches of short transactions. Pending rows are never touched. Safe beside running relays.'),
+  CLEANUP_SETTINGS,
+).action(async (flags: Record<string, unknown>) => {
+  const o = resolve(CLEANUP_SETTINGS, flags);
+  const { cleanupOutbox } = await import('./cleanup.js');
+  const logger = createLogger(o.logLevel as LogLevel);
+  const result = await cleanupOutbox({
+    databaseUrl: o.databaseUrl as string,
+    schema: o.schema as string,
+    retention: o.retention as string,
+    batchSize: o.batchSize as number,
+    logger,
+  });
+  logger.flush();
+  process.stdout.write(`deleted ${result.deleted} sent rows older than ${o.retention as string} (${result.batches} batches)\n`);
+});
+
 try {
   await program.parseAsync(process.argv);
 } catch (error) {

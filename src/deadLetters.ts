@@ -1,0 +1,563 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type pg from 'pg';
+import { connect } from './database.js';
+import { quoteIdentifier } from './identifiers.js';
+import { assertMigrated } from './migrate.js';
+import { optionValue } from './settings.js';
+import { listLimit, replayRate } from './operatorSettings.js';
+import { parseTimePoint } from './durations.js';
+import { discardDeadLettersSql, listDeadLettersSql, replayDeadLettersSql } from './sql/deadLetters.js';
+import { ConfigError, OutboxError } from './errors.js';
+import { silentLogger, type Logger } from './logger.js';
+
+// `outbox-relay dead-letters list | replay | discard`: what the relay could not publish,
+// and the ways back out of outbox_dead_letters (see docs/operations-dead-letters.md).
+
+/** A row the relay could never publish, as it sits in outbox_dead_letters. */
+export interface DeadLetter {
+  /** Its outbox id; a replay puts it back under this id. */
+  id: number;
+  /** The message-id header; kept across replays, so consumers deduplicate a replay. */
+  messageId: string;
+  topic: string;
+  key: string;
+  payload: unknown;
+  payloadBytes: Buffer | null;
+  headers: Record<string, string> | null;
+  createdAt: Date;
+  dedupKey: string | null;
+  attempts: number;
+  /** Why it cannot be published as it is. */
+  reason: string;
+  /** Kafka's error name (MESSAGE_TOO_LARGE) or the validation that failed (validation:empty_key). */
+  errorName: string;
+  /** park: its key's later rows wait for it; skip: they went on without it. */
+  policy: 'park' | 'skip';
+  firstFailedAt: Date;
+  deadLetteredAt: Date;
+  /** This dead letter is the one its key is parked behind right now. */
+  parksKey: boolean;
+}
+
+/**
+ * Which dead letters a command works on; every field narrows the selection (AND).
+ * Times are a Date, an ISO 8601 text (no offset: UTC) or a duration ago (`2h`, `7d`).
+ */
+export interface DeadLetterFilter {
+  ids?: readonly number[];
+  topic?: string;
+  key?: string;
+  /** Case-insensitive substring of the reason or of the error name. */
+  reason?: string;
+  /** Dead-lettered at or after. */
+  since?: Date | string;
+  /** Dead-lettered before. */
+  until?: Date | string;
+  policy?: 'park' | 'skip';
+}
+
+export interface DeadLetterConnection {
+  /** Connection string; ignored when `client` or `pool` is given. */
+  databaseUrl?: string;
+  /** A pool or connection to use instead of `databaseUrl`; left open. */
+  pool?: pg.Pool;
+  client?: pg.ClientBase;
+  /** Schema of the outbox tables (default `public`). */
+  schema?: string;
+}
+
+/** A filter matched nothing, or ids that are not dead letters were named. Nothing changed. */
+export class DeadLetterNotFoundError extends OutboxError {
+  constructor(message: string, context: Record<string, unknown>) {
+    super(message, { retriable: false, context });
+  }
+}
+
+const FILTER_FIELDS = ['ids', 'topic', 'key', 'reason', 'since', 'until', 'policy'] as const;
+
+interface ResolvedFilter {
+  params: [number[] | null, string | null, string | null, string | null, Date | null, Date | null, string | null];
+  text: string;
+  empty: boolean;
+}
+
+/** Check a filter up front; ConfigError names the field. Relative times count back from `now`. */
+function resolveFilter(f: DeadLetterFilter, now: Date): ResolvedFilter {
+  let ids: number[] | null = null;
+  if (f.ids !== undefined) {
+    if (!Array.isArray(f.ids) || f.ids.length === 0) throw new ConfigError('ids', 'must be a non-empty list of dead letter ids');
+    for (const id of f.ids) {
+      if (!Number.isSafeInteger(id) || id < 1) throw new ConfigError('ids', `${JSON.stringify(id)} is not a dead letter id (a positive whole number)`);
+    }
+    ids = [...new Set(f.ids)].sort((a, b) => a - b);
+  }
+  const text = (name: string, v: string | undefined): string | null => {
+    if (v === undefined) return null;
+    if (typeof v !== 'string' || v === '') throw new ConfigError(name, 'must be a non-empty string');
+    return v;
+  };
+  const time = (name: string, v: Date | string | undefined): Date | null => {
+    if (v === undefined) return null;
+    if (v instanceof Date) {
+      if (Number.isNaN(v.getTime())) throw new ConfigError(name, 'is an invalid Date');
+      return v;
+    }
+    if (typeof v !== 'string') throw new ConfigError(name, `${JSON.stringify(v)} is not a time`);
+    const parsed = parseTimePoint(v, now);
+    if ('problem' in parsed) throw new ConfigError(name, parsed.problem);
+    return parsed.value;
+  };
+  const topic = text('topic', f.topic);
+  // A key may be empty (an empty key is one of the things that gets dead-lettered).
+  if (f.key !== undefined && typeof f.key !== 'string') throw new ConfigError('key', 'must be a string');
+  const key = f.key ?? null;
+  const reason = text('reason', f.reason);
+  const since = time('since', f.since);
+  const until = time('until', f.until);
+  if (since && until && since >= until) {
+    throw new ConfigError('until', `${until.toISOString()} is not after since (${since.toISOString()})`);
+  }
+  if (f.policy !== undefined && f.policy !== 'park' && f.policy !== 'skip') {
+    throw new ConfigError('policy', `${JSON.stringify(f.policy)} is not one of park, skip`);
+  }
+  const policy = f.policy ?? null;
+  const parts: string[] = [];
+  if (ids) parts.push(`id ${ids.join(',')}`);
+  if (topic !== null) parts.push(`topic ${JSON.stringify(topic)}`);
+  if (key !== null) parts.push(`key ${JSON.stringify(key)}`);
+  if (reason !== null) parts.push(`reason ~ ${JSON.stringify(reason)}`);
+  if (since) parts.push(`since ${since.toISOString()}`);
+  if (until) parts.push(`until ${until.toISOString()}`);
+  if (policy) parts.push(`policy ${policy}`);
+  return {
+    params: [ids, topic, key, reason, since, until, policy],
+    text: parts.length ? parts.join(', ') : 'all dead letters',
+    empty: parts.length === 0,
+  };
+}
+
+interface Db {
+  db: pg.ClientBase | pg.Pool;
+  close(): Promise<void>;
+}
+
+async function open(options: DeadLetterConnection, what: string): Promise<Db> {
+  const schema = options.schema ?? 'public';
+  let db: pg.ClientBase | pg.Pool;
+  let own: pg.Client | undefined;
+  if (options.client) db = options.client;
+  else if (options.pool) db = options.pool;
+  else {
+    if (!options.databaseUrl) throw new ConfigError('databaseUrl', 'is required (environment DATABASE_URL)');
+    db = own = await connect(options.databaseUrl, `outbox-relay:${what}`);
+  }
+  const close = async (): Promise<void> => {
+    await own?.end().catch(() => undefined);
+  };
+  try {
+    if ('release' in db || !('totalCount' in db)) await assertMigrated(db as pg.ClientBase, schema);
+    else {
+      const c = await (db as pg.Pool).connect();
+      try {
+        await assertMigrated(c, schema);
+      } finally {
+        c.release();
+      }
+    }
+  } catch (error) {
+    await close();
+    throw error;
+  }
+  return { db, close };
+}
+
+/** Now by the database's clock, which also stamped dead_lettered_at. */
+async function dbNow(db: pg.ClientBase | pg.Pool): Promise<Date> {
+  return (await db.query<{ now: Date }>('SELECT now() AS now')).rows[0]!.now;
+}
+
+interface DeadLetterRow {
+  id: number;
+  message_id: string;
+  topic: string;
+  key: string;
+  payload: unknown;
+  payload_bytes: Buffer | null;
+  headers: Record<string, string> | null;
+  created_at: Date;
+  dedup_key: string | null;
+  attempts: number;
+  reason: string;
+  error_name: string;
+  policy: 'park' | 'skip';
+  first_failed_at: Date;
+  dead_lettered_at: Date;
+  parks_key: boolean;
+  total: number;
+}
+
+function toDeadLetter(r: DeadLetterRow): DeadLetter {
+  return {
+    id: Number(r.id),
+    messageId: r.message_id,
+    topic: r.topic,
+    key: r.key,
+    payload: r.payload,
+    payloadBytes: r.payload_bytes,
+    headers: r.headers,
+    createdAt: r.created_at,
+    dedupKey: r.dedup_key,
+    attempts: r.attempts,
+    reason: r.reason,
+    errorName: r.error_name,
+    policy: r.policy,
+    firstFailedAt: r.first_failed_at,
+    deadLetteredAt: r.dead_lettered_at,
+    parksKey: r.parks_key,
+  };
+}
+
+async function select(db: pg.ClientBase | pg.Pool, s: string, filter: ResolvedFilter, limit: number | null): Promise<{ rows: DeadLetter[]; total: number }> {
+  const { rows } = await db.query<DeadLetterRow>(listDeadLettersSql(s), [...filter.params, limit]);
+  return { rows: rows.map(toDeadLetter), total: rows.length ? Number(rows[0]!.total) : 0 };
+}
+
+/**
+ * The chosen set must be exactly what the caller named: every id given exists (and
+ * matches the rest of the filter), and a filter matches something. Otherwise nothing
+ * happens and the error says why.
+ */
+function requireMatches(filter: ResolvedFilter, found: readonly DeadLetter[], verb: string): void {
+  const ids = filter.params[0];
+  if (ids) {
+    const have = new Set(found.map((d) => d.id));
+    const missing = ids.filter((id) => !have.has(id));
+    if (missing.length) {
+      const which = missing.length === 1 ? `dead letter ${missing[0]} does not exist` : `dead letters ${missing.join(', ')} do not exist`;
+      const extra = filter.params.slice(1).some((p) => p !== null) ? ' or do not match the filter' : '';
+      throw new DeadLetterNotFoundError(`${which}${extra}; nothing was ${verb}`, { missing });
+    }
+  }
+  if (found.length === 0) throw new DeadLetterNotFoundError(`no dead letter matches ${filter.text}; nothing was ${verb}`, { filter: filter.text });
+}
+
+function requireSelection(filter: ResolvedFilter, all: boolean | undefined, verb: string): void {
+  if (all !== undefined && typeof all !== 'boolean') throw new ConfigError('all', 'must be true or false');
+  if (filter.empty && !all) {
+    throw new ConfigError('filter', `no dead letters named: give ids, a filter (topic, key, reason, since, until, policy) or all, to ${verb}`);
+  }
+  if (!filter.empty && all) throw new ConfigError('all', 'cannot be combined with ids or a filter');
+}
+
+// ---------------------------------------------------------------------------------------
+// list
+
+export interface ListDeadLettersOptions extends DeadLetterConnection, DeadLetterFilter {
+  /** At most this many, lowest id first (default 100). */
+  limit?: number;
+}
+
+export interface ListDeadLettersResult {
+  deadLetters: DeadLetter[];
+  /** How many match in all (more than deadLetters.length when the limit cut the list). */
+  total: number;
+}
+
+/** `outbox-relay dead-letters list`: dead letters matching a filter, lowest id first. Read-only. */
+export async function listDeadLetters(options: ListDeadLettersOptions = {}): Promise<ListDeadLettersResult> {
+  const limit = optionValue(listLimit, options.limit);
+  const s = quoteIdentifier(options.schema ?? 'public', 'schema');
+  checkFilterFields(options);
+  const { db, close } = await open(options, 'dead-letters');
+  try {
+    const filter = resolveFilter(options, await dbNow(db));
+    const { rows, total } = await select(db, s, filter, limit);
+    return { deadLetters: rows, total };
+  } finally {
+    await close();
+  }
+}
+
+// Catch bad filter values before connecting, with a fixed clock for relative times (they
+// are resolved again against the database's clock once connected).
+function checkFilterFields(f: DeadLetterFilter): void {
+  resolveFilter(f, new Date());
+}
+
+// ---------------------------------------------------------------------------------------
+// replay
+
+/** How far behind schedule a replay may catch up after a stall. */
+const CATCH_UP_MS = 100;
+
+export interface ReplayDeadLettersOptions extends DeadLetterConnection, DeadLetterFilter {
+  /** Select every dead letter; needed when no ids and no filter are given. */
+  all?: boolean;
+  /** Dead letters moved per second, at most (default 10, up to 1000). */
+  rate?: number;
+  /** Replay at most this many of the matches, lowest id first. */
+  limit?: number;
+  /** Stops the replay between two rows; rows moved so far stay moved. */
+  signal?: AbortSignal;
+  /** Called after each dead letter is moved back (or left in place), with the time (Date.now()). */
+  onProgress?: (event: ReplayProgress) => void;
+  logger?: Logger;
+}
+
+export interface ReplayProgress {
+  id: number;
+  topic: string;
+  key: string;
+  moved: boolean;
+  releasedKey: boolean;
+  atMs: number;
+}
+
+export interface ReplayResult {
+  /** How many dead letters the ids/filter selected when the replay began. */
+  selected: number;
+  /** Moved back into the outbox, each under its original id and message id. */
+  replayed: number;
+  /** Ids moved back, in the order they were moved (lowest id first). */
+  replayedIds: number[];
+  /** Keys released: the moved dead letter was the one parking them. */
+  releasedKeys: Array<{ topic: string; key: string; deadLetterId: number }>;
+  /**
+   * Moved back, but their key is still parked behind another dead letter (not in this
+   * replay): they wait in the outbox, in order, until that one is replayed or discarded.
+   */
+  waiting: Array<{ id: number; parkedBehind: number }>;
+  /**
+   * Left in place: a row with the same id or dedup key is already in the outbox (the event
+   * was enqueued again), or the dead letter was gone (replayed or discarded by someone
+   * else meanwhile). Nothing was lost: each is in exactly one of the two tables.
+   */
+  notMoved: Array<{ id: number; why: 'conflict' | 'gone' }>;
+  /** True when the signal stopped the replay before the end. */
+  stopped: boolean;
+  startedAt: Date;
+  finishedAt: Date;
+  /** Achieved rate: rows moved per second between the first move and the last. */
+  ratePerSecond: number | null;
+}
+
+/**
+ * `outbox-relay dead-letters replay`: move dead letters back into the outbox, one row per
+ * transaction, lowest id first (so in order within each key), paced to `rate` per second.
+ *
+ * Each move is atomic (src/sql/deadLetters.ts): the row goes back under its original id
+ * and message id (consumers deduplicate a replay by message id), the dead letter is
+ * deleted, and if it was the one parking its key the key is released; the relay then
+ * publishes it before the key's waiting rows, which have higher ids.
+ *
+ * The selection is fixed when the replay begins: a row that fails again and comes back as
+ * a dead letter during the replay is not replayed a second time.
+ *
+ * @throws ConfigError for a bad option (nothing selected, a bad time, a rate out of range);
+ *   DeadLetterNotFoundError when an id does not exist or the filter matches nothing. In
+ *   both cases before anything moved.
+ */
+export async function replayDeadLetters(options: ReplayDeadLettersOptions): Promise<ReplayResult> {
+  const rate = optionValue(replayRate, options.rate);
+  if (options.limit !== undefined && !(Number.isSafeInteger(options.limit) && options.limit >= 1)) {
+    throw new ConfigError('limit', `${JSON.stringify(options.limit)} is not a positive whole number`);
+  }
+  const s = quoteIdentifier(options.schema ?? 'public', 'schema');
+  requireSelection(resolveFilter(options, new Date()), options.all, 'replay');
+  const logger = options.logger ?? silentLogger();
+  const { db, close } = await open(options, 'dead-letters-replay');
+  try {
+    const filter = resolveFilter(options, await dbNow(db));
+    const { rows } = await select(db, s, filter, options.limit ?? null);
+    requireMatches(filter, rows, 'replayed');
+    const sql = replayDeadLettersSql(s);
+    // Up to 100 statements a second: above 100 rows/s, each statement (one transaction)
+    // moves a small group of consecutive rows, so a high rate is not bounded by round trips.
+    const perMove = Math.max(1, Math.floor(rate / 100));
+    const intervalMs = (perMove * 1000) / rate;
+    const result: ReplayResult = {
+      selected: rows.length,
+      replayed: 0,
+      replayedIds: [],
+      releasedKeys: [],
+      waiting: [],
+      notMoved: [],
+      stopped: false,
+      startedAt: new Date(),
+      finishedAt: new Date(),
+      ratePerSecond: null,
+    };
+    logger.info({ selected: rows.length, rate, filter: filter.text }, 'replaying dead letters');
+    let firstMoveMs: number | undefined;
+    let firstMoveRows = 0;
+    let lastMoveMs = 0;
+    let lastLogMs = Date.now();
+    // Fixed pacing: move i starts no earlier than start + i * interval, so timers firing
+    // late do not slow the replay down. A stall (a slow commit, a GC pause) is made up for
+    // at most CATCH_UP_MS worth of moves, then the schedule restarts from now: no burst
+    // above 10% of the rate within any second (a token bucket holding 100 ms of tokens).
+    let nextMs = performance.now();
+    for (let i = 0; i < rows.length; i += perMove) {
+      const group = rows.slice(i, i + perMove);
+      if (options.signal?.aborted) {
+        result.stopped = true;
+        break;
+      }
+      const waitMs = nextMs - performance.now();
+      if (waitMs > 0) {
+        try {
+          await sleep(waitMs, undefined, { signal: options.signal });
+        } catch {
+          result.stopped = true;
+          break;
+        }
+      }
+      nextMs = Math.max(nextMs + intervalMs, performance.now() - CATCH_UP_MS);
+      const { rows: out } = await db.query<{ id: number; topic: string; key: string; moved: boolean; released_key: boolean; parked_behind: number | null }>(
+        sql,
+        [group.map((d) => d.id)],
+      );
+      const atMs = Date.now();
+      const byId = new Map(out.map((r) => [Number(r.id), r]));
+      let movedHere = 0;
+      for (const d of group) {
+        const r = byId.get(d.id);
+        if (!r) {
+          result.notMoved.push({ id: d.id, why: 'gone' });
+        } else if (!r.moved) {
+          result.notMoved.push({ id: d.id, why: 'conflict' });
+        } else {
+          movedHere++;
+          result.replayed++;
+          result.replayedIds.push(d.id);
+          if (r.released_key) result.releasedKeys.push({ topic: d.topic, key: d.key, deadLetterId: d.id });
+          if (r.parked_behind !== null) result.waiting.push({ id: d.id, parkedBehind: Number(r.parked_behind) });
+        }
+        options.onProgress?.({ id: d.id, topic: d.topic, key: d.key, moved: r?.moved ?? false, releasedKey: r?.released_key ?? false, atMs });
+      }
+      if (movedHere > 0) {
+        if (firstMoveMs === undefined) {
+          firstMoveMs = atMs;
+          firstMoveRows = movedHere;
+        }
+        lastMoveMs = atMs;
+      }
+      if (atMs - lastLogMs >= 5_000) {
+        lastLogMs = atMs;
+        logger.info({ replayed: result.replayed, selected: rows.length }, 'replay progress');
+      }
+    }
+    result.finishedAt = new Date();
+    // A row that waited behind a dead letter this same replay moved later is free now.
+    const released = new Set(result.releasedKeys.map((k) => k.deadLetterId));
+    result.waiting = result.waiting.filter((w) => !released.has(w.parkedBehind));
+    if (firstMoveMs !== undefined && lastMoveMs > firstMoveMs) {
+      result.ratePerSecond = ((result.replayed - firstMoveRows) * 1000) / (lastMoveMs - firstMoveMs);
+    }
+    logger.info(
+      { replayed: result.replayed, selected: result.selected, releasedKeys: result.releasedKeys.length, notMoved: result.notMoved.length, stopped: result.stopped, ratePerSecond: result.ratePerSecond },
+      'replayed dead letters',
+    );
+    return result;
+  } finally {
+    await close();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// discard
+
+export interface DiscardDeadLettersOptions extends DeadLetterConnection, DeadLetterFilter {
+  /** Select every dead letter; needed when no ids and no filter are given. */
+  all?: boolean;
+  /**
+   * The confirmation. Without `yes: true` nothing is deleted: the result lists what would
+   * be (dryRun).
+   */
+  yes?: boolean;
+}
+
+export interface DiscardResult {
+  /** True when `yes` was not given: nothing was deleted. */
+  dryRun: boolean;
+  /** The dead letters selected (those discarded, or those that would be). */
+  matched: DeadLetter[];
+  /** Deleted for good. */
+  discarded: number;
+  /** Keys released: their waiting rows are published next, without the discarded row. */
+  releasedKeys: Array<{ topic: string; key: string; deadLetterId: number }>;
+}
+
+const DISCARD_CHUNK = 500;
+
+/**
+ * `outbox-relay dead-letters discard`: delete dead letters for good, releasing the keys
+ * they were parking (in the same transaction), so those keys' waiting rows go on without
+ * them. Needs `yes: true`; without it, reports what it would delete and changes nothing.
+ *
+ * @throws ConfigError for a bad option; DeadLetterNotFoundError when an id does not exist
+ *   or the filter matches nothing. In both cases nothing is deleted.
+ */
+export async function discardDeadLetters(options: DiscardDeadLettersOptions): Promise<DiscardResult> {
+  if (options.yes !== undefined && typeof options.yes !== 'boolean') throw new ConfigError('yes', 'must be true or false');
+  const s = quoteIdentifier(options.schema ?? 'public', 'schema');
+  requireSelection(resolveFilter(options, new Date()), options.all, 'discard');
+  const { db, close } = await open(options, 'dead-letters-discard');
+  try {
+    const filter = resolveFilter(options, await dbNow(db));
+    const { rows } = await select(db, s, filter, null);
+    requireMatches(filter, rows, 'discarded');
+    const result: DiscardResult = { dryRun: options.yes !== true, matched: rows, discarded: 0, releasedKeys: [] };
+    if (result.dryRun) return result;
+    // Exactly the rows listed (not whatever matches by now), a chunk per transaction.
+    const sql = discardDeadLettersSql(s);
+    for (let i = 0; i < rows.length; i += DISCARD_CHUNK) {
+      const ids = rows.slice(i, i + DISCARD_CHUNK).map((d) => d.id);
+      const { rows: out } = await db.query<{ id: number; topic: string; key: string; released_key: boolean }>(sql, [ids]);
+      result.discarded += out.length;
+      for (const r of out) if (r.released_key) result.releasedKeys.push({ topic: r.topic, key: r.key, deadLetterId: Number(r.id) });
+    }
+    return result;
+  } finally {
+    await close();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// output
+
+/** A dead letter as JSON: binary payloads as base64, times as ISO text. */
+export function deadLetterJson(d: DeadLetter): Record<string, unknown> {
+  return { ...d, payloadBytes: d.payloadBytes ? d.payloadBytes.toString('base64') : null };
+}
+
+/** Dead letters as a table for a terminal; `*` marks the dead letter a key is parked behind. */
+export function formatDeadLetters(list: readonly DeadLetter[], total = list.length): string {
+  if (list.length === 0) return 'no dead letters match\n';
+  const rows = [
+    ['id', 'dead-lettered', 'topic', 'key', 'policy', 'attempts', 'error', 'reason'],
+    ...list.map((d) => [
+      String(d.id),
+      d.deadLetteredAt.toISOString().replace(/\.\d+Z$/, 'Z'),
+      d.topic,
+      d.key,
+      d.policy + (d.parksKey ? '*' : ''),
+      String(d.attempts),
+      d.errorName,
+      oneLine(d.reason, 80),
+    ]),
+  ];
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
+  const lines = rows.map((r) => r.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd());
+  if (list.some((d) => d.parksKey)) lines.push('(* its key is parked: later rows of the key wait for it)');
+  if (total > list.length) lines.push(`(${list.length} of ${total} shown; raise --limit or narrow the filter)`);
+  return lines.join('\n') + '\n';
+}
+
+function oneLine(text: string, max: number): string {
+  const t = text.replace(/\s+/g, ' ').trim();
+  return t.length > max ? `${t.slice(0, max - 1)}…` : t;
+}
+
+/** The filter fields a CLI maps to flags, for error messages that name the flag. */
+export const DEAD_LETTER_FILTER_FIELDS: readonly string[] = FILTER_FIELDS;

@@ -1,0 +1,115 @@
+// Queries behind `outbox-relay dead-letters list | replay | discard`.
+
+/**
+ * The dead-letter filter, shared by every query that selects dead letters (table alias d).
+ *
+ * $1 bigint[]     ids, or NULL for any
+ * $2 text         topic, or NULL
+ * $3 text         key, or NULL
+ * $4 text         case-insensitive substring of the reason or the error name, or NULL
+ * $5 timestamptz  dead-lettered at or after, or NULL
+ * $6 timestamptz  dead-lettered before, or NULL
+ * $7 text         policy ('park' or 'skip'), or NULL
+ *
+ * strpos, not LIKE: a reason typed with % or _ in it means those characters.
+ */
+const FILTER = `
+       ($1::bigint[] IS NULL OR d.id = ANY($1::bigint[]))
+   AND ($2::text IS NULL OR d.topic = $2::text)
+   AND ($3::text IS NULL OR d.key = $3::text)
+   AND ($4::text IS NULL OR strpos(lower(d.reason), lower($4::text)) > 0
+                         OR strpos(lower(d.error_name), lower($4::text)) > 0)
+   AND ($5::timestamptz IS NULL OR d.dead_lettered_at >= $5::timestamptz)
+   AND ($6::timestamptz IS NULL OR d.dead_lettered_at < $6::timestamptz)
+   AND ($7::text IS NULL OR d.policy = $7::text)`;
+
+/**
+ * Dead letters matching the filter ($1-$7), lowest id first, at most $8 (NULL: all), with
+ * whether each is the one its key is parked behind, and the number of matches in all.
+ */
+export const listDeadLettersSql = (s: string): string => `
+SELECT d.id, d.message_id, d.topic, d.key, d.payload, d.payload_bytes, d.headers,
+       d.created_at, d.dedup_key, d.attempts, d.reason, d.error_name, d.policy,
+       d.first_failed_at, d.dead_lettered_at,
+       p.dead_letter_id IS NOT NULL AS parks_key,
+       count(*) OVER () AS total
+  FROM ${s}.outbox_dead_letters AS d
+  LEFT JOIN ${s}.outbox_parked_keys AS p
+         ON p.topic = d.topic AND p.key = d.key AND p.dead_letter_id = d.id
+ WHERE ${FILTER}
+ ORDER BY d.id
+ LIMIT $8`;
+
+/**
+ * Move dead letters back into the outbox, in one statement (one transaction):
+ *
+ * 1. lock them (a concurrent replay or discard of the same row waits, then finds it gone);
+ * 2. insert each into the outbox under its original id and message id, as a new pending
+ *    row (attempts 0, sent_at and last_error NULL; created_at kept, it is the Kafka
+ *    timestamp). ON CONFLICT DO NOTHING: a row already in the outbox with that id or that
+ *    dedup key is not overwritten, and that dead letter stays where it is;
+ * 3. delete only the dead letters that were inserted: a row is never in neither table;
+ * 4. release the key of each moved dead letter that was the one parking it, so the relay
+ *    publishes it and then its key's waiting rows, in id order.
+ *
+ * $1 bigint[]  dead letter ids
+ *
+ * Returns one row per dead letter found: moved or not (conflict), whether it released its
+ * key, and the id of another dead letter its key is still parked behind, if any.
+ */
+export const replayDeadLettersSql = (s: string): string => `
+WITH dead AS (
+  SELECT *
+    FROM ${s}.outbox_dead_letters
+   WHERE id = ANY($1::bigint[])
+   ORDER BY id
+     FOR UPDATE
+), back AS (
+  INSERT INTO ${s}.outbox (id, message_id, topic, key, payload, payload_bytes, headers, created_at, dedup_key)
+  SELECT id, message_id, topic, key, payload, payload_bytes, headers, created_at, dedup_key
+    FROM dead
+   ORDER BY id
+      ON CONFLICT DO NOTHING
+  RETURNING id
+), gone AS (
+  DELETE FROM ${s}.outbox_dead_letters AS d
+   USING back
+   WHERE d.id = back.id
+  RETURNING d.id, d.topic, d.key
+), released AS (
+  DELETE FROM ${s}.outbox_parked_keys AS p
+   USING gone
+   WHERE p.topic = gone.topic AND p.key = gone.key AND p.dead_letter_id = gone.id
+  RETURNING p.dead_letter_id
+)
+SELECT dead.id, dead.topic, dead.key,
+       gone.id IS NOT NULL AS moved,
+       released.dead_letter_id IS NOT NULL AS released_key,
+       (SELECT p.dead_letter_id
+          FROM ${s}.outbox_parked_keys AS p
+         WHERE p.topic = dead.topic AND p.key = dead.key AND p.dead_letter_id <> dead.id) AS parked_behind
+  FROM dead
+  LEFT JOIN gone ON gone.id = dead.id
+  LEFT JOIN released ON released.dead_letter_id = dead.id
+ ORDER BY dead.id`;
+
+/**
+ * Delete dead letters for good, and release the keys they were parking, in one statement.
+ *
+ * $1 bigint[]  dead letter ids
+ */
+export const discardDeadLettersSql = (s: string): string => `
+WITH gone AS (
+  DELETE FROM ${s}.outbox_dead_letters
+   WHERE id = ANY($1::bigint[])
+  RETURNING id, topic, key
+), released AS (
+  DELETE FROM ${s}.outbox_parked_keys AS p
+   USING gone
+   WHERE p.topic = gone.topic AND p.key = gone.key AND p.dead_letter_id = gone.id
+  RETURNING p.dead_letter_id
+)
+SELECT gone.id, gone.topic, gone.key, released.dead_letter_id IS NOT NULL AS released_key
+  FROM gone
+  LEFT JOIN released ON released.dead_letter_id = gone.id
+ ORDER BY gone.id`;
