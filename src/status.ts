@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { connect } from './database.js';
 import { quoteIdentifier } from './identifiers.js';
 import { assertMigrated } from './migrate.js';
-import { backlogSql, leasesSql, relaysSql } from './sql/status.js';
+import { backlogSql, deadLettersByReasonSql, deadLetterTotalsSql, inFlightSql, leasesSql, parkedKeysSql, relaysSql } from './sql/status.js';
 
 export interface StatusOptions {
   databaseUrl?: string;
@@ -17,6 +17,27 @@ export interface OutboxStatus {
   pending: number;
   /** Age of the oldest unsent row in seconds; null when nothing is pending. */
   oldestPendingSeconds: number | null;
+  /** Pending rows of parked keys: they wait, in order, until the key's dead letter is replayed or discarded. */
+  pendingBehindParkedKeys: number;
+  /**
+   * Batches being published right now: relay transactions holding claimed rows (each at
+   * most the relay's batch size). Batches, not rows: counting locked rows would mean a scan
+   * of the backlog. Counts only sessions the status user may see (same role, or
+   * pg_read_all_stats).
+   */
+  inFlightBatches: number;
+  deadLetters: {
+    total: number;
+    /** Seconds since the newest dead letter; null when there are none. */
+    newestSeconds: number | null;
+    /** By (error name, reason), most frequent first; at most 20 groups. */
+    byReason: Array<{ errorName: string; reason: string; count: number; parked: number; firstAt: string; lastAt: string }>;
+  };
+  parkedKeys: {
+    total: number;
+    /** The keys parked longest (at most 10), with the rows waiting behind each. */
+    oldest: Array<{ topic: string; key: string; deadLetterId: number; parkedAt: string; parkedSeconds: number; waiting: number }>;
+  };
   relays: Array<{
     relayId: string;
     live: boolean;
@@ -25,19 +46,38 @@ export interface OutboxStatus {
     /** Shards with a valid lease, as compact ranges (`0-63,128`). */
     shards: string;
     shardCount: number;
+    /** This relay's batches in flight (see inFlightBatches). */
+    inFlightBatches: number;
   }>;
   /** Shards nobody holds a valid lease on (between owners, or no relay running). */
   unownedShards: string;
 }
 
-/** `outbox-relay status`: backlog, oldest pending age and which relay owns which shards. */
+const REASON_GROUPS = 20;
+const PARKED_SHOWN = 10;
+
+/**
+ * `outbox-relay status`: backlog, oldest pending age, batches in flight, dead letters by
+ * reason, parked keys, and which relay owns which shards. Read-only; a handful of queries,
+ * the heaviest a pass over the unsent rows (the backlog).
+ */
 export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
   const schema = options.schema ?? 'public';
   const s = quoteIdentifier(schema, 'schema');
   const client = options.client ?? (await connect(options.databaseUrl as string, 'outbox-relay:status'));
   try {
     await assertMigrated(client, schema);
-    const backlog = (await client.query<{ pending: number; oldest_pending_seconds: number | null }>(backlogSql(s))).rows[0]!;
+    const backlog = (await client.query<{ pending: number; oldest_pending_seconds: number | null; pending_behind_parked: number }>(backlogSql(s))).rows[0]!;
+    const inFlight = new Map(
+      (await client.query<{ relay_id: string; batches: number }>(inFlightSql(s))).rows.map((r) => [r.relay_id, Number(r.batches)]),
+    );
+    const dlTotals = (await client.query<{ total: number; newest_seconds: number | null }>(deadLetterTotalsSql(s))).rows[0]!;
+    const byReason = (
+      await client.query<{ error_name: string; reason: string; count: number; parked: number; first_at: Date; last_at: Date }>(deadLettersByReasonSql(s), [REASON_GROUPS])
+    ).rows;
+    const parked = (
+      await client.query<{ topic: string; key: string; dead_letter_id: number; parked_at: Date; parked_seconds: number; waiting: number; total: number }>(parkedKeysSql(s), [PARKED_SHOWN])
+    ).rows;
     const relays = (await client.query<{ relay_id: string; started_at: Date; heartbeat_age_seconds: number; live: boolean }>(relaysSql(s))).rows;
     const leases = (await client.query<{ shard: number; owner: string | null; valid: boolean | null }>(leasesSql(s))).rows;
     const byOwner = new Map<string, number[]>();
@@ -55,6 +95,31 @@ export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
       schema,
       pending: Number(backlog.pending),
       oldestPendingSeconds: backlog.oldest_pending_seconds === null ? null : Number(backlog.oldest_pending_seconds),
+      pendingBehindParkedKeys: Number(backlog.pending_behind_parked),
+      inFlightBatches: [...inFlight.values()].reduce((a, b) => a + b, 0),
+      deadLetters: {
+        total: Number(dlTotals.total),
+        newestSeconds: dlTotals.newest_seconds === null ? null : Number(dlTotals.newest_seconds),
+        byReason: byReason.map((r) => ({
+          errorName: r.error_name,
+          reason: r.reason,
+          count: Number(r.count),
+          parked: Number(r.parked),
+          firstAt: r.first_at.toISOString(),
+          lastAt: r.last_at.toISOString(),
+        })),
+      },
+      parkedKeys: {
+        total: parked.length ? Number(parked[0]!.total) : 0,
+        oldest: parked.map((p) => ({
+          topic: p.topic,
+          key: p.key,
+          deadLetterId: Number(p.dead_letter_id),
+          parkedAt: p.parked_at.toISOString(),
+          parkedSeconds: Number(p.parked_seconds),
+          waiting: Number(p.waiting),
+        })),
+      },
       relays: relays.map((r) => ({
         relayId: r.relay_id,
         live: r.live,
@@ -62,6 +127,7 @@ export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
         startedAt: r.started_at.toISOString(),
         shards: ranges(byOwner.get(r.relay_id) ?? []),
         shardCount: byOwner.get(r.relay_id)?.length ?? 0,
+        inFlightBatches: inFlight.get(r.relay_id) ?? 0,
       })),
       unownedShards: ranges(unowned),
     };
@@ -86,13 +152,44 @@ export function ranges(sorted: number[]): string {
 export function formatStatus(status: OutboxStatus): string {
   const lines = [
     `schema ${status.schema}: ${status.pending} pending` +
-      (status.oldestPendingSeconds === null ? '' : `, oldest ${status.oldestPendingSeconds.toFixed(1)} s`),
+      (status.oldestPendingSeconds === null ? '' : `, oldest ${status.oldestPendingSeconds.toFixed(1)} s`) +
+      (status.pendingBehindParkedKeys ? ` (${status.pendingBehindParkedKeys} waiting behind parked keys)` : '') +
+      `, ${status.inFlightBatches} ${status.inFlightBatches === 1 ? 'batch' : 'batches'} in flight`,
     '',
   ];
-  const rows = [['relay', 'state', 'heartbeat', 'shards', 'owned'], ...status.relays.map((r) => [r.relayId, r.live ? 'live' : 'dead', `${r.heartbeatAgeSeconds.toFixed(1)} s ago`, String(r.shardCount), r.shards || '-'])];
-  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
-  for (const r of rows) lines.push(r.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd());
+  table(lines, [['relay', 'state', 'heartbeat', 'shards', 'owned', 'in flight'], ...status.relays.map((r) => [r.relayId, r.live ? 'live' : 'dead', `${r.heartbeatAgeSeconds.toFixed(1)} s ago`, String(r.shardCount), r.shards || '-', String(r.inFlightBatches)])]);
   if (status.relays.length === 0) lines.push('(no relay has run against this schema)');
   if (status.unownedShards) lines.push('', `unowned shards: ${status.unownedShards}`);
+
+  const dl = status.deadLetters;
+  lines.push('', `dead letters: ${dl.total}` + (dl.newestSeconds === null ? '' : `, newest ${age(dl.newestSeconds)} ago`));
+  if (dl.byReason.length) {
+    table(lines, [['count', 'parked', 'error', 'reason'], ...dl.byReason.map((g) => [String(g.count), String(g.parked), g.errorName, oneLine(g.reason, 100)])], '  ');
+    const shown = dl.byReason.reduce((a, g) => a + g.count, 0);
+    if (shown < dl.total) lines.push(`  (${dl.total - shown} more in smaller groups: outbox-relay dead-letters list)`);
+  }
+  const pk = status.parkedKeys;
+  lines.push('', `parked keys: ${pk.total}`);
+  if (pk.oldest.length) {
+    table(lines, [['topic', 'key', 'dead letter', 'parked', 'waiting'], ...pk.oldest.map((p) => [p.topic, p.key, String(p.deadLetterId), `${age(p.parkedSeconds)} ago`, String(p.waiting)])], '  ');
+    if (pk.total > pk.oldest.length) lines.push(`  (${pk.total - pk.oldest.length} more)`);
+  }
   return lines.join('\n') + '\n';
+}
+
+function table(lines: string[], rows: string[][], indent = ''): void {
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
+  for (const r of rows) lines.push(indent + r.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd());
+}
+
+function age(seconds: number): string {
+  if (seconds < 120) return `${seconds.toFixed(0)} s`;
+  if (seconds < 7_200) return `${(seconds / 60).toFixed(0)} min`;
+  if (seconds < 172_800) return `${(seconds / 3_600).toFixed(1)} h`;
+  return `${(seconds / 86_400).toFixed(1)} d`;
+}
+
+function oneLine(text: string, max: number): string {
+  const t = text.replace(/\s+/g, ' ').trim();
+  return t.length > max ? `${t.slice(0, max - 1)}…` : t;
 }

@@ -1,11 +1,74 @@
 // Read-only queries behind `outbox-relay status`.
 
-/** Backlog and the age of its oldest row. Uses the partial index of unsent rows. */
+/**
+ * Backlog, the age of its oldest row, and how much of it waits behind parked keys. Uses
+ * the partial index of unsent rows; parked keys are few, so the join is a small hash.
+ */
 export const backlogSql = (s: string): string => `
 SELECT count(*)::bigint AS pending,
-       extract(epoch FROM now() - min(created_at))::float8 AS oldest_pending_seconds
-  FROM ${s}.outbox
- WHERE sent_at IS NULL`;
+       extract(epoch FROM now() - min(o.created_at))::float8 AS oldest_pending_seconds,
+       count(*) FILTER (WHERE p.key IS NOT NULL)::bigint AS pending_behind_parked
+  FROM ${s}.outbox AS o
+  LEFT JOIN ${s}.outbox_parked_keys AS p ON p.topic = o.topic AND p.key = o.key
+ WHERE o.sent_at IS NULL`;
+
+/**
+ * Batches in flight per relay: connections of the relay (by its application_name) inside
+ * a transaction that holds a transaction id, which a claim that locked rows always does.
+ * Row locks live in the rows themselves, not in pg_locks, so counting locked rows would
+ * mean scanning the backlog; a batch holds at most --batch-size rows. Needs the status
+ * user to see the relay's sessions (same role, or pg_read_all_stats).
+ */
+export const inFlightSql = (s: string): string => `
+SELECT r.relay_id, count(a.pid)::int AS batches
+  FROM ${s}.outbox_relays AS r
+  LEFT JOIN pg_stat_activity AS a
+         ON a.datname = current_database()
+        AND a.backend_xid IS NOT NULL
+        AND (a.application_name = r.application_name
+             OR left(a.application_name, length(r.application_name) + 1) = r.application_name || ':')
+ GROUP BY r.relay_id`;
+
+/** Dead letters in all, and the age of the newest. */
+export const deadLetterTotalsSql = (s: string): string => `
+SELECT count(*)::bigint AS total,
+       extract(epoch FROM now() - max(dead_lettered_at))::float8 AS newest_seconds
+  FROM ${s}.outbox_dead_letters`;
+
+/**
+ * Dead letters grouped by error name and reason, most frequent first, at most $1 groups.
+ */
+export const deadLettersByReasonSql = (s: string): string => `
+SELECT error_name, reason,
+       count(*)::bigint AS count,
+       count(*) FILTER (WHERE policy = 'park')::bigint AS parked,
+       min(dead_lettered_at) AS first_at,
+       max(dead_lettered_at) AS last_at
+  FROM ${s}.outbox_dead_letters
+ GROUP BY error_name, reason
+ ORDER BY count(*) DESC, error_name, reason
+ LIMIT $1`;
+
+/**
+ * The number of parked keys, and the $1 parked longest with the rows waiting behind each
+ * (one pass over the unsent rows for all of them).
+ */
+export const parkedKeysSql = (s: string): string => `
+WITH first AS (
+  SELECT topic, key, dead_letter_id, parked_at
+    FROM ${s}.outbox_parked_keys
+   ORDER BY parked_at, topic, key
+   LIMIT $1
+)
+SELECT f.topic, f.key, f.dead_letter_id, f.parked_at,
+       extract(epoch FROM now() - f.parked_at)::float8 AS parked_seconds,
+       count(o.id)::bigint AS waiting,
+       (SELECT count(*) FROM ${s}.outbox_parked_keys)::bigint AS total
+  FROM first AS f
+  LEFT JOIN ${s}.outbox AS o
+         ON o.topic = f.topic AND o.key = f.key AND o.sent_at IS NULL
+ GROUP BY f.topic, f.key, f.dead_letter_id, f.parked_at
+ ORDER BY f.parked_at, f.topic, f.key`;
 
 /** Relays with their heartbeat age and whether they count as live. */
 export const relaysSql = (s: string): string => `
