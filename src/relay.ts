@@ -3,12 +3,12 @@ import type pg from 'pg';
 import type { Kafka, Producer } from 'kafkajs';
 import * as settings from './settings.js';
 import { quoteIdentifier } from './identifiers.js';
-import { connect, createPool, describeDatabase } from './database.js';
+import { createPool, describeDatabase } from './database.js';
 import { assertMigrated } from './migrate.js';
 import { ConnectionError, OutboxError, describeError } from './errors.js';
 import { silentLogger, type Logger } from './logger.js';
 import { COMPRESSION, createKafka, createProducer, groupByTopic } from './kafka.js';
-import { Horizon } from './horizon.js';
+import { Horizon, openProbeConnection } from './horizon.js';
 import { Signal } from './signal.js';
 import { backoffDelayMs } from './backoff.js';
 import { TypedEmitter } from './events.js';
@@ -455,11 +455,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
     await client?.end().catch(() => undefined);
   }
 
-  /** The probe's own connection: its tiny transactions commit without waiting for a flush. */
-  private async connectProbe(): Promise<pg.Client> {
-    const client = await connect(this.options.databaseUrl, `${this.applicationName}:horizon`);
-    await client.query('SET synchronous_commit = off');
-    return client;
+  private connectProbe(): Promise<pg.Client> {
+    return openProbeConnection(this.options.databaseUrl, `${this.applicationName}:horizon`);
   }
 
   private async membershipLoop(): Promise<void> {

@@ -66,3 +66,12 @@ test('horizon starts over when the sequence goes backwards (ids above it may be 
   h.advance(50n, 35, null);
   assert.equal(h.watermark, 35, 'pairs afresh');
 });
+
+test('horizon waits for the WAL to be flushed past a pair before releasing it (a crash could hand its ids out again)', () => {
+  const h = new Horizon('"s"', 60_000, clock().now);
+  h.advance(10n, 41, 20n, 1_000n, 900n);
+  assert.equal(h.advance(30n, 41, null, 0n, 999n), false, 'transactions done, WAL not yet on disk');
+  assert.equal(h.watermark, 0);
+  assert.equal(h.advance(30n, 41, null, 0n, 1_000n), true);
+  assert.equal(h.watermark, 41);
+});

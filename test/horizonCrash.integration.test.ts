@@ -15,3 +15,39 @@ test('integration: after a Postgres crash that rewinds the sequence, the horizon
   assert.equal(code, 0, run.output());
   assert.match(run.output(), /not reproduced/);
 });
+
+test('integration: ids the horizon released stay taken after a crash: a pair is released only once the WAL is flushed past it', async () => {
+  const { startLocalPostgres } = await import('../scripts/localPostgres.js');
+  const { migrate } = await import('../src/migrate.js');
+  const { Horizon, openProbeConnection } = await import('../src/horizon.js');
+  const pg = (await import('pg')).default;
+  // A long wal_writer_delay: nothing flushes the WAL in the background before the crash.
+  const server = await startLocalPostgres({ settings: { wal_writer_delay: '10000ms' } });
+  try {
+    await migrate({ databaseUrl: server.url, schema: 's' });
+    const app = new pg.Client({ connectionString: server.url });
+    app.on('error', () => undefined);
+    await app.connect();
+    await app.query(`INSERT INTO s.outbox (topic, key) VALUES ('t', 'k')`); // committed: flushed
+    await app.query('BEGIN');
+    for (let i = 0; i < 40; i++) await app.query(`INSERT INTO s.outbox (topic, key) VALUES ('t', 'x')`); // past the logged value
+    await app.query('ROLLBACK'); // flushes nothing
+    const probe = await openProbeConnection(server.url, 'test:horizon');
+    probe.on('error', () => undefined);
+    const horizon = new Horizon('"s"', 60_000);
+    await horizon.probe(probe);
+    await horizon.probe(probe);
+    const released = horizon.watermark;
+    assert.ok(released <= 41);
+    await app.end().catch(() => undefined);
+    await probe.end().catch(() => undefined);
+    await server.restart('immediate'); // crash: WAL replay from what reached disk
+    const after = new pg.Client({ connectionString: server.url });
+    await after.connect();
+    const { rows } = await after.query<{ id: string }>(`INSERT INTO s.outbox (topic, key) VALUES ('t', 'k') RETURNING id`);
+    await after.end();
+    assert.ok(Number(rows[0]!.id) > released, `the first id after the crash (${rows[0]!.id}) is above the released watermark ${released}`);
+  } finally {
+    await server.destroy();
+  }
+});
