@@ -9,7 +9,8 @@
  * 200 ms (relay: when Kafka acknowledged the row's batch; consumer: when its handler
  * started). Times are wall-clock milliseconds with sub-millisecond precision
  * (performance.timeOrigin + performance.now()), comparable across processes.
- * SIGTERM stops it cleanly; {"done":true,"peakRss":bytes} is the last line.
+ * SIGTERM stops it cleanly; {"done":true,"peakRss":bytes,"timing":{...}} is the last line
+ * (relay: milliseconds spent in Kafka sends and in whole batches).
  */
 import pg from 'pg';
 import type { Kafka, Producer, ProducerBatch } from 'kafkajs';
@@ -26,6 +27,8 @@ const now = (): number => performance.timeOrigin + performance.now();
 
 let acks: Array<[number, number]> = [];
 let peakRss = 0;
+/** Relay: time in Kafka sends and in whole batches (claim, send, mark, commit), summed. */
+const timing = { sendMs: 0, sends: 0, batchMs: 0, batches: 0 };
 function report(): void {
   const rss = process.memoryUsage.rss();
   peakRss = Math.max(peakRss, rss);
@@ -41,8 +44,11 @@ function recordingKafka(): Kafka {
     const p: Producer = producer(config);
     const sendBatch = p.sendBatch.bind(p);
     p.sendBatch = async (batch: ProducerBatch) => {
+      const started = now();
       const result = await sendBatch(batch);
       const t = now();
+      timing.sendMs += t - started;
+      timing.sends++;
       for (const tm of batch.topicMessages ?? []) {
         for (const m of tm.messages) acks.push([Number(m.headers?.[HEADERS.outboxId]?.toString()), t]);
       }
@@ -64,6 +70,10 @@ async function main(): Promise<void> {
       kafka: recordingKafka(),
       logger: createLogger('warn'),
       ...options,
+    });
+    relay.on('batch', (b) => {
+      timing.batchMs += b.durationMs;
+      timing.batches++;
     });
     await relay.start();
     stop = () => relay.stop();
@@ -102,7 +112,7 @@ async function main(): Promise<void> {
     void stop().finally(() => {
       clearInterval(timer);
       report();
-      process.stdout.write(`${JSON.stringify({ done: true, peakRss })}\n`, () => process.exit(0));
+      process.stdout.write(`${JSON.stringify({ done: true, peakRss, timing })}\n`, () => process.exit(0));
     });
   });
 }
