@@ -26,6 +26,7 @@ import {
   backlogCountSql,
   backlogEstimateSql,
   oldestPendingSql,
+  parkedKeysSql,
   sequenceLastValueSql,
   type OldestPendingRow,
 } from './sql/metrics.js';
@@ -67,7 +68,8 @@ export function errorClass(error: unknown, depth = 0): string {
   }
   if (/^[A-Z][A-Za-z]{0,40}Error$/.test(e.name) && e.name !== 'Error') {
     // Our own errors (ConnectionError, OutboxError...) and the built-in ones (TypeError).
-    if (e.cause instanceof Error && depth < 3 && e.name === 'ConnectionError') {
+    // Wrappers are classified by what they wrap.
+    if (e.cause instanceof Error && depth < 3 && WRAPPERS.has(e.name)) {
       const inner = errorClass(e.cause, depth + 1);
       if (inner !== 'other') return inner;
     }
@@ -75,6 +77,9 @@ export function errorClass(error: unknown, depth = 0): string {
   }
   return 'other';
 }
+
+/** Errors of ours that wrap a Kafka or Postgres error with context. */
+const WRAPPERS = new Set(['ConnectionError', 'PublishError']);
 
 function snake(name: string): string {
   return name
@@ -349,6 +354,12 @@ export function instrumentRelay(relay: Relay, options: InstrumentRelayOptions = 
   const onShards = (e: { owned: number }): void => {
     m.shardsOwned.set(e.owned);
   };
+  const onBreaker = (e: { state: string }): void => {
+    m.breakerState.set(e.state === 'open' ? BREAKER_STATE.open : e.state === 'half-open' ? BREAKER_STATE.halfOpen : BREAKER_STATE.closed);
+  };
+  const onDeadLetter = (e: { topic: string }): void => {
+    m.deadLetters.inc({ topic: e.topic });
+  };
   let timer: NodeJS.Timeout | undefined;
   let closed = false;
   let stopped = false;
@@ -363,9 +374,12 @@ export function instrumentRelay(relay: Relay, options: InstrumentRelayOptions = 
   relay.on('batchError', onBatchError);
   relay.on('horizon', onHorizon);
   relay.on('stopped', onStopped);
-  // 'shards' comes with shard leases; listened to loosely so this also works without.
-  const loose = relay as unknown as TypedEmitter<{ shards: { owned: number } }>;
+  // Listened to loosely: these events came with later features (leases, breaker, dead
+  // letters), and a relay without them simply never emits them.
+  const loose = relay as unknown as TypedEmitter<{ shards: { owned: number }; breaker: { state: string }; deadLetter: { topic: string } }>;
   loose.on('shards', onShards);
+  loose.on('breaker', onBreaker);
+  loose.on('deadLetter', onDeadLetter);
 
   const ownedShards = (): number => {
     const owned = (relay as unknown as { ownedShards?: unknown }).ownedShards;
@@ -395,6 +409,8 @@ export function instrumentRelay(relay: Relay, options: InstrumentRelayOptions = 
     }
     const [oldest] = await timed<OldestPendingRow>(oldestPendingSql(quoted));
     const [seq] = await timed<{ last_id: number }>(sequenceLastValueSql(quoted));
+    const [parked] = await timed<{ parked: number }>(parkedKeysSql(quoted));
+    m.parkedKeys.set(parked?.parked ?? 0);
     const id = Number(seq?.last_id ?? 0);
     if (lastId !== undefined && id > lastId) m.enqueuedRows.inc(id - lastId);
     lastId = id;
@@ -448,6 +464,8 @@ export function instrumentRelay(relay: Relay, options: InstrumentRelayOptions = 
       relay.off('horizon', onHorizon);
       relay.off('stopped', onStopped);
       loose.off('shards', onShards);
+      loose.off('breaker', onBreaker);
+      loose.off('deadLetter', onDeadLetter);
       await sample.idle();
       if (ownPool) await pool.end().catch(() => undefined);
     },

@@ -117,7 +117,7 @@ test('integration: backlog, oldest age, ingress and egress follow real traffic t
   assert.equal(await metricValue(r, 'outbox_relay_shards_owned'), 0);
 });
 
-test('integration: a broker that refuses connections shows up as publish errors by class and retries', async () => {
+test('integration: a broker that refuses connections shows up as publish errors by class, retries and an open breaker', async () => {
   const other = await createTestSchema('metrics_err');
   cleanups.push(() => other.drop());
   // Nothing listens on port 1: every batch fails to connect.
@@ -127,17 +127,52 @@ test('integration: a broker that refuses connections shows up as publish errors 
   const r = inst.registry;
   await insertRows(other.schema, 'never-published', 5, 10);
   await relay.start();
-  // Two workers fail side by side; one of them three times in a row.
-  await waitFor('three failures in a row', async () => (await metricValue(r, 'outbox_relay_consecutive_failures')) >= 3);
+  // Failures open the circuit breaker (it pauses claiming); each failure counts first.
+  await waitFor('breaker open', async () => (await metricValue(r, 'outbox_relay_breaker_state')) === 2);
   const text = await r.metrics();
   const classes = [...text.matchAll(/^outbox_relay_publish_errors_total\{error_class="([^"]+)"\} (\d+)/gm)].map((m) => m[1]);
   assert.ok(classes.length > 0, text);
   for (const c of classes) assert.match(c as string, /^(kafka|network)_[a-z_]+$/, 'a Kafka or network error class');
   assert.ok((await metricValue(r, 'outbox_relay_publish_errors_total')) >= 3);
   assert.ok((await metricValue(r, 'outbox_relay_retries_total')) >= 3, 'each failure schedules a retry');
+  assert.ok((await metricValue(r, 'outbox_relay_consecutive_failures')) >= 1, 'failures in a row');
   assert.equal(await metricValue(r, 'outbox_relay_published_rows_total'), 0);
   await waitFor('backlog of 5 reported', async () => (await metricValue(r, 'outbox_relay_pending_rows')) === 5);
   await relay.abort();
+});
+
+test('integration: a row too large for Kafka is counted as a dead letter and its key as parked', async () => {
+  const other = await createTestSchema('metrics_dl');
+  cleanups.push(() => other.drop());
+  const topic = await createTopic(1);
+  const relay = createRelay({
+    databaseUrl: db.databaseUrl,
+    kafkaBrokers: testBrokers(),
+    schema: other.schema,
+    kafka: testKafka(),
+    horizonMaxWaitMs: 1_000,
+    maxMessageBytes: 1_024,
+    deadLetterPolicy: 'park',
+  });
+  cleanups.push(() => relay.stop());
+  const inst = instrument(relay);
+  const r = inst.registry;
+  const client = await other.pool.connect();
+  try {
+    await client.query('BEGIN');
+    await enqueue(client, [{ topic, key: 'big', payload: { blob: 'x'.repeat(4_000) } }, { topic, key: 'big', payload: { small: true } }], { schema: other.schema });
+    await enqueue(client, Array.from({ length: 5 }, (_, i) => ({ topic, key: `ok-${i}`, payload: { i } })), { schema: other.schema });
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+  await relay.start();
+  await waitFor('one dead letter', async () => (await metricValue(r, 'outbox_relay_dead_letters_total', { topic })) === 1);
+  await waitFor('5 published', async () => (await metricValue(r, 'outbox_relay_published_rows_total')) === 5);
+  await waitFor('the key parked, its later row pending', async () => (await metricValue(r, 'outbox_relay_parked_keys')) === 1 && (await metricValue(r, 'outbox_relay_pending_rows')) === 1);
+  assert.equal(await metricValue(r, 'outbox_relay_breaker_state'), 0, 'a dead letter is not a broker failure');
+  assert.ok(!(await r.metrics()).includes('xxxxxxxx'), 'no payload in /metrics');
+  await relay.stop();
 });
 
 test('integration: above the exact-count cap the backlog is the planner estimate, never below the cap', async () => {

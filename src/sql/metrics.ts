@@ -55,6 +55,14 @@ SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last_id
   FROM ${quotedSchema}.outbox_id_seq`;
 }
 
+/**
+ * Keys held back behind a parked dead letter (migration 004). The table holds one row per
+ * parked key, so it stays small; a count is cheap.
+ */
+export function parkedKeysSql(quotedSchema: string): string {
+  return `SELECT count(*)::int AS parked FROM ${quotedSchema}.outbox_parked_keys`;
+}
+
 export interface OldestPendingRow {
   id: number;
   age_seconds: number;
