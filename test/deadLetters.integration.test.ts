@@ -212,6 +212,38 @@ test('integration: replay goes in id order, so in order within each key; a key s
   assert.deepEqual(await deadLetterIds(), [cPark.id]);
 });
 
+test('integration: a key with two park dead letters stays parked until the last of them leaves, so its waiting rows never overtake one', async () => {
+  await reset();
+  const d0 = await makeDeadLetter({ key: 'a' });
+  const d1 = await makeDeadLetter({ key: 'a' }); // parked behind d0 already: the key's parking row stays d0
+  const waiting = await pendingRow('a');
+  assert.deepEqual(await parkedKeys(), [{ topic: 'orders', key: 'a', dead_letter_id: d0.id }]);
+
+  const first = await replayDeadLetters({ ...conn(), ids: [d0.id], rate: 100 });
+  assert.deepEqual(first.releasedKeys, []);
+  assert.deepEqual(first.waiting, [{ id: d0.id, parkedBehind: d1.id }]);
+  assert.deepEqual(await parkedKeys(), [{ topic: 'orders', key: 'a', dead_letter_id: d1.id }], 'handed on to d1');
+
+  const dry = await discardDeadLetters({ ...conn(), ids: [d1.id] });
+  assert.deepEqual(await parkedKeys(), [{ topic: 'orders', key: 'a', dead_letter_id: d1.id }], 'a dry run hands nothing on');
+  assert.equal(dry.dryRun, true);
+  const gone = await discardDeadLetters({ ...conn(), ids: [d1.id], yes: true });
+  assert.deepEqual(gone.releasedKeys, [{ topic: 'orders', key: 'a', deadLetterId: d1.id }]);
+  assert.deepEqual(await parkedKeys(), []);
+  const pending = (await db.pool.query(`SELECT id FROM ${T('outbox')} WHERE sent_at IS NULL ORDER BY id`)).rows.map((r) => Number(r.id));
+  assert.deepEqual(pending, [d0.id, waiting]);
+
+  // Both in one replay: released once the second has moved, nothing reported waiting.
+  await reset();
+  const e0 = await makeDeadLetter({ key: 'b' });
+  const e1 = await makeDeadLetter({ key: 'b' });
+  const both = await replayDeadLetters({ ...conn(), key: 'b', rate: 100 });
+  assert.deepEqual(both.replayedIds, [e0.id, e1.id]);
+  assert.deepEqual(both.releasedKeys, [{ topic: 'orders', key: 'b', deadLetterId: e1.id }]);
+  assert.deepEqual(both.waiting, []);
+  assert.deepEqual(await parkedKeys(), []);
+});
+
 test('integration: a row can never be in neither table nor in both, at any instant of a replay', async () => {
   await reset();
   const made: Made[] = [];

@@ -41,6 +41,37 @@ SELECT d.id, d.message_id, d.topic, d.key, d.payload, d.payload_bytes, d.headers
  LIMIT $8`;
 
 /**
+ * The parked keys of dead letters leaving the table (CTE `gone`: id, topic, key): each key
+ * whose parking dead letter left is released, unless another dead letter of the key with
+ * policy park stays behind; then the key stays parked, now behind the lowest of those, so
+ * the key's waiting rows never overtake it. (The relay parks a key once, on its first
+ * failing row, and holds the rest back; several park dead letters of one key arise only
+ * when a replayed row fails again or the policy changed.) CTEs of one statement see the
+ * table as it was before the statement, hence `NOT IN gone`.
+ */
+const RELEASE = (s: string): string => `remaining AS (
+  SELECT d.topic, d.key, min(d.id) AS next_id
+    FROM ${s}.outbox_dead_letters AS d
+    JOIN (SELECT DISTINCT topic, key FROM gone) AS g ON g.topic = d.topic AND g.key = d.key
+   WHERE d.policy = 'park'
+     AND d.id NOT IN (SELECT id FROM gone)
+   GROUP BY d.topic, d.key
+), released AS (
+  DELETE FROM ${s}.outbox_parked_keys AS p
+   USING gone
+   WHERE p.topic = gone.topic AND p.key = gone.key AND p.dead_letter_id = gone.id
+     AND NOT EXISTS (SELECT 1 FROM remaining AS r WHERE r.topic = p.topic AND r.key = p.key)
+  RETURNING p.dead_letter_id
+), handed_on AS (
+  UPDATE ${s}.outbox_parked_keys AS p
+     SET dead_letter_id = r.next_id
+    FROM gone, remaining AS r
+   WHERE p.topic = gone.topic AND p.key = gone.key AND p.dead_letter_id = gone.id
+     AND r.topic = p.topic AND r.key = p.key
+  RETURNING p.topic, p.key, p.dead_letter_id
+)`;
+
+/**
  * Move dead letters back into the outbox, in one statement (one transaction):
  *
  * 1. lock them (a concurrent replay or discard of the same row waits, then finds it gone);
@@ -49,13 +80,13 @@ SELECT d.id, d.message_id, d.topic, d.key, d.payload, d.payload_bytes, d.headers
  *    timestamp). ON CONFLICT DO NOTHING: a row already in the outbox with that id or that
  *    dedup key is not overwritten, and that dead letter stays where it is;
  * 3. delete only the dead letters that were inserted: a row is never in neither table;
- * 4. release the key of each moved dead letter that was the one parking it, so the relay
- *    publishes it and then its key's waiting rows, in id order.
+ * 4. release the key of each moved dead letter that was the one parking it (see RELEASE),
+ *    so the relay publishes it and then its key's waiting rows, in id order.
  *
  * $1 bigint[]  dead letter ids
  *
  * Returns one row per dead letter found: moved or not (conflict), whether it released its
- * key, and the id of another dead letter its key is still parked behind, if any.
+ * key, and the id of the dead letter its key is still parked behind, if any.
  */
 export const replayDeadLettersSql = (s: string): string => `
 WITH dead AS (
@@ -76,25 +107,22 @@ WITH dead AS (
    USING back
    WHERE d.id = back.id
   RETURNING d.id, d.topic, d.key
-), released AS (
-  DELETE FROM ${s}.outbox_parked_keys AS p
-   USING gone
-   WHERE p.topic = gone.topic AND p.key = gone.key AND p.dead_letter_id = gone.id
-  RETURNING p.dead_letter_id
-)
+), ${RELEASE(s)}
 SELECT dead.id, dead.topic, dead.key,
        gone.id IS NOT NULL AS moved,
        released.dead_letter_id IS NOT NULL AS released_key,
-       (SELECT p.dead_letter_id
-          FROM ${s}.outbox_parked_keys AS p
-         WHERE p.topic = dead.topic AND p.key = dead.key AND p.dead_letter_id <> dead.id) AS parked_behind
+       coalesce((SELECT h.dead_letter_id FROM handed_on AS h WHERE h.topic = dead.topic AND h.key = dead.key),
+                (SELECT p.dead_letter_id
+                   FROM ${s}.outbox_parked_keys AS p
+                  WHERE p.topic = dead.topic AND p.key = dead.key AND p.dead_letter_id <> dead.id)) AS parked_behind
   FROM dead
   LEFT JOIN gone ON gone.id = dead.id
   LEFT JOIN released ON released.dead_letter_id = dead.id
  ORDER BY dead.id`;
 
 /**
- * Delete dead letters for good, and release the keys they were parking, in one statement.
+ * Delete dead letters for good, and release the keys they were parking (see RELEASE), in
+ * one statement.
  *
  * $1 bigint[]  dead letter ids
  */
@@ -103,12 +131,7 @@ WITH gone AS (
   DELETE FROM ${s}.outbox_dead_letters
    WHERE id = ANY($1::bigint[])
   RETURNING id, topic, key
-), released AS (
-  DELETE FROM ${s}.outbox_parked_keys AS p
-   USING gone
-   WHERE p.topic = gone.topic AND p.key = gone.key AND p.dead_letter_id = gone.id
-  RETURNING p.dead_letter_id
-)
+), ${RELEASE(s)}
 SELECT gone.id, gone.topic, gone.key, released.dead_letter_id IS NOT NULL AS released_key
   FROM gone
   LEFT JOIN released ON released.dead_letter_id = gone.id
