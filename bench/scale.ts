@@ -60,7 +60,7 @@ async function drain(relays: number): Promise<{ rowsPerSecond: number; reorderin
   for (let i = 0; i < relays; i++) {
     children.push(
       spawn(process.execPath, ['--import', 'tsx', cli, 'run', '--log-level', 'warn'], {
-        env: { ...process.env, DATABASE_URL, KAFKA_BROKERS: brokers().join(','), OUTBOX_SCHEMA: schema, OUTBOX_LEASE_TTL_MS: '3000' },
+        env: { ...process.env, DATABASE_URL, KAFKA_BROKERS: brokers().join(','), OUTBOX_SCHEMA: schema, OUTBOX_METRICS_ADDRESS: '127.0.0.1:0', OUTBOX_LEASE_TTL_MS: '3000' },
         stdio: 'inherit',
       }),
     );

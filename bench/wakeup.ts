@@ -78,7 +78,7 @@ function pgbench(schema: string, topic: string): number {
 async function withRelay<T>(schema: string, body: () => T): Promise<T> {
   const cli = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
   const relay = spawn(process.execPath, ['--import', 'tsx', cli, 'run', '--poll-interval-ms', String(POLL_MS), '--log-level', 'warn'], {
-    env: { ...process.env, DATABASE_URL, KAFKA_BROKERS: brokers().join(','), OUTBOX_SCHEMA: schema },
+    env: { ...process.env, DATABASE_URL, KAFKA_BROKERS: brokers().join(','), OUTBOX_SCHEMA: schema, OUTBOX_METRICS_ADDRESS: '127.0.0.1:0' },
     stdio: 'inherit',
   });
   await new Promise((r) => setTimeout(r, 2_000)); // node + tsx boot; pgbench must not start before it polls

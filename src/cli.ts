@@ -5,7 +5,7 @@ import { createLogger, type LogLevel } from './logger.js';
 import { readSetting, type Setting } from './settings.js';
 import * as settings from './settings.js';
 import { RELAY_SETTINGS, type RelayOptions } from './relay.js';
-import { runRelay, EXIT } from './run.js';
+import { runRelay, EXIT, type RunRelayOptions } from './run.js';
 import { migrate, migrationScript } from './migrate.js';
 import { formatStatus, getStatus } from './status.js';
 
@@ -66,7 +66,7 @@ addSettings(
 ).action(async (flags: Record<string, unknown>) => {
   const o = resolve(RELAY_SETTINGS, flags);
   const logger = createLogger(o.logLevel as LogLevel);
-  const code = await runRelay({ ...(o as unknown as RelayOptions), logger });
+  const code = await runRelay({ ...(o as unknown as RunRelayOptions), logger });
   logger.flush();
   process.exit(code);
 });

@@ -1,4 +1,4 @@
-import { Kafka, Partitioners, CompressionTypes, type Message, type Producer } from 'kafkajs';
+import { Kafka, Partitioners, CompressionTypes, type KafkaConfig, type Message, type Producer } from 'kafkajs';
 import { kafkaLogCreator, kafkaLogLevel, type Logger } from './logger.js';
 import type { ClaimedRow } from './sql/claim.js';
 
@@ -16,6 +16,10 @@ export interface KafkaClientOptions {
   brokers: string[];
   clientId: string;
   logger: Logger;
+  /** TLS (see src/kafkaSecurity.ts). */
+  ssl?: KafkaConfig['ssl'];
+  /** SASL (see src/kafkaSecurity.ts). */
+  sasl?: KafkaConfig['sasl'];
 }
 
 /** A kafkajs client whose logs go through pino and whose retries are bounded. */
@@ -30,6 +34,8 @@ export function createKafka(options: KafkaClientOptions): Kafka {
     // kafkajs retries inside each send; the relay retries whole batches with its own
     // backoff on top, so keep this short and let the relay's backoff do the waiting.
     retry: { retries: 3, initialRetryTime: 200, maxRetryTime: 2_000 },
+    ...(options.ssl !== undefined ? { ssl: options.ssl } : {}),
+    ...(options.sasl ? { sasl: options.sasl } : {}),
   });
 }
 

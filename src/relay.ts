@@ -14,6 +14,8 @@ import { backoffDelayMs } from './backoff.js';
 import { TypedEmitter } from './events.js';
 import { claimSql, type ClaimedRow } from './sql/claim.js';
 import { markSentSql } from './sql/markSent.js';
+import { KAFKA_SECURITY_SETTINGS } from './kafkaSecurity.js';
+import { METRICS_SETTINGS } from './metricsSettings.js';
 import { Membership, SHARD_COUNT } from './membership.js';
 import { publishBatch, PublishError, type DeadLetterPolicy } from './publishBatch.js';
 import { CircuitBreaker, type BreakerState } from './breaker.js';
@@ -178,6 +180,8 @@ export const RELAY_SETTINGS = [
   breakerFailures,
   settings.clientId,
   settings.compression,
+  ...KAFKA_SECURITY_SETTINGS,
+  ...METRICS_SETTINGS,
   settings.logLevel,
 ] as const;
 
@@ -208,8 +212,24 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
 
 /** Payloads of the relay's events. */
 export interface RelayEvents {
-  /** A batch was published and marked sent. */
-  batch: { worker: number; count: number; firstId: number; lastId: number; durationMs: number };
+  /** A batch was published and marked sent (committed). */
+  batch: {
+    worker: number;
+    count: number;
+    firstId: number;
+    lastId: number;
+    durationMs: number;
+    /** Rows published per topic. */
+    topics: Record<string, number>;
+    /** created_at of each published row (ms since epoch), for commit-to-ack latency. */
+    createdAtMs: number[];
+    /** When Kafka acknowledged the batch (ms since epoch). */
+    ackedAtMs: number;
+    /** Time spent claiming, sending to Kafka and marking sent (ms). */
+    claimMs: number;
+    publishMs: number;
+    markMs: number;
+  };
   /** A batch failed and was rolled back; it is retried after `retryInMs`. */
   batchError: { worker: number; error: Error; attempt: number; retryInMs: number };
   /** The horizon moved: rows up to `watermark` may be claimed. */
@@ -596,6 +616,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     client.on('error', onError);
     try {
       await client.query('BEGIN');
+      const claimStarted = Date.now();
       const { rows } = await client.query<ClaimedRow>(claimSql(this.quotedSchema), [
         watermark,
         shards,
@@ -607,6 +628,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
         await client.query('COMMIT');
         return 0;
       }
+      const claimMs = Date.now() - claimStarted;
+      const publishStarted = Date.now();
       let outcome;
       try {
         outcome = await publishBatch(rows, {
@@ -618,6 +641,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
         if (error instanceof PublishError) failedIds = rows.map((r) => r.id);
         throw error;
       }
+      const ackedAtMs = Date.now();
+      const publishMs = ackedAtMs - publishStarted;
       if (this.aborted) throw new OutboxError('relay aborted before marking the batch sent', { retriable: true });
       const { published, deadLetters } = outcome;
       if (published.length > 0) {
@@ -635,6 +660,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
         if (moved[0]!.moved !== deadLetters.length) throw leaseLost(deadLetters.length, moved[0]!.moved);
       }
       await client.query('COMMIT');
+      const markMs = Date.now() - ackedAtMs;
       this.breaker.success();
       for (const d of deadLetters) {
         this.logger.error(
@@ -644,12 +670,20 @@ export class Relay extends TypedEmitter<RelayEvents> {
         this.emit('deadLetter', { id: d.row.id, topic: d.row.topic, errorName: d.errorName, reason: d.reason, policy: d.policy });
       }
       if (published.length > 0) {
+        const topics: Record<string, number> = {};
+        for (const r of published) topics[r.topic] = (topics[r.topic] ?? 0) + 1;
         this.emit('batch', {
           worker: worker.index,
           count: published.length,
           firstId: published[0]!.id,
           lastId: published[published.length - 1]!.id,
           durationMs: Date.now() - started,
+          topics,
+          createdAtMs: published.map((r) => r.created_at.getTime()),
+          ackedAtMs,
+          claimMs,
+          publishMs,
+          markMs,
         });
       }
       // Held rows (behind a key parked just now) count as handled: the claim skips them now.

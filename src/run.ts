@@ -1,5 +1,8 @@
 import { createRelay, type RelayOptions } from './relay.js';
 import type { Logger } from './logger.js';
+import { createKafka } from './kafka.js';
+import { kafkaSecurityConfig, describeKafkaSecurity, type KafkaSecurityOptions } from './kafkaSecurity.js';
+import { serveRelayMetrics, type RelayMetricsService } from './metricsServer.js';
 
 /** Process exit codes of `outbox-relay` commands. */
 export const EXIT = {
@@ -13,8 +16,12 @@ export const EXIT = {
   forced: 3,
 } as const;
 
-export interface RunRelayOptions extends RelayOptions {
+export interface RunRelayOptions extends RelayOptions, KafkaSecurityOptions {
   logger: Logger;
+  /** `host:port` of /metrics, /healthz and /readyz, or `off` (default 127.0.0.1:9464). */
+  metricsAddress?: string;
+  /** How often the backlog gauges are sampled, in ms. */
+  metricsSampleIntervalMs?: number;
   /** Install SIGTERM/SIGINT handlers (default true): first soft stop, second hard stop. */
   handleSignals?: boolean;
   /** Resolves the returned promise's stop early when aborted (for embedding and tests). */
@@ -30,9 +37,27 @@ export interface RunRelayOptions extends RelayOptions {
  * @returns the exit code: {@link EXIT}.ok after a soft stop, EXIT.forced after a hard one
  */
 export async function runRelay(options: RunRelayOptions): Promise<number> {
-  const relay = createRelay(options);
-  await relay.start();
+  // Checked before anything connects: a bad TLS or SASL setting touches nothing.
+  const security = kafkaSecurityConfig(options);
+  const kafka =
+    options.kafka ??
+    createKafka({ brokers: options.kafkaBrokers, clientId: options.clientId ?? 'outbox-relay', logger: options.logger, ...security });
+  const relay = createRelay({ ...options, kafka });
   const logger = options.logger;
+  await relay.start();
+  logger.info({ kafka: describeKafkaSecurity(options) }, 'kafka connection security');
+  let metrics: RelayMetricsService | undefined;
+  try {
+    metrics = await serveRelayMetrics(relay, {
+      address: options.metricsAddress ?? '127.0.0.1:9464',
+      sampleIntervalMs: options.metricsSampleIntervalMs,
+      kafka,
+      logger,
+    });
+  } catch (error) {
+    await relay.stop();
+    throw error;
+  }
   let signals = 0;
   const onSignal = (name: NodeJS.Signals): void => {
     signals++;
@@ -55,5 +80,6 @@ export async function runRelay(options: RunRelayOptions): Promise<number> {
   } finally {
     process.off('SIGTERM', onSignal);
     process.off('SIGINT', onSignal);
+    await metrics?.close();
   }
 }

@@ -314,6 +314,7 @@ async function runOnce(servers: Servers, cfg: RunConfig): Promise<RunReport> {
     OUTBOX_SCHEMA: schema,
     OUTBOX_LOG_LEVEL: 'warn',
     OUTBOX_CLIENT_ID: `faults-relay-${i}`,
+    OUTBOX_METRICS_ADDRESS: '127.0.0.1:0', // several relays on one host: any free port
     OUTBOX_BATCH_SIZE: String(p.batchSize),
     OUTBOX_RETRY_MAX_DELAY_MS: '2000',
     OUTBOX_SHUTDOWN_TIMEOUT_MS: '5000',

@@ -20,7 +20,8 @@ export function spawnCli(args: string[], env: Record<string, string | undefined>
 export function spawnTs(file: string, args: string[], env: Record<string, string | undefined>): Spawned {
   const child = spawn(process.execPath, ['--import', 'tsx', file, ...args], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+    // Relays started by tests run side by side: metrics on any free port unless a test says otherwise.
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, OUTBOX_METRICS_ADDRESS: '127.0.0.1:0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let text = '';
