@@ -12,11 +12,17 @@
 //   CONSUMER_GROUP   consumer group (default example-consumer)
 //   STOP_AFTER       stop after this many messages were handled (processed + duplicates
 //                    + dead-lettered); default: run until SIGTERM or SIGINT
+//   METRICS_ADDRESS  host:port of /metrics, /healthz and /readyz (default 127.0.0.1:9465),
+//                    or off
 //
 // Messages are JSON, e.g. {"amount": 5}; the Kafka key is the entity. A value that is
 // not JSON, or an amount that is not an integer, goes to <topic>.dead-letter.
 import pg from 'pg';
+import { Registry } from 'prom-client';
 import { createConsumer, createLogger, OutboxError, quoteIdentifier } from '../src/index.js';
+import { instrumentConsumer, instrumentHandler } from '../src/metrics.js';
+import { startMetricsServer, type MetricsServer } from '../src/metricsServer.js';
+import { parseMetricsAddress } from '../src/metricsSettings.js';
 
 const env = process.env;
 for (const name of ['DATABASE_URL', 'KAFKA_BROKERS', 'CONSUMER_TOPIC']) {
@@ -46,6 +52,13 @@ class InvalidAmount extends OutboxError {
   }
 }
 
+const registry = new Registry();
+const metricsAddress = parseMetricsAddress(env.METRICS_ADDRESS ?? '127.0.0.1:9465');
+if ('problem' in metricsAddress) {
+  process.stderr.write(`examples/consumer: METRICS_ADDRESS: ${metricsAddress.problem}\n`);
+  process.exit(2);
+}
+
 const consumer = createConsumer<{ amount?: unknown }>({
   kafkaBrokers: (env.KAFKA_BROKERS as string).split(','),
   groupId: env.CONSUMER_GROUP ?? 'example-consumer',
@@ -54,7 +67,7 @@ const consumer = createConsumer<{ amount?: unknown }>({
   schema: env.OUTBOX_SCHEMA ?? 'public',
   decode: 'json',
   logger,
-  handler: async (message, { client }) => {
+  handler: instrumentHandler<{ amount?: unknown }>(async (message, { client }) => {
     const amount = message.value?.amount;
     if (!Number.isSafeInteger(amount)) throw new InvalidAmount(amount);
     const entity = message.key ?? '';
@@ -64,14 +77,17 @@ const consumer = createConsumer<{ amount?: unknown }>({
        ON CONFLICT (entity) DO UPDATE SET balance = example_balances.balance + EXCLUDED.balance`,
       [entity, amount],
     );
-  },
+  }, registry),
 });
+const instrumentation = instrumentConsumer(consumer, { registry, logger });
 
 let stopping: Promise<unknown> | undefined;
 const stop = (why: string): void => {
   if (stopping) return;
   logger.info({ why }, 'stopping');
   stopping = consumer.stop().then(async ({ hard }) => {
+    await metrics?.close();
+    await instrumentation.close();
     await pool.end();
     logger.info({ hard, ...consumer.stats() }, 'example consumer stopped');
     logger.flush();
@@ -89,4 +105,8 @@ consumer.on('offsetCommitted', () => {
 });
 
 await consumer.start();
+let metrics: MetricsServer | undefined;
+if (metricsAddress.value !== 'off') {
+  metrics = await startMetricsServer({ host: metricsAddress.value.host, port: metricsAddress.value.port, registry, logger });
+}
 logger.info({ topic: env.CONSUMER_TOPIC, groupId: consumer.options.groupId }, 'example consumer running');

@@ -90,6 +90,7 @@ const consumerEnv = {
   OUTBOX_SCHEMA: schema,
   CONSUMER_TOPIC: topic,
   CONSUMER_GROUP: `demo-balances-${run}`,
+  METRICS_ADDRESS: '127.0.0.1:0',
 };
 async function runConsumer(stopAfter: number): Promise<Record<string, number>> {
   const consumer = spawnTs('examples/consumer.ts', [], { ...consumerEnv, STOP_AFTER: String(stopAfter) });
