@@ -44,3 +44,9 @@ export { KAFKA_SECURITY_SETTINGS, kafkaSecurityConfig, describeKafkaSecurity, SA
 export type { KafkaSecurityOptions, SaslMechanism } from './kafkaSecurity.js';
 export { roleScript } from './roles.js';
 export type { RoleScriptOptions } from './roles.js';
+export { listDeadLetters, replayDeadLetters, discardDeadLetters, DeadLetterNotFoundError, formatDeadLetters, deadLetterJson } from './deadLetters.js';
+export type { DeadLetter, DeadLetterFilter, ListDeadLettersOptions, ListDeadLettersResult, ReplayDeadLettersOptions, ReplayProgress, ReplayResult, DiscardDeadLettersOptions, DiscardResult } from './deadLetters.js';
+export { cleanupOutbox } from './cleanup.js';
+export type { CleanupOptions, CleanupResult } from './cleanup.js';
+export type { EnqueueResult } from './enqueue.js';
+export { parseDuration, parseTimePoint } from './durations.js';
