@@ -1,13 +1,12 @@
 import type pg from 'pg';
-import { connect } from './database.js';
 import { quoteIdentifier } from './identifiers.js';
-import { assertMigrated } from './migrate.js';
 import { optionValue } from './settings.js';
 import { cleanupBatchSize, cleanupRetention } from './operatorSettings.js';
 import { parseDuration } from './durations.js';
 import { cleanupBatchSql } from './sql/cleanup.js';
 import { silentLogger, type Logger } from './logger.js';
 import { ConfigError } from './errors.js';
+import { openDatabase } from './openDatabase.js';
 
 export interface CleanupOptions {
   /** Connection string; ignored when `client` or `pool` is given. */
@@ -53,26 +52,9 @@ export async function cleanupOutbox(options: CleanupOptions = {}): Promise<Clean
     throw new ConfigError('maxBatches', `${JSON.stringify(options.maxBatches)} is not a positive whole number`);
   }
   const logger = options.logger ?? silentLogger();
-  let own: pg.Client | undefined;
-  let db: pg.ClientBase | pg.Pool;
-  if (options.client) db = options.client;
-  else if (options.pool) db = options.pool;
-  else {
-    if (!options.databaseUrl) throw new ConfigError('databaseUrl', 'is required (environment DATABASE_URL)');
-    db = own = await connect(options.databaseUrl, 'outbox-relay:cleanup');
-  }
+  const { db, close } = await openDatabase(options, schema, 'outbox-relay:cleanup');
   const result: CleanupResult = { deleted: 0, batches: 0 };
   try {
-    const check = options.client ?? own;
-    if (check) await assertMigrated(check, schema);
-    else {
-      const c = await (db as pg.Pool).connect();
-      try {
-        await assertMigrated(c, schema);
-      } finally {
-        c.release();
-      }
-    }
     const sql = cleanupBatchSql(quoted);
     let after = 0;
     for (;;) {
@@ -84,7 +66,7 @@ export async function cleanupOutbox(options: CleanupOptions = {}): Promise<Clean
       if (options.maxBatches !== undefined && result.batches >= options.maxBatches) break;
     }
   } finally {
-    await own?.end().catch(() => undefined);
+    await close();
   }
   logger.info({ ...result, retention, schema }, 'cleaned up sent outbox rows');
   return result;

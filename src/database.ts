@@ -47,3 +47,4 @@ export function createPool(url: string, applicationName: string, max: number, lo
   pool.on('error', (error) => logger.warn({ err: error.message }, 'idle Postgres connection failed'));
   return pool;
 }
+

@@ -1,14 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
-import { connect } from './database.js';
 import { quoteIdentifier } from './identifiers.js';
-import { assertMigrated } from './migrate.js';
 import { optionValue } from './settings.js';
 import { listLimit, replayRate } from './operatorSettings.js';
 import { parseTimePoint } from './durations.js';
 import { discardDeadLettersSql, listDeadLettersSql, replayDeadLettersSql } from './sql/deadLetters.js';
 import { ConfigError, OutboxError } from './errors.js';
 import { silentLogger, type Logger } from './logger.js';
+import { openDatabase, type OpenDatabase } from './openDatabase.js';
 
 // `outbox-relay dead-letters list | replay | discard`: what the relay could not publish,
 // and the ways back out of outbox_dead_letters (see docs/operations-dead-letters.md).
@@ -136,39 +135,8 @@ function resolveFilter(f: DeadLetterFilter, now: Date): ResolvedFilter {
   };
 }
 
-interface Db {
-  db: pg.ClientBase | pg.Pool;
-  close(): Promise<void>;
-}
-
-async function open(options: DeadLetterConnection, what: string): Promise<Db> {
-  const schema = options.schema ?? 'public';
-  let db: pg.ClientBase | pg.Pool;
-  let own: pg.Client | undefined;
-  if (options.client) db = options.client;
-  else if (options.pool) db = options.pool;
-  else {
-    if (!options.databaseUrl) throw new ConfigError('databaseUrl', 'is required (environment DATABASE_URL)');
-    db = own = await connect(options.databaseUrl, `outbox-relay:${what}`);
-  }
-  const close = async (): Promise<void> => {
-    await own?.end().catch(() => undefined);
-  };
-  try {
-    if ('release' in db || !('totalCount' in db)) await assertMigrated(db as pg.ClientBase, schema);
-    else {
-      const c = await (db as pg.Pool).connect();
-      try {
-        await assertMigrated(c, schema);
-      } finally {
-        c.release();
-      }
-    }
-  } catch (error) {
-    await close();
-    throw error;
-  }
-  return { db, close };
+function open(options: DeadLetterConnection, what: string): Promise<OpenDatabase> {
+  return openDatabase(options, options.schema ?? 'public', `outbox-relay:${what}`);
 }
 
 /** Now by the database's clock, which also stamped dead_lettered_at. */

@@ -1,11 +1,11 @@
 import type pg from 'pg';
-import { connect } from './database.js';
 import { quoteIdentifier } from './identifiers.js';
 import { optionValue } from './settings.js';
 import * as consumerSettings from './consumerSettings.js';
 import { purgeProcessedSql } from './sql/processedMessages.js';
 import { silentLogger, type Logger } from './logger.js';
 import { ConfigError } from './errors.js';
+import { openDatabase } from './openDatabase.js';
 
 export interface PurgeProcessedOptions {
   /** Connection string; ignored when `client` or `pool` is given. */
@@ -49,14 +49,7 @@ export async function purgeProcessedMessages(options: PurgeProcessedOptions = {}
     throw new ConfigError('maxBatches', `${JSON.stringify(options.maxBatches)} is not a positive whole number`);
   }
   const logger = options.logger ?? silentLogger();
-  let own: pg.Client | undefined;
-  let db: pg.ClientBase | pg.Pool;
-  if (options.client) db = options.client;
-  else if (options.pool) db = options.pool;
-  else {
-    if (!options.databaseUrl) throw new ConfigError('databaseUrl', 'is required (environment DATABASE_URL)');
-    db = own = await connect(options.databaseUrl, 'outbox-relay:purge-processed');
-  }
+  const { db, close } = await openDatabase(options, options.schema ?? 'public', 'outbox-relay:purge-processed');
   const sql = purgeProcessedSql(quoted);
   const result: PurgeProcessedResult = { deleted: 0, batches: 0 };
   try {
@@ -68,7 +61,7 @@ export async function purgeProcessedMessages(options: PurgeProcessedOptions = {}
       if (options.maxBatches !== undefined && result.batches >= options.maxBatches) break;
     }
   } finally {
-    await own?.end().catch(() => undefined);
+    await close();
   }
   logger.info({ ...result, retentionDays, schema: options.schema ?? 'public' }, 'purged processed messages');
   return result;
