@@ -115,3 +115,17 @@ async function countSentOf(topic: string): Promise<number> {
   const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE topic = $1 AND sent_at IS NOT NULL`, [topic]);
   return rows[0]!.n;
 }
+
+test('integration: secrets never reach the logs, even at debug level', async () => {
+  const url = new URL(db.databaseUrl);
+  url.password = 'pw-that-must-not-leak'; // trust authentication ignores it
+  const topic = await createTopic(1);
+  await enqueueRows(topic, 1, 1); // so that the producer connects and kafkajs logs too
+  const relay = spawnCli(['run', '--log-level', 'debug'], { ...env(), DATABASE_URL: url.toString(), OUTBOX_LOG_LEVEL: 'debug' });
+  await waitFor('the row to be sent', async () => (await countSentOf(topic)) === 1);
+  relay.child.kill('SIGTERM');
+  assert.equal(await relay.exited, 0, relay.output());
+  assert.match(relay.output(), /"component":"kafkajs"/, 'kafkajs logged through pino');
+  assert.match(relay.output(), /relay started[\s\S]*relay stopped/);
+  assert.doesNotMatch(relay.output(), /pw-that-must-not-leak/);
+});
