@@ -123,3 +123,30 @@ async function pendingOf(ids: number[]): Promise<number> {
   const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE id = ANY($1) AND sent_at IS NULL`, [ids]);
   return rows[0]!.n;
 }
+
+test('integration: Kafka unreachable when the relay starts is not fatal: it starts, waits, and publishes once the broker is up', async () => {
+  const brokers = [kafka.brokers];
+  const topic = await createTopic(1, brokers);
+  const client = await db.pool.connect();
+  let id: number;
+  try {
+    await client.query('BEGIN');
+    id = (await enqueue(client, { topic, key: 'k', payload: { n: 1 } }, { schema: db.schema }))[0]!.id as number;
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+  await kafka.stop();
+  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: brokers, schema: db.schema, retryMaxDelayMs: 1_000 });
+  let failed = 0;
+  relay.on('batchError', () => failed++);
+  try {
+    await relay.start(); // resolves although the broker is down
+    await waitFor('a failed attempt', () => failed > 0);
+    assert.equal(await pendingOf([id]), 1);
+    await kafka.start();
+    await waitFor('the row sent once the broker is up', async () => (await pendingOf([id])) === 0, { timeoutMs: 60_000 });
+  } finally {
+    await relay.stop();
+  }
+});
