@@ -15,6 +15,11 @@
  * Shard ownership is what keeps one key's rows in one relay's hands; SKIP LOCKED is the
  * safety net, leaving rows another transaction holds to it instead of waiting.
  * payload goes out as text so the relay forwards the stored JSON without parsing it.
+ *
+ * The lease check is an array, not `shard IN (subquery)`: as a semi-join the planner
+ * hashes the leases and then reads every unsent row and sorts them (242 ms per claim on
+ * a 200,000-row backlog); as a constant array it walks the unsent-row index in id order
+ * and stops at the batch size (1.4 ms).
  */
 export function claimSql(quotedSchema: string): string {
   return `
@@ -23,8 +28,8 @@ SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, head
  WHERE sent_at IS NULL
    AND id <= $1
    AND shard = ANY($2::smallint[])
-   AND shard IN (SELECT shard FROM ${quotedSchema}.outbox_shard_leases
-                  WHERE owner = $4 AND expires_at > now())
+   AND shard = ANY (ARRAY(SELECT shard FROM ${quotedSchema}.outbox_shard_leases
+                           WHERE owner = $4 AND expires_at > now()))
    AND pg_postmaster_start_time() = $5::timestamptz
    AND NOT EXISTS (SELECT 1 FROM ${quotedSchema}.outbox_parked_keys AS p
                     WHERE p.topic = outbox.topic AND p.key = outbox.key)
