@@ -1,5 +1,7 @@
 import pg from 'pg';
-import { Kafka, logLevel } from 'kafkajs';
+import { randomUUID } from 'node:crypto';
+import { Kafka, Partitioners, logLevel } from 'kafkajs';
+import { HEADERS } from '../src/kafka.js';
 import { migrate } from '../src/migrate.js';
 
 export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -50,4 +52,29 @@ export async function fillBacklog(pool: pg.Pool, schema: string, topic: string, 
 export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+/**
+ * `total` JSON messages `{amount: 1, seq}` over 1,000 entity keys, as the relay would
+ * publish them (message-id and content-type headers), for the consumer benchmarks.
+ */
+export async function produceAmountMessages(client: Kafka, topic: string, total: number): Promise<void> {
+  const producer = client.producer({ createPartitioner: Partitioners.DefaultPartitioner });
+  await producer.connect();
+  try {
+    for (let sent = 0; sent < total; sent += 1_000) {
+      const n = Math.min(1_000, total - sent);
+      await producer.send({
+        topic,
+        acks: -1,
+        messages: Array.from({ length: n }, (_, i) => ({
+          key: `entity-${(sent + i) % 1_000}`,
+          value: JSON.stringify({ amount: 1, seq: sent + i }),
+          headers: { [HEADERS.messageId]: randomUUID(), [HEADERS.contentType]: 'application/json' },
+        })),
+      });
+    }
+  } finally {
+    await producer.disconnect();
+  }
 }

@@ -8,12 +8,12 @@
 // Environment: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test),
 // KAFKA_BROKERS (default 127.0.0.1:19092), BENCH_MESSAGES (default 50000),
 // BENCH_PARTITIONS (default 4), BENCH_MESSAGES_PER_TRANSACTION (default 50).
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { Kafka, Partitioners, logLevel } from 'kafkajs';
+import { Kafka, logLevel } from 'kafkajs';
 import { migrate } from '../src/migrate.js';
 import { createConsumer } from '../src/consumer.js';
-import { HEADERS } from '../src/kafka.js';
+import { produceAmountMessages } from './common.js';
 
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const brokers = (process.env.KAFKA_BROKERS ?? '127.0.0.1:19092').split(',');
@@ -34,21 +34,7 @@ async function setUp(): Promise<pg.Pool> {
   await admin.connect();
   await admin.createTopics({ topics: [{ topic, numPartitions: partitions, replicationFactor: 1 }], waitForLeaders: true });
   await admin.disconnect();
-  const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
-  await producer.connect();
-  for (let sent = 0; sent < total; sent += 1_000) {
-    const n = Math.min(1_000, total - sent);
-    await producer.send({
-      topic,
-      acks: -1,
-      messages: Array.from({ length: n }, (_, i) => ({
-        key: `entity-${(sent + i) % 1_000}`,
-        value: JSON.stringify({ amount: 1, seq: sent + i }),
-        headers: { [HEADERS.messageId]: randomUUID(), [HEADERS.contentType]: 'application/json' },
-      })),
-    });
-  }
-  await producer.disconnect();
+  await produceAmountMessages(kafka, topic, total);
   return pool;
 }
 

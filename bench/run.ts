@@ -28,7 +28,7 @@ import { Partitioners, type Message } from 'kafkajs';
 import { createConsumer } from '../src/consumer.js';
 import { getStatus } from '../src/status.js';
 import { HEADERS } from '../src/kafka.js';
-import { DATABASE_URL, benchSchema, brokers, createTopic, fillBacklog, kafka, percentile } from './common.js';
+import { DATABASE_URL, benchSchema, brokers, createTopic, fillBacklog, kafka, percentile, produceAmountMessages } from './common.js';
 import { lineChart, type Series } from './svg.js';
 
 // ---------------------------------------------------------------------------------------
@@ -361,21 +361,7 @@ async function consumerBench(): Promise<{ raw: number[]; ours: number[]; oldDefa
   const { schema, drop } = await benchSchema(pool, 'benchcons');
   await pool.query(`CREATE TABLE "${schema}".effects (message_id text NOT NULL, entity text NOT NULL, amount integer NOT NULL)`);
   const topic = await createTopic(partitions);
-  const producer = kafka().producer({ createPartitioner: Partitioners.DefaultPartitioner });
-  await producer.connect();
-  for (let sent = 0; sent < total; sent += 1_000) {
-    const n = Math.min(1_000, total - sent);
-    await producer.send({
-      topic,
-      acks: -1,
-      messages: Array.from({ length: n }, (_, i) => ({
-        key: `entity-${(sent + i) % 1_000}`,
-        value: JSON.stringify({ amount: 1, seq: sent + i }),
-        headers: { [HEADERS.messageId]: randomUUID(), [HEADERS.contentType]: 'application/json' },
-      })),
-    });
-  }
-  await producer.disconnect();
+  await produceAmountMessages(kafka(), topic, total);
 
   const raw = async (): Promise<number> => {
     const consumer = kafka().consumer({ groupId: `bench-raw-${randomUUID()}`, maxWaitTimeInMs: 100 });

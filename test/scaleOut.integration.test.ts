@@ -2,12 +2,11 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRelay, type Relay } from '../src/relay.js';
 import { getStatus } from '../src/status.js';
-import { HEADERS } from '../src/kafka.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
-import { createTopic, readTopic, testBrokers } from './helpers/kafka.js';
+import { createTopic, testBrokers } from './helpers/kafka.js';
 import { spawnCli, type Spawned } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';
-import { judge, runWriters } from './helpers/workload.js';
+import { assertDeliveredInOrder, runWriters } from './helpers/workload.js';
 
 const LEASE_TTL_MS = 2_000;
 let db: TestSchema;
@@ -43,11 +42,7 @@ test('integration: two relays split the shards fairly and publish every committe
 
     const { committed, rolledBack } = await runWriters({ pool: db.pool, schema: db.schema, topic, writers: 6, transactionsPerWriter: 300, keys: 40, rollbackEvery: 10, holdEvery: 7, holdMs: 15 });
     await waitFor('every committed row sent', async () => (await sentCount(topic)) === committed.size);
-    const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.headers[HEADERS.messageId])).size >= committed.size);
-    const verdict = judge(messages, committed, rolledBack);
-    assert.deepEqual(verdict.lost, []);
-    assert.deepEqual(verdict.rolledBackDelivered, []);
-    assert.deepEqual(verdict.reorderings, []);
+    await assertDeliveredInOrder(topic, committed, rolledBack);
   } finally {
     await Promise.all(relays.map((r) => r.stop()));
   }
@@ -145,11 +140,7 @@ test('integration: a relay paused (SIGSTOP) past its lease is fenced off; after 
       throw new Error(`${e.message}\n${JSON.stringify(st.relays.map((r) => [r.relayId, r.live, r.heartbeatAgeSeconds, r.shardCount]))} unowned ${st.unownedShards}\nA: ${a.output().slice(-3000)}\nB: ${b.output().slice(-2000)}`);
     });
     await waitFor('every committed row sent', async () => (await sentCount(topic)) === committed.size, { timeoutMs: 60_000 });
-    const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.headers[HEADERS.messageId])).size >= committed.size);
-    const verdict = judge(messages, committed, rolledBack);
-    assert.deepEqual(verdict.lost, []);
-    assert.deepEqual(verdict.rolledBackDelivered, []);
-    assert.deepEqual(verdict.reorderings, []);
+    await assertDeliveredInOrder(topic, committed, rolledBack);
   } finally {
     a.child.kill('SIGCONT');
     a.child.kill('SIGTERM');

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { HEADERS } from '../../src/kafka.js';
-import type { ReadMessage } from './kafka.js';
+import assert from 'node:assert/strict';
+import { readTopic, type ReadMessage } from './kafka.js';
 
 export interface WorkloadOptions {
   pool: pg.Pool;
@@ -84,4 +85,13 @@ export function judge(messages: ReadMessage[], committed: Set<string>, rolledBac
     reorderings,
     duplicates,
   };
+}
+
+/** Read `topic` until every committed row arrived; assert none lost, none rolled back delivered, no key reordered. */
+export async function assertDeliveredInOrder(topic: string, committed: Set<string>, rolledBack: Set<string>): Promise<void> {
+  const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.headers[HEADERS.messageId])).size >= committed.size);
+  const verdict = judge(messages, committed, rolledBack);
+  assert.deepEqual(verdict.lost, []);
+  assert.deepEqual(verdict.rolledBackDelivered, []);
+  assert.deepEqual(verdict.reorderings, []);
 }
