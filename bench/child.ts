@@ -14,10 +14,10 @@
  */
 import pg from 'pg';
 import type { Kafka, Producer, ProducerBatch } from 'kafkajs';
-import { createKafka, HEADERS } from '../src/kafka.js';
-import { createRelay, type RelayOptions } from '../src/relay.js';
-import { createConsumer } from '../src/consumer.js';
-import { createLogger, silentLogger } from '../src/logger.js';
+import { createKafka, HEADERS } from '../src/shared/kafka.js';
+import { createRelay, type RelayOptions } from '../src/relay/relay.js';
+import { createConsumer } from '../src/consumer/consumer.js';
+import { createLogger, silentLogger } from '../src/shared/logger.js';
 
 const mode = process.argv[2];
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';

@@ -1,8 +1,8 @@
 import pg from 'pg';
 import { randomUUID } from 'node:crypto';
 import { Kafka, Partitioners, logLevel } from 'kafkajs';
-import { HEADERS } from '../src/kafka.js';
-import { migrate } from '../src/migrate.js';
+import { HEADERS } from '../src/shared/kafka.js';
+import { migrate } from '../src/commands/migrate.js';
 
 export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 

@@ -11,8 +11,8 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { Kafka, logLevel } from 'kafkajs';
-import { migrate } from '../src/migrate.js';
-import { createConsumer } from '../src/consumer.js';
+import { migrate } from '../src/commands/migrate.js';
+import { createConsumer } from '../src/consumer/consumer.js';
 import { produceAmountMessages } from './common.js';
 
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';

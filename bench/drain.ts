@@ -8,7 +8,7 @@
 import pg from 'pg';
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { Partitioners } from 'kafkajs';
-import { createRelay } from '../src/relay.js';
+import { createRelay } from '../src/relay/relay.js';
 import { DATABASE_URL, benchSchema, brokers, createTopic, fillBacklog, kafka } from './common.js';
 
 const ROWS = Number(process.argv[2] ?? 100_000);

@@ -7,7 +7,7 @@
  *   scripts/with-kafka.sh npx tsx bench/longTransaction.ts [minutes] [waitMs]
  */
 import pg from 'pg';
-import { createRelay } from '../src/relay.js';
+import { createRelay } from '../src/relay/relay.js';
 import { DATABASE_URL, benchSchema, brokers, createTopic, percentile } from './common.js';
 
 const MINUTES = Number(process.argv[2] ?? 5);

@@ -25,9 +25,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 import { Partitioners, type Message } from 'kafkajs';
-import { createConsumer } from '../src/consumer.js';
-import { getStatus } from '../src/status.js';
-import { HEADERS } from '../src/kafka.js';
+import { createConsumer } from '../src/consumer/consumer.js';
+import { getStatus } from '../src/commands/status.js';
+import { HEADERS } from '../src/shared/kafka.js';
 import { DATABASE_URL, benchSchema, brokers, createTopic, fillBacklog, kafka, percentile, produceAmountMessages } from './common.js';
 import { lineChart, type Series } from './svg.js';
 

@@ -12,8 +12,8 @@ import pg from 'pg';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { getStatus } from '../src/status.js';
-import { HEADERS } from '../src/kafka.js';
+import { getStatus } from '../src/commands/status.js';
+import { HEADERS } from '../src/shared/kafka.js';
 import { DATABASE_URL, benchSchema, brokers, createTopic, fillBacklog, kafka } from './common.js';
 
 const ROWS = Number(process.argv[2] ?? 100_000);

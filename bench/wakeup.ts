@@ -17,7 +17,7 @@ import { mkdtempSync, writeFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createRelay } from '../src/relay.js';
+import { createRelay } from '../src/relay/relay.js';
 import { DATABASE_URL, benchSchema, brokers, createTopic, percentile } from './common.js';
 
 const SECONDS = Number(process.argv[2] ?? 10);

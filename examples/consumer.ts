@@ -20,9 +20,9 @@
 import pg from 'pg';
 import { Registry } from 'prom-client';
 import { createConsumer, createLogger, OutboxError, quoteIdentifier } from '../src/index.js';
-import { instrumentConsumer, instrumentHandler } from '../src/metrics.js';
-import { startMetricsServer, type MetricsServer } from '../src/metricsServer.js';
-import { parseMetricsAddress } from '../src/metricsSettings.js';
+import { instrumentConsumer, instrumentHandler } from '../src/metrics/metrics.js';
+import { startMetricsServer, type MetricsServer } from '../src/metrics/server.js';
+import { parseMetricsAddress } from '../src/metrics/options.js';
 
 const env = process.env;
 for (const name of ['DATABASE_URL', 'KAFKA_BROKERS', 'CONSUMER_TOPIC']) {

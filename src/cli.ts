@@ -1,13 +1,13 @@
 #!/usr/bin/env node
 import { Command, CommanderError, Option } from 'commander';
-import { ConfigError, describeError } from './errors.js';
-import { createLogger, type LogLevel } from './logger.js';
-import { readSetting, type Setting } from './settings.js';
-import * as settings from './settings.js';
-import { RELAY_SETTINGS, type RelayOptions } from './relay.js';
-import { runRelay, EXIT, type RunRelayOptions } from './run.js';
-import { migrate, migrationScript } from './migrate.js';
-import { formatStatus, getStatus } from './status.js';
+import { ConfigError, describeError } from './shared/errors.js';
+import { createLogger, type LogLevel } from './shared/logger.js';
+import { readSetting, type Setting } from './shared/settings.js';
+import * as settings from './shared/settings.js';
+import { RELAY_SETTINGS, type RelayOptions } from './relay/relay.js';
+import { runRelay, EXIT, type RunRelayOptions } from './commands/run.js';
+import { migrate, migrationScript } from './commands/migrate.js';
+import { formatStatus, getStatus } from './commands/status.js';
 
 // Only parsing and dispatch live here; every command is a library function.
 
@@ -109,7 +109,7 @@ addSettings(
 
 // purge-processed: the consumer runtime's retention (src/processedMessages.ts). Imported
 // here, in its own block, so the command stays one self-contained piece.
-const consumerSettings = await import('./consumerSettings.js');
+const consumerSettings = await import('./consumer/options.js');
 const PURGE_SETTINGS = [settings.databaseUrl, settings.schema, consumerSettings.retentionDays, consumerSettings.purgeBatchSize, settings.logLevel] as const;
 addSettings(
   program
@@ -118,7 +118,7 @@ addSettings(
   PURGE_SETTINGS,
 ).action(async (flags: Record<string, unknown>) => {
   const o = resolve(PURGE_SETTINGS, flags);
-  const { purgeProcessedMessages } = await import('./processedMessages.js');
+  const { purgeProcessedMessages } = await import('./commands/purgeProcessed.js');
   const logger = createLogger(o.logLevel as LogLevel);
   const result = await purgeProcessedMessages({
     databaseUrl: o.databaseUrl as string,
@@ -134,8 +134,8 @@ addSettings(
 // dead-letters and cleanup: the operator side of rows that could not be published
 // (src/deadLetters.ts, src/cleanup.ts, docs/operations-dead-letters.md). Imported here,
 // in its own block, so the commands stay one self-contained piece.
-const ops = await import('./operatorSettings.js');
-const deadLetters = await import('./deadLetters.js');
+const ops = await import('./commands/options.js');
+const deadLetters = await import('./commands/deadLetters.js');
 
 /** Library option name to the flag the user typed, for ConfigErrors of the filter. */
 const FILTER_FLAGS: Record<string, string> = { ids: 'id', topic: '--topic', key: '--key', reason: '--reason', since: '--since', until: '--until', policy: '--policy', all: '--all', yes: '--yes' };
@@ -164,7 +164,7 @@ function withFilterFlags(command: Command): Command {
     .option('--policy <policy>', 'park or skip');
 }
 
-function filterFrom(ids: string[], flags: Record<string, unknown>): import('./deadLetters.js').DeadLetterFilter {
+function filterFrom(ids: string[], flags: Record<string, unknown>): import('./commands/deadLetters.js').DeadLetterFilter {
   const list = ids.flatMap((a) => a.split(',')).map((a) => a.trim()).filter((a) => a !== '');
   for (const a of list) if (!/^\d+$/.test(a) || Number(a) < 1) throw new ConfigError('id', `${JSON.stringify(a)} is not a dead letter id (a positive whole number)`);
   return {
@@ -283,7 +283,7 @@ addSettings(
   CLEANUP_SETTINGS,
 ).action(async (flags: Record<string, unknown>) => {
   const o = resolve(CLEANUP_SETTINGS, flags);
-  const { cleanupOutbox } = await import('./cleanup.js');
+  const { cleanupOutbox } = await import('./commands/cleanup.js');
   const logger = createLogger(o.logLevel as LogLevel);
   const result = await cleanupOutbox({
     databaseUrl: o.databaseUrl as string,

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
-import { quoteIdentifier } from './identifiers.js';
-import { OutboxError } from './errors.js';
+import { quoteIdentifier } from './shared/identifiers.js';
+import { OutboxError } from './shared/errors.js';
 
 /** An event to enqueue. */
 export interface OutboxMessage {

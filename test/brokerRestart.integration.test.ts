@@ -1,8 +1,8 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRelay } from '../src/relay.js';
+import { createRelay } from '../src/relay/relay.js';
 import { enqueue } from '../src/enqueue.js';
-import { HEADERS } from '../src/kafka.js';
+import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';

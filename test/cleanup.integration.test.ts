@@ -1,7 +1,7 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { cleanupOutbox } from '../src/cleanup.js';
-import { ConfigError, SchemaError } from '../src/errors.js';
+import { cleanupOutbox } from '../src/commands/cleanup.js';
+import { ConfigError, SchemaError } from '../src/shared/errors.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { spawnCli } from './helpers/processes.js';
 

@@ -1,9 +1,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createConsumer, type Consumer, type ConsumerOptions } from '../src/consumer.js';
-import { DEAD_LETTER_HEADERS } from '../src/consumerDeadLetters.js';
-import { OutboxError } from '../src/errors.js';
-import { HEADERS } from '../src/kafka.js';
+import { createConsumer, type Consumer, type ConsumerOptions } from '../src/consumer/consumer.js';
+import { DEAD_LETTER_HEADERS } from '../src/consumer/deadLetterTopic.js';
+import { OutboxError } from '../src/shared/errors.js';
+import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';

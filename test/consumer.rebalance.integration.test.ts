@@ -1,6 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createConsumer, type Consumer } from '../src/consumer.js';
+import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';

@@ -2,11 +2,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Kafka } from 'kafkajs';
 import pg from 'pg';
-import { createConsumer, resolveConsumerOptions, type ConsumerOptions } from '../src/consumer.js';
-import { classifyError } from '../src/classifyError.js';
-import { DecodeError, decodeValue } from '../src/decode.js';
-import { deadLetterMessage } from '../src/consumerDeadLetters.js';
-import { ConfigError, OutboxError } from '../src/errors.js';
+import { createConsumer, resolveConsumerOptions, type ConsumerOptions } from '../src/consumer/consumer.js';
+import { classifyError } from '../src/consumer/classifyError.js';
+import { DecodeError, decodeValue } from '../src/consumer/decode.js';
+import { deadLetterMessage } from '../src/consumer/deadLetterTopic.js';
+import { ConfigError, OutboxError } from '../src/shared/errors.js';
 
 const kafka = new Kafka({ brokers: ['127.0.0.1:1'] });
 const pool = new pg.Pool();

@@ -6,12 +6,12 @@ import {
   replayDeadLetters,
   DeadLetterNotFoundError,
   type ReplayProgress,
-} from '../src/deadLetters.js';
-import { ConfigError } from '../src/errors.js';
+} from '../src/commands/deadLetters.js';
+import { ConfigError } from '../src/shared/errors.js';
 import kafkajs from 'kafkajs';
-import { createRelay } from '../src/relay.js';
+import { createRelay } from '../src/relay/relay.js';
 import { enqueue, type OutboxMessage } from '../src/enqueue.js';
-import { HEADERS } from '../src/kafka.js';
+import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { spawnCli } from './helpers/processes.js';

@@ -1,10 +1,10 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { Partitioners } from 'kafkajs';
-import { createRelay, type RelayOptions } from '../src/relay.js';
+import { createRelay, type RelayOptions } from '../src/relay/relay.js';
 import { enqueue, type OutboxMessage } from '../src/enqueue.js';
-import { HEADERS } from '../src/kafka.js';
-import { classifyPublishError } from '../src/publishErrors.js';
+import { HEADERS } from '../src/shared/kafka.js';
+import { classifyPublishError } from '../src/relay/publishErrors.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';

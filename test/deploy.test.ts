@@ -9,8 +9,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse, parseAllDocuments } from 'yaml';
-import { metricNames } from '../src/metrics.js';
-import { metricsAddress } from '../src/metricsSettings.js';
+import { metricNames } from '../src/metrics/metrics.js';
+import { metricsAddress } from '../src/metrics/options.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const DEPLOY = join(ROOT, 'deploy');

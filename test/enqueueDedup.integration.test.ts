@@ -2,8 +2,8 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import type pg from 'pg';
 import { enqueue, type OutboxMessage } from '../src/enqueue.js';
-import { cleanupOutbox } from '../src/cleanup.js';
-import { OutboxError } from '../src/errors.js';
+import { cleanupOutbox } from '../src/commands/cleanup.js';
+import { OutboxError } from '../src/shared/errors.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { waitFor } from './helpers/wait.js';
 

@@ -1,7 +1,7 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { Horizon } from '../src/horizon.js';
+import { Horizon } from '../src/relay/horizon.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { waitFor } from './helpers/wait.js';
 
@@ -15,7 +15,7 @@ after(async () => {
 });
 
 async function probeClient(): Promise<pg.Client> {
-  const { openProbeConnection } = await import('../src/horizon.js');
+  const { openProbeConnection } = await import('../src/relay/horizon.js');
   return openProbeConnection(db.databaseUrl, 'test:horizon');
 }
 
@@ -78,7 +78,7 @@ test('integration: a long-running transaction elsewhere holds rows back only up 
 });
 
 test('integration: a relay behind a write transaction held open elsewhere publishes after the configured wait, not never', async () => {
-  const { createRelay } = await import('../src/relay.js');
+  const { createRelay } = await import('../src/relay/relay.js');
   const { createTopic, testBrokers } = await import('./helpers/kafka.js');
   const topic = await createTopic(1);
   const longTx = await db.pool.connect();

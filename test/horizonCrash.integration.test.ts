@@ -18,8 +18,8 @@ test('integration: after a Postgres crash that rewinds the sequence, the horizon
 
 test('integration: ids the horizon released stay taken after a crash: a pair is released only once the WAL is flushed past it', async () => {
   const { startLocalPostgres } = await import('../scripts/localPostgres.js');
-  const { migrate } = await import('../src/migrate.js');
-  const { Horizon, openProbeConnection } = await import('../src/horizon.js');
+  const { migrate } = await import('../src/commands/migrate.js');
+  const { Horizon, openProbeConnection } = await import('../src/relay/horizon.js');
   const pg = (await import('pg')).default;
   // A long wal_writer_delay: nothing flushes the WAL in the background before the crash.
   const server = await startLocalPostgres({ settings: { wal_writer_delay: '10000ms' } });

@@ -5,17 +5,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kafka, logLevel, type KafkaConfig } from 'kafkajs';
 import { startLocalKafka, type LocalKafka } from '../scripts/localKafka.js';
-import { createRelay } from '../src/relay.js';
+import { createRelay } from '../src/relay/relay.js';
 import { enqueue } from '../src/enqueue.js';
-import { ConfigError } from '../src/errors.js';
-import { errorClass } from '../src/metrics.js';
-import { readSetting, type Setting } from '../src/settings.js';
+import { ConfigError } from '../src/shared/errors.js';
+import { errorClass } from '../src/metrics/metrics.js';
+import { readSetting, type Setting } from '../src/shared/settings.js';
 import {
   KAFKA_SECURITY_SETTINGS,
   describeKafkaSecurity,
   kafkaSecurityConfig,
   type KafkaSecurityOptions,
-} from '../src/kafkaSecurity.js';
+} from '../src/shared/kafkaSecurity.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';

@@ -1,9 +1,9 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
-import { createConsumer, type Consumer } from '../src/consumer.js';
-import { OutboxError } from '../src/errors.js';
-import { instrumentConsumer, instrumentHandler } from '../src/metrics.js';
+import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
+import { OutboxError } from '../src/shared/errors.js';
+import { instrumentConsumer, instrumentHandler } from '../src/metrics/metrics.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, testKafka } from './helpers/kafka.js';
 import { produce, type TestEvent } from './helpers/consumer.js';

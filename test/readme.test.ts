@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { RELAY_SETTINGS } from '../src/relay.js';
+import { RELAY_SETTINGS } from '../src/relay/relay.js';
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
 

@@ -1,7 +1,7 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { enqueue } from '../src/enqueue.js';
-import { HEADERS } from '../src/kafka.js';
+import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, type ReadMessage } from './helpers/kafka.js';
 import { spawnCli } from './helpers/processes.js';

@@ -1,7 +1,7 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRelay, type Relay } from '../src/relay.js';
-import { getStatus } from '../src/status.js';
+import { createRelay, type Relay } from '../src/relay/relay.js';
+import { getStatus } from '../src/commands/status.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, testBrokers } from './helpers/kafka.js';
 import { spawnCli, type Spawned } from './helpers/processes.js';

@@ -1,10 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError } from '../src/errors.js';
-import { quoteIdentifier } from '../src/identifiers.js';
-import { readSetting, batchSize, kafkaBrokers, databaseUrl, schema } from '../src/settings.js';
-import { resolveRelayOptions } from '../src/relay.js';
-import { backoffDelayMs } from '../src/backoff.js';
+import { ConfigError } from '../src/shared/errors.js';
+import { quoteIdentifier } from '../src/shared/identifiers.js';
+import { readSetting, batchSize, kafkaBrokers, databaseUrl, schema } from '../src/shared/settings.js';
+import { resolveRelayOptions } from '../src/relay/relay.js';
+import { backoffDelayMs } from '../src/shared/backoff.js';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

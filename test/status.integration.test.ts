@@ -1,7 +1,7 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { getStatus, formatStatus } from '../src/status.js';
+import { getStatus, formatStatus } from '../src/commands/status.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { spawnCli } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';

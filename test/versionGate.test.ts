@@ -1,9 +1,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { advanceEntityVersion } from '../src/versionGate.js';
-import { lockEntity } from '../src/entityLock.js';
-import { purgeProcessedMessages } from '../src/processedMessages.js';
+import { advanceEntityVersion } from '../src/consumer/versionGate.js';
+import { lockEntity } from '../src/consumer/entityLock.js';
+import { purgeProcessedMessages } from '../src/commands/purgeProcessed.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { waitFor } from './helpers/wait.js';
 

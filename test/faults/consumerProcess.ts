@@ -12,8 +12,8 @@
 // event, after a Postgres commit and before the Kafka offset commit of those messages, so
 // they are delivered again (to be skipped by the dedup, or applied twice without it).
 import { writeSync } from 'node:fs';
-import { createConsumer } from '../../src/consumer.js';
-import { HEADERS } from '../../src/kafka.js';
+import { createConsumer } from '../../src/consumer/consumer.js';
+import { HEADERS } from '../../src/shared/kafka.js';
 
 const env = process.env;
 const report = (event: Record<string, unknown>): void => {

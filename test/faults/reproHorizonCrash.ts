@@ -20,8 +20,8 @@
  * Postgres instance of its own.
  */
 import pg from 'pg';
-import { migrate } from '../../src/migrate.js';
-import { Horizon } from '../../src/horizon.js';
+import { migrate } from '../../src/commands/migrate.js';
+import { Horizon } from '../../src/relay/horizon.js';
 import { startLocalPostgres } from '../../scripts/localPostgres.js';
 
 const arg = process.argv.indexOf('--wal-writer-delay-ms');

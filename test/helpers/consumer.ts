@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { Partitioners, type IHeaders } from 'kafkajs';
 import type pg from 'pg';
-import { HEADERS } from '../../src/kafka.js';
-import type { ConsumedMessage, HandlerContext } from '../../src/consumer.js';
+import { HEADERS } from '../../src/shared/kafka.js';
+import type { ConsumedMessage, HandlerContext } from '../../src/consumer/consumer.js';
 import { testKafka } from './kafka.js';
 
 /** A message as the relay would publish it. */

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { migrate } from '../../src/migrate.js';
+import { migrate } from '../../src/commands/migrate.js';
 
 /** Postgres the tests use; trust auth on this machine and in CI. */
 export const DATABASE_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';

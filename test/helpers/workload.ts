@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { HEADERS } from '../../src/kafka.js';
+import { HEADERS } from '../../src/shared/kafka.js';
 import assert from 'node:assert/strict';
 import { readTopic, type ReadMessage } from './kafka.js';
 

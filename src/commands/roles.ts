@@ -1,8 +1,8 @@
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { quoteIdentifier } from './identifiers.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
 
-const ROLES_SQL = fileURLToPath(new URL('../sql/roles.sql', import.meta.url));
+const ROLES_SQL = fileURLToPath(new URL('../../sql/roles.sql', import.meta.url));
 
 export interface RoleScriptOptions {
   /** Name of the relay's group role (default `outbox_relay`). */

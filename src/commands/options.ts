@@ -1,5 +1,5 @@
-import { integer, type Setting } from './settings.js';
-import { formatDuration, parseDuration } from './durations.js';
+import { integer, type Setting } from '../shared/settings.js';
+import { formatDuration, parseDuration } from '../shared/durations.js';
 
 // Settings of the operator commands (dead-letters, cleanup). Library options are checked
 // with optionValue(), the CLI reads the same objects, so both accept the same values.

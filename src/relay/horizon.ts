@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { connect } from './database.js';
+import { connect } from '../shared/database.js';
 import { horizonProbeSql, lsnToBigInt, type HorizonProbeRow } from './sql/horizon.js';
 
 /** A connection for {@link Horizon.probe}: read-only, outside any transaction. */

@@ -1,4 +1,4 @@
-import { OutboxError } from './errors.js';
+import { OutboxError } from '../shared/errors.js';
 
 /** Runs functions under a limit; `run` resolves or rejects with the function's outcome. */
 export interface Limit {

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { Logger } from './logger.js';
+import type { Logger } from '../shared/logger.js';
 import {
   acquireSql,
   forgetDeadRelaysSql,

@@ -14,14 +14,14 @@
 import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type Metric } from 'prom-client';
 import type { Admin, Kafka } from 'kafkajs';
-import type { Relay, RelayEvents } from './relay.js';
-import type { Consumer, MessageHandler } from './consumer.js';
-import { createPool } from './database.js';
-import { quoteIdentifier } from './identifiers.js';
-import { createKafka } from './kafka.js';
-import { describeError } from './errors.js';
-import { silentLogger, type Logger } from './logger.js';
-import type { TypedEmitter } from './events.js';
+import type { Relay, RelayEvents } from '../relay/relay.js';
+import type { Consumer, MessageHandler } from '../consumer/consumer.js';
+import { createPool } from '../shared/database.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import { createKafka } from '../shared/kafka.js';
+import { describeError } from '../shared/errors.js';
+import { silentLogger, type Logger } from '../shared/logger.js';
+import type { TypedEmitter } from '../shared/events.js';
 import {
   backlogCountSql,
   backlogEstimateSql,

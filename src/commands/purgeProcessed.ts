@@ -1,10 +1,10 @@
 import type pg from 'pg';
-import { quoteIdentifier } from './identifiers.js';
-import { optionValue } from './settings.js';
-import * as consumerSettings from './consumerSettings.js';
-import { purgeProcessedSql } from './sql/processedMessages.js';
-import { silentLogger, type Logger } from './logger.js';
-import { ConfigError } from './errors.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import { optionValue } from '../shared/settings.js';
+import * as consumerSettings from '../consumer/options.js';
+import { purgeProcessedSql } from '../consumer/sql/processedMessages.js';
+import { silentLogger, type Logger } from '../shared/logger.js';
+import { ConfigError } from '../shared/errors.js';
 import { openDatabase } from './openDatabase.js';
 
 export interface PurgeProcessedOptions {

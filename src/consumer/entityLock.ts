@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { OutboxError } from './errors.js';
+import { OutboxError } from '../shared/errors.js';
 
 export interface EntityLockOptions {
   /** Keeps lock keys of different uses apart (default `entity`). */

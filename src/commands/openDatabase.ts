@@ -1,6 +1,6 @@
 import pg from 'pg';
-import { ConfigError } from './errors.js';
-import { connect } from './database.js';
+import { ConfigError } from '../shared/errors.js';
+import { connect } from '../shared/database.js';
 import { assertMigrated } from './migrate.js';
 
 /** How an operator command reaches Postgres: a client, a pool, or a URL to connect to. */

@@ -1,6 +1,6 @@
 import { Kafka, Partitioners, CompressionTypes, type KafkaConfig, type Message, type Producer } from 'kafkajs';
 import { kafkaLogCreator, kafkaLogLevel, type Logger } from './logger.js';
-import type { ClaimedRow } from './sql/claim.js';
+import type { ClaimedRow } from '../relay/sql/claim.js';
 
 /** Header names the relay sets on every message. */
 export const HEADERS = {

@@ -8,19 +8,19 @@ import {
   type KafkaMessage,
   type Producer,
 } from 'kafkajs';
-import * as settings from './settings.js';
-import * as consumerSettings from './consumerSettings.js';
-import { ConfigError, ConnectionError, OutboxError, describeError } from './errors.js';
-import { quoteIdentifier } from './identifiers.js';
-import { createPool, describeDatabase } from './database.js';
-import { assertMigrated } from './migrate.js';
-import { silentLogger, type Logger } from './logger.js';
-import { createKafka, HEADERS } from './kafka.js';
-import { backoffDelayMs } from './backoff.js';
-import { TypedEmitter } from './events.js';
+import * as settings from '../shared/settings.js';
+import * as consumerSettings from './options.js';
+import { ConfigError, ConnectionError, OutboxError, describeError } from '../shared/errors.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import { createPool, describeDatabase } from '../shared/database.js';
+import { assertMigrated } from '../commands/migrate.js';
+import { silentLogger, type Logger } from '../shared/logger.js';
+import { createKafka, HEADERS } from '../shared/kafka.js';
+import { backoffDelayMs } from '../shared/backoff.js';
+import { TypedEmitter } from '../shared/events.js';
 import { DecodeError, decodeHeaders, decodeValue, type ValueDecoder } from './decode.js';
 import { classifyError, type ErrorClass } from './classifyError.js';
-import { publishDeadLetter, type DeadLetterReason } from './consumerDeadLetters.js';
+import { publishDeadLetter, type DeadLetterReason } from './deadLetterTopic.js';
 import { advanceEntityVersion } from './versionGate.js';
 import { lockEntity, type EntityLockOptions } from './entityLock.js';
 import { claimKeysSql, unclaimKeysSql } from './sql/processedMessages.js';

@@ -1,8 +1,8 @@
-import { createRelay, type RelayOptions } from './relay.js';
-import type { Logger } from './logger.js';
-import { createKafka } from './kafka.js';
-import { kafkaSecurityConfig, describeKafkaSecurity, type KafkaSecurityOptions } from './kafkaSecurity.js';
-import { serveRelayMetrics, type RelayMetricsService } from './metricsServer.js';
+import { createRelay, type RelayOptions } from '../relay/relay.js';
+import type { Logger } from '../shared/logger.js';
+import { createKafka } from '../shared/kafka.js';
+import { kafkaSecurityConfig, describeKafkaSecurity, type KafkaSecurityOptions } from '../shared/kafkaSecurity.js';
+import { serveRelayMetrics, type RelayMetricsService } from '../metrics/server.js';
 
 /** Process exit codes of `outbox-relay` commands. */
 export const EXIT = {

@@ -1,8 +1,8 @@
 import type { Kafka } from 'kafkajs';
-import * as settings from './settings.js';
-import { silentLogger, type Logger } from './logger.js';
-import { KAFKA_SECURITY_SETTINGS } from './kafkaSecurity.js';
-import { METRICS_SETTINGS } from './metricsSettings.js';
+import * as settings from '../shared/settings.js';
+import { silentLogger, type Logger } from '../shared/logger.js';
+import { KAFKA_SECURITY_SETTINGS } from '../shared/kafkaSecurity.js';
+import { METRICS_SETTINGS } from '../metrics/options.js';
 import type { DeadLetterPolicy } from './publishBatch.js';
 
 // The relay's options: their types, the user-facing settings behind them (flag,

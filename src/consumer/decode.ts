@@ -1,5 +1,5 @@
-import { OutboxError } from './errors.js';
-import { HEADERS } from './kafka.js';
+import { OutboxError } from '../shared/errors.js';
+import { HEADERS } from '../shared/kafka.js';
 
 /**
  * A message value that cannot be decoded (not JSON where JSON is expected, or a custom

@@ -1,4 +1,4 @@
-import { OutboxError } from './errors.js';
+import { OutboxError } from '../shared/errors.js';
 import { classifyPublishError, type ClassifiedPublishError } from './publishErrors.js';
 import { validateRow } from './validation.js';
 import type { ClaimedRow } from './sql/claim.js';

@@ -1,10 +1,10 @@
 import { readFile, readdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { quoteIdentifier } from './identifiers.js';
-import { ConfigError, OutboxError, SchemaError } from './errors.js';
-import { silentLogger, type Logger } from './logger.js';
-import { connect } from './database.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import { ConfigError, OutboxError, SchemaError } from '../shared/errors.js';
+import { silentLogger, type Logger } from '../shared/logger.js';
+import { connect } from '../shared/database.js';
 
 /** One numbered file of sql/. */
 export interface Migration {
@@ -33,7 +33,7 @@ export interface MigrateResult {
   alreadyApplied: string[];
 }
 
-const SQL_DIR = fileURLToPath(new URL('../sql/', import.meta.url));
+const SQL_DIR = fileURLToPath(new URL('../../sql/', import.meta.url));
 const FILE = /^(\d{3,})_[a-z0-9_]+\.sql$/;
 
 /** The migrations shipped in sql/, with `schema` filled in, in order. */

@@ -1,12 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
-import { quoteIdentifier } from './identifiers.js';
-import { optionValue } from './settings.js';
-import { listLimit, replayRate } from './operatorSettings.js';
-import { parseTimePoint } from './durations.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import { optionValue } from '../shared/settings.js';
+import { listLimit, replayRate } from './options.js';
+import { parseTimePoint } from '../shared/durations.js';
 import { discardDeadLettersSql, listDeadLettersSql, replayDeadLettersSql } from './sql/deadLetters.js';
-import { ConfigError, OutboxError } from './errors.js';
-import { silentLogger, type Logger } from './logger.js';
+import { ConfigError, OutboxError } from '../shared/errors.js';
+import { silentLogger, type Logger } from '../shared/logger.js';
 import { openDatabase, type OpenDatabase } from './openDatabase.js';
 
 // `outbox-relay dead-letters list | replay | discard`: what the relay could not publish,

@@ -1,4 +1,4 @@
-import { integer } from './settings.js';
+import { integer } from '../shared/settings.js';
 
 // Settings of the consumer runtime and its maintenance command. Library options are
 // checked with optionValue(), the CLI reads the same objects, so both accept the same values.

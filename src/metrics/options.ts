@@ -1,4 +1,4 @@
-import { integer, type Setting } from './settings.js';
+import { integer, type Setting } from '../shared/settings.js';
 
 /** Where the metrics and health server listens; `off` when disabled. */
 export type MetricsAddress = { host: string; port: number } | 'off';

@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { connect } from './database.js';
-import { quoteIdentifier } from './identifiers.js';
+import { connect } from '../shared/database.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
 import { assertMigrated } from './migrate.js';
 import { backlogSql, deadLettersByReasonSql, deadLetterTotalsSql, inFlightSql, leasesSql, parkedKeysSql, relaysSql } from './sql/status.js';
 

@@ -11,13 +11,13 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import { describeError } from './errors.js';
-import { silentLogger, type Logger } from './logger.js';
+import { describeError } from '../shared/errors.js';
+import { silentLogger, type Logger } from '../shared/logger.js';
 import type { Kafka } from 'kafkajs';
-import type { Relay } from './relay.js';
-import { ConfigError } from './errors.js';
+import type { Relay } from '../relay/relay.js';
+import { ConfigError } from '../shared/errors.js';
 import { instrumentRelay, relayReadiness, type Readiness, type RelayInstrumentation } from './metrics.js';
-import { parseMetricsAddress } from './metricsSettings.js';
+import { parseMetricsAddress } from './options.js';
 
 export interface MetricsServerOptions {
   host: string;

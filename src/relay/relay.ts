@@ -1,19 +1,19 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import type { Kafka, Producer } from 'kafkajs';
-import { quoteIdentifier } from './identifiers.js';
-import { createPool, describeDatabase } from './database.js';
-import { assertMigrated } from './migrate.js';
-import { ConnectionError, OutboxError, describeError } from './errors.js';
-import type { Logger } from './logger.js';
-import { COMPRESSION, createKafka, createProducer, groupByTopic } from './kafka.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import { createPool, describeDatabase } from '../shared/database.js';
+import { assertMigrated } from '../commands/migrate.js';
+import { ConnectionError, OutboxError, describeError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+import { COMPRESSION, createKafka, createProducer, groupByTopic } from '../shared/kafka.js';
 import { Horizon, openProbeConnection } from './horizon.js';
-import { Signal } from './signal.js';
-import { backoffDelayMs } from './backoff.js';
-import { TypedEmitter } from './events.js';
+import { Signal } from './wakeUp.js';
+import { backoffDelayMs } from '../shared/backoff.js';
+import { TypedEmitter } from '../shared/events.js';
 import { claimSql, type ClaimedRow } from './sql/claim.js';
 import { markSentSql } from './sql/markSent.js';
-import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './relayOptions.js';
+import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './options.js';
 import { Membership, SHARD_COUNT } from './membership.js';
 import { publishBatch, PublishError, type DeadLetterPolicy } from './publishBatch.js';
 import { CircuitBreaker, type BreakerState } from './breaker.js';
@@ -21,8 +21,8 @@ import { deadLetterSql, recordAttemptSql } from './sql/deadLetter.js';
 
 export { SHARD_COUNT };
 
-export { RELAY_SETTINGS, resolveRelayOptions } from './relayOptions.js';
-export type { RelayOptions, ResolvedRelayOptions } from './relayOptions.js';
+export { RELAY_SETTINGS, resolveRelayOptions } from './options.js';
+export type { RelayOptions, ResolvedRelayOptions } from './options.js';
 
 /** Payloads of the relay's events. */
 export interface RelayEvents {

@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { quoteIdentifier } from './identifiers.js';
-import { OutboxError } from './errors.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import { OutboxError } from '../shared/errors.js';
 import { advanceVersionSql } from './sql/entityVersions.js';
 
 export interface AdvanceVersionOptions {

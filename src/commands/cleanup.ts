@@ -1,11 +1,11 @@
 import type pg from 'pg';
-import { quoteIdentifier } from './identifiers.js';
-import { optionValue } from './settings.js';
-import { cleanupBatchSize, cleanupRetention } from './operatorSettings.js';
-import { parseDuration } from './durations.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import { optionValue } from '../shared/settings.js';
+import { cleanupBatchSize, cleanupRetention } from './options.js';
+import { parseDuration } from '../shared/durations.js';
 import { cleanupBatchSql } from './sql/cleanup.js';
-import { silentLogger, type Logger } from './logger.js';
-import { ConfigError } from './errors.js';
+import { silentLogger, type Logger } from '../shared/logger.js';
+import { ConfigError } from '../shared/errors.js';
 import { openDatabase } from './openDatabase.js';
 
 export interface CleanupOptions {
