@@ -3,9 +3,8 @@ import { Command, CommanderError, Option } from 'commander';
 import { ConfigError, describeError } from './shared/errors.js';
 import { createLogger, type LogLevel } from './shared/logger.js';
 import { readSetting, type Setting } from './shared/settings.js';
-import * as settings from './shared/settings.js';
-import { RELAY_SETTINGS, type RelayOptions } from './relay/relay.js';
-import { runRelay, EXIT, type RunRelayOptions } from './commands/run.js';
+import { databaseUrl, logLevel, schema } from './shared/commonSettings.js';
+import { runRelay, EXIT, RUN_SETTINGS, type RunRelayOptions } from './commands/run.js';
 import { migrate, migrationScript } from './commands/migrate.js';
 import { formatStatus, getStatus } from './commands/status.js';
 
@@ -62,16 +61,16 @@ addSettings(
   program
     .command('run')
     .description('Relay outbox rows to Kafka until SIGTERM/SIGINT (a second signal stops at once).'),
-  RELAY_SETTINGS,
+  RUN_SETTINGS,
 ).action(async (flags: Record<string, unknown>) => {
-  const o = resolve(RELAY_SETTINGS, flags);
+  const o = resolve(RUN_SETTINGS, flags);
   const logger = createLogger(o.logLevel as LogLevel);
   const code = await runRelay({ ...(o as unknown as RunRelayOptions), logger });
   logger.flush();
   process.exit(code);
 });
 
-const MIGRATE_SETTINGS = [settings.databaseUrl, settings.schema, settings.logLevel] as const;
+const MIGRATE_SETTINGS = [databaseUrl, schema, logLevel] as const;
 addSettings(
   program
     .command('migrate')
@@ -80,8 +79,8 @@ addSettings(
   MIGRATE_SETTINGS,
 ).action(async (flags: Record<string, unknown>) => {
   if (flags.print) {
-    const schema = readSetting(settings.schema, flags.schema as string | undefined, process.env) as string;
-    process.stdout.write(await migrationScript(schema));
+    const name = readSetting(schema, flags.schema as string | undefined, process.env) as string;
+    process.stdout.write(await migrationScript(name));
     return;
   }
   const o = resolve(MIGRATE_SETTINGS, flags);
@@ -94,7 +93,7 @@ addSettings(
   );
 });
 
-const STATUS_SETTINGS = [settings.databaseUrl, settings.schema] as const;
+const STATUS_SETTINGS = [databaseUrl, schema] as const;
 addSettings(
   program
     .command('status')
@@ -110,7 +109,7 @@ addSettings(
 // purge-processed: the consumer runtime's retention (src/processedMessages.ts). Imported
 // here, in its own block, so the command stays one self-contained piece.
 const consumerSettings = await import('./consumer/options.js');
-const PURGE_SETTINGS = [settings.databaseUrl, settings.schema, consumerSettings.retentionDays, consumerSettings.purgeBatchSize, settings.logLevel] as const;
+const PURGE_SETTINGS = [databaseUrl, schema, consumerSettings.retentionDays, consumerSettings.purgeBatchSize, logLevel] as const;
 addSettings(
   program
     .command('purge-processed')
@@ -182,7 +181,7 @@ const deadLettersCommand = program
   .command('dead-letters')
   .description('Rows the relay could never publish: list them, replay them (throttled) once the cause is fixed, or discard them.');
 
-const DL_LIST_SETTINGS = [settings.databaseUrl, settings.schema, ops.listLimit] as const;
+const DL_LIST_SETTINGS = [databaseUrl, schema, ops.listLimit] as const;
 addSettings(
   withFilterFlags(deadLettersCommand.command('list').description('List dead letters, lowest id first. Read-only.')).option('--json', 'print JSON instead of a table'),
   DL_LIST_SETTINGS,
@@ -198,7 +197,7 @@ addSettings(
   );
 });
 
-const DL_REPLAY_SETTINGS = [settings.databaseUrl, settings.schema, ops.replayRate, settings.logLevel] as const;
+const DL_REPLAY_SETTINGS = [databaseUrl, schema, ops.replayRate, logLevel] as const;
 addSettings(
   withFilterFlags(
     deadLettersCommand
@@ -244,7 +243,7 @@ addSettings(
   }
 });
 
-const DL_DISCARD_SETTINGS = [settings.databaseUrl, settings.schema] as const;
+const DL_DISCARD_SETTINGS = [databaseUrl, schema] as const;
 addSettings(
   withFilterFlags(
     deadLettersCommand
@@ -275,7 +274,7 @@ addSettings(
   );
 });
 
-const CLEANUP_SETTINGS = [settings.databaseUrl, settings.schema, ops.cleanupRetention, ops.cleanupBatchSize, settings.logLevel] as const;
+const CLEANUP_SETTINGS = [databaseUrl, schema, ops.cleanupRetention, ops.cleanupBatchSize, logLevel] as const;
 addSettings(
   program
     .command('cleanup')

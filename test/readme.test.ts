@@ -1,13 +1,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { RELAY_SETTINGS } from '../src/relay/relay.js';
+import { RUN_SETTINGS } from '../src/commands/run.js';
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
 
 test('the README settings table lists every setting of `outbox-relay run`, with its flag and variable', () => {
   const rows = readme.split('\n').filter((l) => l.startsWith('| '));
-  for (const s of RELAY_SETTINGS) {
+  for (const s of RUN_SETTINGS) {
     const row = rows.find((r) => r.includes(`\`${s.env}\``));
     assert.ok(row, `README has a row for ${s.env}`);
     if (s.flag) assert.ok(row.includes(`\`${s.flag}\``), `${s.env}'s row names ${s.flag}`);

@@ -1,7 +1,9 @@
-import { createRelay, type RelayOptions } from '../relay/relay.js';
+import { createRelay, RELAY_SETTINGS, type RelayOptions } from '../relay/relay.js';
+import { logLevel } from '../shared/commonSettings.js';
+import { METRICS_SETTINGS } from '../metrics/options.js';
 import type { Logger } from '../shared/logger.js';
 import { createKafka } from '../shared/kafka.js';
-import { kafkaSecurityConfig, describeKafkaSecurity, type KafkaSecurityOptions } from '../shared/kafkaSecurity.js';
+import { kafkaSecurityConfig, describeKafkaSecurity, KAFKA_SECURITY_SETTINGS, type KafkaSecurityOptions } from '../shared/kafkaSecurity.js';
 import { serveRelayMetrics, type RelayMetricsService } from '../metrics/server.js';
 
 /** Process exit codes of `outbox-relay` commands. */
@@ -15,6 +17,9 @@ export const EXIT = {
   /** Stopped hard: a second signal, or the shutdown timeout, cut in-flight batches short (they are published again later). */
   forced: 3,
 } as const;
+
+/** Every setting of `outbox-relay run`, in the order the CLI and README list them. */
+export const RUN_SETTINGS = [...RELAY_SETTINGS, ...KAFKA_SECURITY_SETTINGS, ...METRICS_SETTINGS, logLevel] as const;
 
 export interface RunRelayOptions extends RelayOptions, KafkaSecurityOptions {
   logger: Logger;

@@ -9,6 +9,7 @@ import {
   type Producer,
 } from 'kafkajs';
 import * as settings from '../shared/settings.js';
+import { clientId, databaseUrl, kafkaBrokers, schema } from '../shared/commonSettings.js';
 import * as consumerSettings from './options.js';
 import { ConfigError, ConnectionError, OutboxError, describeError } from '../shared/errors.js';
 import { quoteIdentifier } from '../shared/identifiers.js';
@@ -215,9 +216,9 @@ export type ResolvedConsumerOptions<V> = Required<
 export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): ResolvedConsumerOptions<V> {
   if (options === null || typeof options !== 'object') throw new ConfigError('options', 'must be an object');
   if (!options.kafka && !options.kafkaBrokers) throw new ConfigError('kafka', 'is required: pass a kafkajs client (kafka) or kafkaBrokers');
-  if (options.kafkaBrokers) settings.optionValue(settings.kafkaBrokers, options.kafkaBrokers);
+  if (options.kafkaBrokers) settings.optionValue(kafkaBrokers, options.kafkaBrokers);
   if (!options.pool && !options.databaseUrl) throw new ConfigError('pool', 'is required: pass a pg.Pool (pool) or databaseUrl');
-  if (options.databaseUrl) settings.optionValue(settings.databaseUrl, options.databaseUrl);
+  if (options.databaseUrl) settings.optionValue(databaseUrl, options.databaseUrl);
   if (typeof options.groupId !== 'string' || !/^[A-Za-z0-9._-]{1,249}$/.test(options.groupId)) {
     throw new ConfigError('groupId', `${JSON.stringify(options.groupId)} is not 1-249 letters, digits, '.', '_' or '-'`);
   }
@@ -254,12 +255,12 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
   const resolved: ResolvedConsumerOptions<V> = {
     kafka: options.kafka,
     kafkaBrokers: options.kafkaBrokers,
-    clientId: settings.optionValue({ ...settings.clientId, defaultValue: 'outbox-relay-consumer' }, options.clientId),
+    clientId: settings.optionValue({ ...clientId, defaultValue: 'outbox-relay-consumer' }, options.clientId),
     groupId: options.groupId,
     topics: [...topics],
     pool: options.pool,
     databaseUrl: options.databaseUrl,
-    schema: settings.optionValue(settings.schema, options.schema),
+    schema: settings.optionValue(schema, options.schema),
     handler: options.handler,
     decode,
     idempotencyKey: options.idempotencyKey,

@@ -44,15 +44,15 @@ export const metricsAddress: Setting<string> = {
   },
 };
 
-export const metricsSampleIntervalMs = integer(
-  'metricsSampleIntervalMs',
-  '--metrics-sample-interval-ms',
-  'OUTBOX_METRICS_SAMPLE_INTERVAL_MS',
-  'How often the backlog, the oldest pending row and the ingress rate are sampled from Postgres (milliseconds).',
-  5_000,
-  100,
-  600_000,
-);
+export const metricsSampleIntervalMs = integer({
+  option: 'metricsSampleIntervalMs',
+  flag: '--metrics-sample-interval-ms',
+  env: 'OUTBOX_METRICS_SAMPLE_INTERVAL_MS',
+  description: 'How often the backlog, the oldest pending row and the ingress rate are sampled from Postgres (milliseconds).',
+  defaultValue: 5_000,
+  min: 100,
+  max: 600_000,
+});
 
 /** The metrics settings, in the order the CLI and README list them. */
 export const METRICS_SETTINGS = [metricsAddress, metricsSampleIntervalMs] as const;

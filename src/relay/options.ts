@@ -1,8 +1,7 @@
 import type { Kafka } from 'kafkajs';
 import * as settings from '../shared/settings.js';
+import { clientId, databaseUrl, kafkaBrokers, logLevel, schema } from '../shared/commonSettings.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
-import { KAFKA_SECURITY_SETTINGS } from '../shared/kafkaSecurity.js';
-import { METRICS_SETTINGS } from '../metrics/options.js';
 import type { DeadLetterPolicy } from './publishBatch.js';
 
 // The relay's options: their types, the user-facing settings behind them (flag,
@@ -65,46 +64,106 @@ export type ResolvedRelayOptions = Required<Omit<RelayOptions, 'logger' | 'kafka
   kafka: Kafka | undefined;
 };
 
-const horizonMaxWaitMs = settings.integer(
-  'horizonMaxWaitMs',
-  '--horizon-max-wait-ms',
-  'OUTBOX_HORIZON_MAX_WAIT_MS',
-  'How long rows may wait behind a transaction still open elsewhere in the database before they are claimed anyway (milliseconds).',
-  60_000,
-  0,
-  86_400_000,
-);
+export const batchSize = settings.integer({
+  option: 'batchSize',
+  flag: '--batch-size',
+  env: 'OUTBOX_BATCH_SIZE',
+  description: 'Rows claimed and published per batch (one Kafka request per batch).',
+  defaultValue: 500,
+  min: 1,
+  max: 10_000,
+});
 
-const leaseTtlMs = settings.integer(
-  'leaseTtlMs',
-  '--lease-ttl-ms',
-  'OUTBOX_LEASE_TTL_MS',
-  'Shard lease time to live: a relay that dies or stalls loses its shards after this long, and others take them over (milliseconds).',
-  10_000,
-  500,
-  600_000,
-);
+export const batchesInFlight = settings.integer({
+  option: 'batchesInFlight',
+  flag: '--batches-in-flight',
+  env: 'OUTBOX_BATCHES_IN_FLIGHT',
+  description: 'Batches published at once. Each works on its own shards, so one key never has two batches in flight.',
+  defaultValue: 2,
+  min: 1,
+  max: 64,
+});
 
-const maxMessageBytes = settings.integer(
-  'maxMessageBytes',
-  '--max-message-bytes',
-  'OUTBOX_MAX_MESSAGE_BYTES',
-  'Largest message (key + value + headers) the relay sends; a larger row goes to the dead letters at once.',
-  1_000_000,
-  1_024,
-  100_000_000,
-);
+export const pollIntervalMs = settings.integer({
+  option: 'pollIntervalMs',
+  flag: '--poll-interval-ms',
+  env: 'OUTBOX_POLL_INTERVAL_MS',
+  description: 'How often an idle relay looks for new rows (milliseconds).',
+  defaultValue: 10,
+  min: 1,
+  max: 60_000,
+});
 
-const deadLetterPolicy = settings.choice(
-  'deadLetterPolicy',
-  '--dead-letter-policy',
-  'OUTBOX_DEAD_LETTER_POLICY',
-  "What a dead-lettered row does to its key's later rows: park (they wait, in order, for an operator) or skip (they go on).",
-  'park',
-  ['park', 'skip'] as const,
-);
+export const shutdownTimeoutMs = settings.integer({
+  option: 'shutdownTimeoutMs',
+  flag: '--shutdown-timeout-ms',
+  env: 'OUTBOX_SHUTDOWN_TIMEOUT_MS',
+  description: 'How long a soft stop may take to finish the batches in flight before it stops hard (milliseconds).',
+  defaultValue: 15_000,
+  min: 0,
+  max: 600_000,
+});
 
-const deadLetterPolicyByTopic: settings.Setting<Record<string, DeadLetterPolicy>> = {
+export const retryMaxDelayMs = settings.integer({
+  option: 'retryMaxDelayMs',
+  flag: '--retry-max-delay-ms',
+  env: 'OUTBOX_RETRY_MAX_DELAY_MS',
+  description: 'Upper bound of the backoff between retries after a failed batch (milliseconds).',
+  defaultValue: 30_000,
+  min: 10,
+  max: 3_600_000,
+});
+
+export const compression = settings.choice({
+  option: 'compression',
+  flag: '--compression',
+  env: 'OUTBOX_COMPRESSION',
+  description: 'Compression of published batches.',
+  defaultValue: 'none',
+  choices: ['none', 'gzip'] as const,
+});
+
+
+export const horizonMaxWaitMs = settings.integer({
+  option: 'horizonMaxWaitMs',
+  flag: '--horizon-max-wait-ms',
+  env: 'OUTBOX_HORIZON_MAX_WAIT_MS',
+  description: 'How long rows may wait behind a transaction still open elsewhere in the database before they are claimed anyway (milliseconds).',
+  defaultValue: 60_000,
+  min: 0,
+  max: 86_400_000,
+});
+
+export const leaseTtlMs = settings.integer({
+  option: 'leaseTtlMs',
+  flag: '--lease-ttl-ms',
+  env: 'OUTBOX_LEASE_TTL_MS',
+  description: 'Shard lease time to live: a relay that dies or stalls loses its shards after this long, and others take them over (milliseconds).',
+  defaultValue: 10_000,
+  min: 500,
+  max: 600_000,
+});
+
+export const maxMessageBytes = settings.integer({
+  option: 'maxMessageBytes',
+  flag: '--max-message-bytes',
+  env: 'OUTBOX_MAX_MESSAGE_BYTES',
+  description: 'Largest message (key + value + headers) the relay sends; a larger row goes to the dead letters at once.',
+  defaultValue: 1_000_000,
+  min: 1_024,
+  max: 100_000_000,
+});
+
+export const deadLetterPolicy = settings.choice({
+  option: 'deadLetterPolicy',
+  flag: '--dead-letter-policy',
+  env: 'OUTBOX_DEAD_LETTER_POLICY',
+  description: "What a dead-lettered row does to its key's later rows: park (they wait, in order, for an operator) or skip (they go on).",
+  defaultValue: 'park',
+  choices: ['park', 'skip'] as const,
+});
+
+export const deadLetterPolicyByTopic: settings.Setting<Record<string, DeadLetterPolicy>> = {
   option: 'deadLetterPolicyByTopic',
   flag: '--dead-letter-policy-topics',
   env: 'OUTBOX_DEAD_LETTER_POLICY_TOPICS',
@@ -127,35 +186,35 @@ const deadLetterPolicyByTopic: settings.Setting<Record<string, DeadLetterPolicy>
   },
 };
 
-const onPublish = settings.choice(
-  'onPublish',
-  '--on-publish',
-  'OUTBOX_ON_PUBLISH',
-  'After Kafka acknowledged a row: mark it sent (kept until `cleanup`) or delete it (no bloat, nothing to clean up, no history).',
-  'mark',
-  ['mark', 'delete'] as const,
-);
+export const onPublish = settings.choice({
+  option: 'onPublish',
+  flag: '--on-publish',
+  env: 'OUTBOX_ON_PUBLISH',
+  description: 'After Kafka acknowledged a row: mark it sent (kept until `cleanup`) or delete it (no bloat, nothing to clean up, no history).',
+  defaultValue: 'mark',
+  choices: ['mark', 'delete'] as const,
+});
 
-const breakerFailures = settings.integer(
-  'breakerFailures',
-  '--breaker-failures',
-  'OUTBOX_BREAKER_FAILURES',
-  'Consecutive failed batches after which the relay stops claiming and probes the broker until it answers.',
-  3,
-  1,
-  1_000,
-);
+export const breakerFailures = settings.integer({
+  option: 'breakerFailures',
+  flag: '--breaker-failures',
+  env: 'OUTBOX_BREAKER_FAILURES',
+  description: 'Consecutive failed batches after which the relay stops claiming and probes the broker until it answers.',
+  defaultValue: 3,
+  min: 1,
+  max: 1_000,
+});
 
-/** Every setting of the relay, in the order the CLI and README list them. */
+/** The relay's own settings, in the order the CLI and README list them (the `run` command adds Kafka security, metrics and logging). */
 export const RELAY_SETTINGS = [
-  settings.databaseUrl,
-  settings.kafkaBrokers,
-  settings.schema,
-  settings.batchSize,
-  settings.batchesInFlight,
-  settings.pollIntervalMs,
-  settings.shutdownTimeoutMs,
-  settings.retryMaxDelayMs,
+  databaseUrl,
+  kafkaBrokers,
+  schema,
+  batchSize,
+  batchesInFlight,
+  pollIntervalMs,
+  shutdownTimeoutMs,
+  retryMaxDelayMs,
   horizonMaxWaitMs,
   leaseTtlMs,
   maxMessageBytes,
@@ -163,24 +222,21 @@ export const RELAY_SETTINGS = [
   deadLetterPolicyByTopic,
   onPublish,
   breakerFailures,
-  settings.clientId,
-  settings.compression,
-  ...KAFKA_SECURITY_SETTINGS,
-  ...METRICS_SETTINGS,
-  settings.logLevel,
+  clientId,
+  compression,
 ] as const;
 
 /** Validate options and fill in defaults. @throws ConfigError naming the bad option */
 export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
   return {
-    databaseUrl: settings.optionValue(settings.databaseUrl, options.databaseUrl),
-    kafkaBrokers: settings.optionValue(settings.kafkaBrokers, options.kafkaBrokers),
-    schema: settings.optionValue(settings.schema, options.schema),
-    batchSize: settings.optionValue(settings.batchSize, options.batchSize),
-    batchesInFlight: settings.optionValue(settings.batchesInFlight, options.batchesInFlight),
-    pollIntervalMs: settings.optionValue(settings.pollIntervalMs, options.pollIntervalMs),
-    shutdownTimeoutMs: settings.optionValue(settings.shutdownTimeoutMs, options.shutdownTimeoutMs),
-    retryMaxDelayMs: settings.optionValue(settings.retryMaxDelayMs, options.retryMaxDelayMs),
+    databaseUrl: settings.optionValue(databaseUrl, options.databaseUrl),
+    kafkaBrokers: settings.optionValue(kafkaBrokers, options.kafkaBrokers),
+    schema: settings.optionValue(schema, options.schema),
+    batchSize: settings.optionValue(batchSize, options.batchSize),
+    batchesInFlight: settings.optionValue(batchesInFlight, options.batchesInFlight),
+    pollIntervalMs: settings.optionValue(pollIntervalMs, options.pollIntervalMs),
+    shutdownTimeoutMs: settings.optionValue(shutdownTimeoutMs, options.shutdownTimeoutMs),
+    retryMaxDelayMs: settings.optionValue(retryMaxDelayMs, options.retryMaxDelayMs),
     horizonMaxWaitMs: settings.optionValue(horizonMaxWaitMs, options.horizonMaxWaitMs),
     leaseTtlMs: settings.optionValue(leaseTtlMs, options.leaseTtlMs),
     maxMessageBytes: settings.optionValue(maxMessageBytes, options.maxMessageBytes),
@@ -188,8 +244,8 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     deadLetterPolicyByTopic: settings.optionValue(deadLetterPolicyByTopic, options.deadLetterPolicyByTopic),
     onPublish: settings.optionValue(onPublish, options.onPublish),
     breakerFailures: settings.optionValue(breakerFailures, options.breakerFailures),
-    clientId: settings.optionValue(settings.clientId, options.clientId),
-    compression: settings.optionValue(settings.compression, options.compression),
+    clientId: settings.optionValue(clientId, options.clientId),
+    compression: settings.optionValue(compression, options.compression),
     logger: options.logger ?? silentLogger(),
     kafka: options.kafka,
   };

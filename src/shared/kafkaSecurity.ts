@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import type { KafkaConfig, SASLOptions } from 'kafkajs';
 import type { ConnectionOptions } from 'node:tls';
 import { ConfigError } from './errors.js';
-import type { Setting } from './settings.js';
+import { text, type Setting } from './settings.js';
 
 export const SASL_MECHANISMS = ['none', 'plain', 'scram-sha-256', 'scram-sha-512'] as const;
 export type SaslMechanism = (typeof SASL_MECHANISMS)[number];
@@ -32,26 +32,6 @@ export interface KafkaSecurityOptions {
   kafkaSaslPassword?: string;
 }
 
-function text(option: string, flag: string | undefined, env: string, description: string, secret = false): Setting<string> {
-  return {
-    option,
-    flag,
-    env,
-    description,
-    // '' is "not set": the CLI requires a value for every setting.
-    defaultValue: '',
-    ...(secret ? { secret: true } : {}),
-    parse(raw) {
-      return { value: secret ? raw.replace(/\r?\n$/, '') : raw.trim() };
-    },
-    check(value) {
-      if (typeof value !== 'string') return 'is not text';
-      if (value.length > 4096) return 'is longer than 4096 characters';
-      return undefined;
-    },
-  };
-}
-
 export const kafkaSsl: Setting<boolean> = {
   option: 'kafkaSsl',
   flag: '--kafka-ssl',
@@ -69,9 +49,24 @@ export const kafkaSsl: Setting<boolean> = {
   },
 };
 
-export const kafkaSslCaFile = text('kafkaSslCaFile', '--kafka-ssl-ca-file', 'KAFKA_SSL_CA_FILE', 'PEM file of the CA certificates that signed the Kafka brokers\' certificates (default: the system CAs).');
-export const kafkaSslCertFile = text('kafkaSslCertFile', '--kafka-ssl-cert-file', 'KAFKA_SSL_CERT_FILE', 'PEM client certificate, for brokers that require mutual TLS.');
-export const kafkaSslKeyFile = text('kafkaSslKeyFile', '--kafka-ssl-key-file', 'KAFKA_SSL_KEY_FILE', 'PEM private key of the client certificate.');
+export const kafkaSslCaFile = text({
+  option: 'kafkaSslCaFile',
+  flag: '--kafka-ssl-ca-file',
+  env: 'KAFKA_SSL_CA_FILE',
+  description: 'PEM file of the CA certificates that signed the Kafka brokers\' certificates (default: the system CAs).',
+});
+export const kafkaSslCertFile = text({
+  option: 'kafkaSslCertFile',
+  flag: '--kafka-ssl-cert-file',
+  env: 'KAFKA_SSL_CERT_FILE',
+  description: 'PEM client certificate, for brokers that require mutual TLS.',
+});
+export const kafkaSslKeyFile = text({
+  option: 'kafkaSslKeyFile',
+  flag: '--kafka-ssl-key-file',
+  env: 'KAFKA_SSL_KEY_FILE',
+  description: 'PEM private key of the client certificate.',
+});
 
 export const kafkaSaslMechanism: Setting<SaslMechanism> = {
   option: 'kafkaSaslMechanism',
@@ -90,15 +85,20 @@ export const kafkaSaslMechanism: Setting<SaslMechanism> = {
   },
 };
 
-export const kafkaSaslUsername = text('kafkaSaslUsername', '--kafka-sasl-username', 'KAFKA_SASL_USERNAME', 'Kafka SASL user name.');
+export const kafkaSaslUsername = text({
+  option: 'kafkaSaslUsername',
+  flag: '--kafka-sasl-username',
+  env: 'KAFKA_SASL_USERNAME',
+  description: 'Kafka SASL user name.',
+});
 
-export const kafkaSaslPassword = text(
-  'kafkaSaslPassword',
-  undefined,
-  'KAFKA_SASL_PASSWORD',
-  'Kafka SASL password. A secret: environment or KAFKA_SASL_PASSWORD_FILE only, never a flag.',
-  true,
-);
+export const kafkaSaslPassword = text({
+  option: 'kafkaSaslPassword',
+  flag: undefined,
+  env: 'KAFKA_SASL_PASSWORD',
+  description: 'Kafka SASL password. A secret: environment or KAFKA_SASL_PASSWORD_FILE only, never a flag.',
+  secret: true,
+});
 
 /** Every Kafka security setting, in the order the CLI and README list them. */
 export const KAFKA_SECURITY_SETTINGS = [

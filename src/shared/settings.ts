@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { ConfigError } from './errors.js';
-import { LOG_LEVELS, type LogLevel } from './logger.js';
+import { formatDuration, parseDuration } from './durations.js';
 
 /**
  * One user-facing setting: its flag, its environment variable, how to read it from text,
@@ -24,29 +24,32 @@ export interface Setting<T> {
   readonly secret?: boolean;
 }
 
-export function integer(
-  option: string,
-  flag: string,
-  env: string,
-  description: string,
-  defaultValue: number,
-  min: number,
-  max: number,
-): Setting<number> {
-  const accepts = `a whole number from ${min} to ${max}`;
+/** What every setting descriptor states: where it is read from and what it is for. */
+export interface SettingDescriptor {
+  /** Property name in the library's options object. */
+  option: string;
+  /** Command-line flag; undefined for secrets, which never come from argv. */
+  flag: string | undefined;
+  env: string;
+  description: string;
+}
+
+/** A whole number in [min, max]. */
+export function integer(d: SettingDescriptor & { defaultValue: number; min: number; max: number }): Setting<number> {
+  const accepts = `a whole number from ${d.min} to ${d.max}`;
   return {
-    option,
-    flag,
-    env,
-    description,
-    defaultValue,
+    option: d.option,
+    flag: d.flag,
+    env: d.env,
+    description: d.description,
+    defaultValue: d.defaultValue,
     parse(raw) {
       const trimmed = raw.trim();
       if (!/^-?\d+$/.test(trimmed)) return { problem: `${JSON.stringify(raw)} is not ${accepts}` };
       return { value: Number(trimmed) };
     },
     check(value) {
-      if (!Number.isSafeInteger(value) || value < min || value > max) {
+      if (!Number.isSafeInteger(value) || value < d.min || value > d.max) {
         return `${JSON.stringify(value)} is not ${accepts}`;
       }
       return undefined;
@@ -54,194 +57,93 @@ export function integer(
   };
 }
 
-export function choice<T extends string>(
-  option: string,
-  flag: string,
-  env: string,
-  description: string,
-  defaultValue: T,
-  choices: readonly T[],
-): Setting<T> {
-  const accepts = `one of ${choices.join(', ')}`;
+/** One of a fixed list of words (case-insensitive on the command line). */
+export function choice<T extends string>(d: SettingDescriptor & { defaultValue: T; choices: readonly T[] }): Setting<T> {
+  const accepts = `one of ${d.choices.join(', ')}`;
   return {
-    option,
-    flag,
-    env,
-    description,
-    defaultValue,
+    option: d.option,
+    flag: d.flag,
+    env: d.env,
+    description: d.description,
+    defaultValue: d.defaultValue,
     parse(raw) {
       const v = raw.trim().toLowerCase();
-      return (choices as readonly string[]).includes(v)
+      return (d.choices as readonly string[]).includes(v)
         ? { value: v as T }
         : { problem: `${JSON.stringify(raw)} is not ${accepts}` };
     },
     check(value) {
-      return choices.includes(value) ? undefined : `${JSON.stringify(value)} is not ${accepts}`;
+      return d.choices.includes(value) ? undefined : `${JSON.stringify(value)} is not ${accepts}`;
     },
   };
 }
 
-const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
-const BROKER = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?):(\d{1,5})$/;
-
-/** Problems with a list of `host:port` brokers, or undefined. */
-export function checkBrokers(brokers: readonly string[]): string | undefined {
-  if (brokers.length === 0) return 'needs at least one host:port';
-  for (const broker of brokers) {
-    const m = BROKER.exec(broker);
-    const port = m ? Number(m[3]) : 0;
-    if (!m || port < 1 || port > 65535) {
-      return `${JSON.stringify(broker)} is not host:port (for example 127.0.0.1:9092)`;
-    }
-  }
-  return undefined;
+/** Free text up to 4096 characters; '' means "not set". A secret keeps its inner spaces. */
+export function text(d: SettingDescriptor & { secret?: boolean }): Setting<string> {
+  const secret = d.secret === true;
+  return {
+    option: d.option,
+    flag: d.flag,
+    env: d.env,
+    description: d.description,
+    // '' is "not set": the CLI requires a value for every setting.
+    defaultValue: '',
+    ...(secret ? { secret: true } : {}),
+    parse(raw) {
+      return { value: secret ? raw.replace(/\r?\n$/, '') : raw.trim() };
+    },
+    check(value) {
+      if (typeof value !== 'string') return 'is not text';
+      if (value.length > 4096) return 'is longer than 4096 characters';
+      return undefined;
+    },
+  };
 }
 
-export const databaseUrl: Setting<string> = {
-  option: 'databaseUrl',
-  flag: undefined,
-  env: 'DATABASE_URL',
-  description:
-    'PostgreSQL connection string (postgres://user@host:5432/db). A secret: environment or DATABASE_URL_FILE only, never a flag.',
-  defaultValue: undefined,
-  secret: true,
-  parse(raw) {
-    const problem = this.check(raw.trim());
-    return problem ? { problem } : { value: raw.trim() };
-  },
-  check(value) {
-    let url: URL;
-    try {
-      url = new URL(value);
-    } catch {
-      // Never echo the value: it may hold a password.
-      return 'is not a URL (expected postgres://user@host:port/database)';
-    }
-    if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
-      return `has scheme ${JSON.stringify(url.protocol)}; expected postgres: or postgresql:`;
-    }
-    return undefined;
-  },
-};
+/** A duration written as text (`7d`, `12h`); the value stays text so help shows `7d`. */
+export function duration(d: SettingDescriptor & { defaultValue: string; minMs: number; maxMs: number }): Setting<string> {
+  const accepts = `a duration from ${formatDuration(d.minMs)} to ${formatDuration(d.maxMs)} (45s, 30m, 12h, 7d)`;
+  return {
+    option: d.option,
+    flag: d.flag,
+    env: d.env,
+    description: d.description,
+    defaultValue: d.defaultValue,
+    parse(raw) {
+      const problem = this.check(raw);
+      return problem ? { problem } : { value: raw.trim() };
+    },
+    check(value) {
+      if (typeof value !== 'string') return `${JSON.stringify(value)} is not ${accepts}`;
+      const parsed = parseDuration(value);
+      if ('problem' in parsed) return parsed.problem;
+      if (parsed.value < d.minMs || parsed.value > d.maxMs) return `${JSON.stringify(value)} is not ${accepts}`;
+      return undefined;
+    },
+  };
+}
 
-export const kafkaBrokers: Setting<string[]> = {
-  option: 'kafkaBrokers',
-  flag: '--kafka-brokers',
-  env: 'KAFKA_BROKERS',
-  description: 'Comma-separated Kafka bootstrap brokers, host:port.',
-  defaultValue: undefined,
-  parse(raw) {
-    const list = raw
-      .split(',')
-      .map((s) => s.trim())
-      .filter((s) => s !== '');
-    const problem = checkBrokers(list);
-    return problem ? { problem } : { value: list };
-  },
-  check: checkBrokers,
-};
-
-export const schema: Setting<string> = {
-  option: 'schema',
-  flag: '--schema',
-  env: 'OUTBOX_SCHEMA',
-  description: 'Postgres schema that holds the outbox tables.',
-  defaultValue: 'public',
-  parse(raw) {
-    const problem = this.check(raw);
-    return problem ? { problem } : { value: raw };
-  },
-  check(value) {
-    return IDENTIFIER.test(value)
-      ? undefined
-      : `${JSON.stringify(value)} is not a valid name (1-63 letters, digits or underscores, not starting with a digit)`;
-  },
-};
-
-export const logLevel: Setting<LogLevel> = choice(
-  'logLevel',
-  '--log-level',
-  'OUTBOX_LOG_LEVEL',
-  'Log level of the JSON logs on stdout.',
-  'info',
-  LOG_LEVELS,
-);
-
-export const batchSize = integer(
-  'batchSize',
-  '--batch-size',
-  'OUTBOX_BATCH_SIZE',
-  'Rows claimed and published per batch (one Kafka request per batch).',
-  500,
-  1,
-  10_000,
-);
-
-export const batchesInFlight = integer(
-  'batchesInFlight',
-  '--batches-in-flight',
-  'OUTBOX_BATCHES_IN_FLIGHT',
-  'Batches published at once. Each works on its own shards, so one key never has two batches in flight.',
-  2,
-  1,
-  64,
-);
-
-export const pollIntervalMs = integer(
-  'pollIntervalMs',
-  '--poll-interval-ms',
-  'OUTBOX_POLL_INTERVAL_MS',
-  'How often an idle relay looks for new rows (milliseconds).',
-  10,
-  1,
-  60_000,
-);
-
-export const shutdownTimeoutMs = integer(
-  'shutdownTimeoutMs',
-  '--shutdown-timeout-ms',
-  'OUTBOX_SHUTDOWN_TIMEOUT_MS',
-  'How long a soft stop may take to finish the batches in flight before it stops hard (milliseconds).',
-  15_000,
-  0,
-  600_000,
-);
-
-export const retryMaxDelayMs = integer(
-  'retryMaxDelayMs',
-  '--retry-max-delay-ms',
-  'OUTBOX_RETRY_MAX_DELAY_MS',
-  'Upper bound of the backoff between retries after a failed batch (milliseconds).',
-  30_000,
-  10,
-  3_600_000,
-);
-
-export const clientId: Setting<string> = {
-  option: 'clientId',
-  flag: '--client-id',
-  env: 'OUTBOX_CLIENT_ID',
-  description: 'Kafka client id, also the Postgres application_name prefix.',
-  defaultValue: 'outbox-relay',
-  parse(raw) {
-    const problem = this.check(raw);
-    return problem ? { problem } : { value: raw };
-  },
-  check(value) {
-    return /^[A-Za-z0-9._-]{1,100}$/.test(value)
-      ? undefined
-      : `${JSON.stringify(value)} is not 1-100 letters, digits, '.', '_' or '-'`;
-  },
-};
-
-export const compression = choice(
-  'compression',
-  '--compression',
-  'OUTBOX_COMPRESSION',
-  'Compression of published batches.',
-  'none',
-  ['none', 'gzip'] as const,
-);
+/** A number above 0 with decimals (a rate). */
+export function positiveNumber(d: SettingDescriptor & { defaultValue: number; max: number }): Setting<number> {
+  const accepts = `a number above 0 and at most ${d.max}`;
+  return {
+    option: d.option,
+    flag: d.flag,
+    env: d.env,
+    description: d.description,
+    defaultValue: d.defaultValue,
+    parse(raw) {
+      const t = raw.trim();
+      if (!/^-?(\d+(\.\d*)?|\.\d+)$/.test(t)) return { problem: `${JSON.stringify(raw)} is not ${accepts}` };
+      return { value: Number(t) };
+    },
+    check(value) {
+      return typeof value === 'number' && Number.isFinite(value) && value > 0 && value <= d.max
+        ? undefined
+        : `${JSON.stringify(value)} is not ${accepts}`;
+    },
+  };
+}
 
 /**
  * Read one setting: flag, then environment (then `${env}_FILE` for secrets), then default.
