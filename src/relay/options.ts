@@ -3,6 +3,7 @@ import * as settings from '../shared/settings.js';
 import { clientId, databaseUrl, kafkaBrokers, logLevel, schema } from '../shared/commonSettings.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import type { DeadLetterPolicy } from './publishBatch.js';
+import { topicNameProblem } from '../shared/kafkaNames.js';
 
 // The relay's options: their types, the user-facing settings behind them (flag,
 // environment, default, accepted values), and their validation.
@@ -172,14 +173,19 @@ export const deadLetterPolicyByTopic: settings.Setting<Record<string, DeadLetter
   parse(raw) {
     const out: Record<string, DeadLetterPolicy> = {};
     for (const part of raw.split(',').map((p) => p.trim()).filter(Boolean)) {
-      const m = /^([A-Za-z0-9._-]{1,249})=(park|skip)$/.exec(part);
+      const m = /^(.*)=(park|skip)$/.exec(part);
       if (!m) return { problem: `${JSON.stringify(part)} is not topic=park or topic=skip` };
+      const topicProblem = topicNameProblem(m[1]);
+      if (topicProblem) return { problem: topicProblem };
+      if (m[1]! in out) return { problem: `topic ${JSON.stringify(m[1])} is listed twice` };
       out[m[1]!] = m[2] as DeadLetterPolicy;
     }
     return { value: out };
   },
   check(value) {
     for (const [topic, policy] of Object.entries(value)) {
+      const topicProblem = topicNameProblem(topic);
+      if (topicProblem) return topicProblem;
       if (policy !== 'park' && policy !== 'skip') return `policy of ${JSON.stringify(topic)} is ${JSON.stringify(policy)}, not park or skip`;
     }
     return undefined;

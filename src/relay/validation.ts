@@ -1,4 +1,5 @@
 import type { ClaimedRow } from './sql/claim.js';
+import { topicNameProblem } from '../shared/kafkaNames.js';
 
 /** Why a row can never be published as it is. */
 export interface ValidationFailure {
@@ -7,10 +8,6 @@ export interface ValidationFailure {
   reason: string;
 }
 
-// Kafka's own rule for topic names (kafka.common.internals.Topic): 1-249 characters of
-// ASCII letters, digits, '.', '_' and '-', and not "." or "..".
-const TOPIC = /^[A-Za-z0-9._-]{1,249}$/;
-
 /**
  * Checks made before a row is sent, so that a row Kafka would refuse, or that should not
  * be sent, goes to the dead letters at once with a clear reason instead of being retried.
@@ -18,12 +15,8 @@ const TOPIC = /^[A-Za-z0-9._-]{1,249}$/;
  * @param maxMessageBytes upper bound of key + value + headers, in bytes
  */
 export function validateRow(row: ClaimedRow, maxMessageBytes: number): ValidationFailure | undefined {
-  if (!TOPIC.test(row.topic) || row.topic === '.' || row.topic === '..') {
-    return {
-      name: 'validation:invalid_topic',
-      reason: `topic ${JSON.stringify(row.topic.slice(0, 300))} is not a legal Kafka topic name (1-249 of A-Z a-z 0-9 . _ -)`,
-    };
-  }
+  const topicProblem = topicNameProblem(row.topic);
+  if (topicProblem) return { name: 'validation:invalid_topic', reason: `topic ${topicProblem}` };
   if (row.key === '') {
     return { name: 'validation:empty_key', reason: 'the key is empty: every event needs its entity key (it decides partition and order)' };
   }
