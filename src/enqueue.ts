@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
-import { quoteIdentifier } from './shared/identifiers.js';
+import { quoteSchema } from './shared/identifiers.js';
 import { OutboxError } from './shared/errors.js';
 
 /** An event to enqueue. */
@@ -72,7 +72,7 @@ export async function enqueue(
 ): Promise<EnqueueResult[]> {
   const list = Array.isArray(messages) ? messages : [messages];
   if (list.length === 0) return [];
-  const schema = quoteIdentifier(options.schema ?? 'public', 'schema');
+  const schema = quoteSchema(options.schema);
   const topics: string[] = [];
   const keys: string[] = [];
   const payloads: Array<string | null> = [];

@@ -1,30 +1,29 @@
-// Public API of outbox-relay. Every CLI command is one of these functions.
-export { createRelay, Relay, resolveRelayOptions, RELAY_SETTINGS, SHARD_COUNT, shardsOf } from './relay/relay.js';
-export type { RelayOptions, ResolvedRelayOptions, RelayEvents } from './relay/relay.js';
+// The public API of outbox-relay: what README.md and docs/ document, nothing more.
+// Every CLI command is one of these functions. test/exports.test.ts pins this list and
+// checks that every name carries TSDoc.
+
+// The relay (src/relay/) and the `run` command that wraps it.
+export { createRelay, Relay } from './relay/relay.js';
+export type { RelayEvents } from './relay/relay.js';
+export type { RelayOptions } from './relay/options.js';
+export type { DeadLetterPolicy } from './relay/publishBatch.js';
 export { runRelay, EXIT } from './commands/run.js';
 export type { RunRelayOptions } from './commands/run.js';
-export { migrate, migrationScript, loadMigrations, assertMigrated } from './commands/migrate.js';
-export type { Migration, MigrateOptions, MigrateResult } from './commands/migrate.js';
+export type { KafkaSecurityOptions, SaslMechanism } from './shared/kafkaSecurity.js';
+
+// Writing events: plain SQL, or this helper inside the application's transaction.
 export { enqueue } from './enqueue.js';
-export type { OutboxMessage, EnqueueOptions } from './enqueue.js';
-export { HEADERS, toKafkaMessage } from './shared/kafka.js';
-export { Horizon } from './relay/horizon.js';
-export { Membership } from './relay/membership.js';
-export type { MembershipChange } from './relay/membership.js';
-export { getStatus, formatStatus } from './commands/status.js';
-export type { OutboxStatus, StatusOptions } from './commands/status.js';
-export { OutboxError, ConfigError, SchemaError, ConnectionError, describeError } from './shared/errors.js';
-export { quoteIdentifier } from './shared/identifiers.js';
-export { backoffDelayMs } from './shared/backoff.js';
-export { createLogger, silentLogger } from './shared/logger.js';
-export type { Logger, LogLevel } from './shared/logger.js';
-export { createConsumer, Consumer, resolveConsumerOptions } from './consumer/consumer.js';
-export type { ConsumerOptions, ResolvedConsumerOptions, ConsumerEvents, ConsumerStats, ConsumedMessage, HandlerContext, MessageHandler } from './consumer/consumer.js';
+export type { OutboxMessage, EnqueueOptions, EnqueueResult } from './enqueue.js';
+export { HEADERS } from './shared/kafka.js';
+
+// The consumer runtime (src/consumer/).
+export { createConsumer, Consumer } from './consumer/consumer.js';
+export type { ConsumerOptions, ConsumerEvents, ConsumerStats, ConsumedMessage, HandlerContext, MessageHandler } from './consumer/consumer.js';
 export { classifyError } from './consumer/classifyError.js';
 export type { ErrorClass } from './consumer/classifyError.js';
 export { DecodeError } from './consumer/decode.js';
 export type { ValueDecoder } from './consumer/decode.js';
-export { DEAD_LETTER_HEADERS, deadLetterMessage } from './consumer/deadLetterTopic.js';
+export { DEAD_LETTER_HEADERS } from './consumer/deadLetterTopic.js';
 export type { DeadLetterReason } from './consumer/deadLetterTopic.js';
 export { advanceEntityVersion } from './consumer/versionGate.js';
 export type { AdvanceVersionOptions } from './consumer/versionGate.js';
@@ -32,21 +31,30 @@ export { lockEntity } from './consumer/entityLock.js';
 export type { EntityLockOptions } from './consumer/entityLock.js';
 export { createConcurrencyLimit, createRateLimit, createDependencyLimit } from './consumer/limits.js';
 export type { Limit, ConcurrencyLimit, RateLimit, RateLimitOptions, DependencyLimit, DependencyLimitOptions, DependencyStats } from './consumer/limits.js';
-export { purgeProcessedMessages } from './commands/purgeProcessed.js';
-export type { PurgeProcessedOptions, PurgeProcessedResult } from './commands/purgeProcessed.js';
-export { instrumentRelay, relayReadiness, instrumentConsumer, instrumentHandler, relayMetrics, consumerMetrics, addProcessMetrics, errorClass, metricNames, BREAKER_STATE, CONSUMER_OUTCOMES } from './metrics/metrics.js';
-export type { RelayMetrics, RelayInstrumentation, InstrumentRelayOptions, RelaySample, RelayReadiness, RelayReadinessOptions, Readiness, ReadinessCheck, ConsumerMetrics, ConsumerInstrumentation, InstrumentConsumerOptions } from './metrics/metrics.js';
-export { startMetricsServer, serveRelayMetrics } from './metrics/server.js';
-export type { MetricsServer, MetricsServerOptions, RelayMetricsService } from './metrics/server.js';
-export { METRICS_SETTINGS, metricsAddress, metricsSampleIntervalMs, parseMetricsAddress, formatMetricsAddress } from './metrics/options.js';
-export type { MetricsAddress } from './metrics/options.js';
-export { KAFKA_SECURITY_SETTINGS, kafkaSecurityConfig, describeKafkaSecurity, SASL_MECHANISMS } from './shared/kafkaSecurity.js';
-export type { KafkaSecurityOptions, SaslMechanism } from './shared/kafkaSecurity.js';
-export { roleScript } from './commands/roles.js';
-export type { RoleScriptOptions } from './commands/roles.js';
-export { listDeadLetters, replayDeadLetters, discardDeadLetters, DeadLetterNotFoundError, formatDeadLetters, deadLetterJson } from './commands/deadLetters.js';
+
+// Operator commands (src/commands/).
+export { migrate, migrationScript } from './commands/migrate.js';
+export type { MigrateOptions, MigrateResult } from './commands/migrate.js';
+export { getStatus, formatStatus } from './commands/status.js';
+export type { OutboxStatus, StatusOptions } from './commands/status.js';
+export { listDeadLetters, replayDeadLetters, discardDeadLetters, DeadLetterNotFoundError } from './commands/deadLetters.js';
 export type { DeadLetter, DeadLetterFilter, ListDeadLettersOptions, ListDeadLettersResult, ReplayDeadLettersOptions, ReplayProgress, ReplayResult, DiscardDeadLettersOptions, DiscardResult } from './commands/deadLetters.js';
 export { cleanupOutbox } from './commands/cleanup.js';
 export type { CleanupOptions, CleanupResult } from './commands/cleanup.js';
-export type { EnqueueResult } from './enqueue.js';
-export { parseDuration, parseTimePoint } from './shared/durations.js';
+export { purgeProcessedMessages } from './commands/purgeProcessed.js';
+export type { PurgeProcessedOptions, PurgeProcessedResult } from './commands/purgeProcessed.js';
+export { roleScript } from './commands/roles.js';
+export type { RoleScriptOptions } from './commands/roles.js';
+export type { DatabaseOptions } from './shared/database.js';
+
+// Metrics and health (src/metrics/).
+export { instrumentConsumer, instrumentHandler } from './metrics/metrics.js';
+export type { ConsumerInstrumentation, InstrumentConsumerOptions } from './metrics/metrics.js';
+export { startMetricsServer, serveRelayMetrics } from './metrics/server.js';
+export type { MetricsServer, MetricsServerOptions, RelayMetricsService } from './metrics/server.js';
+
+// Shared: errors, logging, identifiers.
+export { OutboxError, ConfigError, SchemaError, ConnectionError } from './shared/errors.js';
+export { createLogger } from './shared/logger.js';
+export type { Logger, LogLevel } from './shared/logger.js';
+export { quoteIdentifier } from './shared/identifiers.js';

@@ -1,7 +1,8 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { Partitioners } from 'kafkajs';
-import { createRelay, type RelayOptions } from '../src/relay/relay.js';
+import { createRelay } from '../src/relay/relay.js';
+import type { RelayOptions } from '../src/relay/options.js';
 import { enqueue, type OutboxMessage } from '../src/enqueue.js';
 import { HEADERS } from '../src/shared/kafka.js';
 import { classifyPublishError } from '../src/relay/publishErrors.js';

@@ -5,7 +5,7 @@ import { quoteIdentifier } from '../src/shared/identifiers.js';
 import { readSetting } from '../src/shared/settings.js';
 import { kafkaBrokers, databaseUrl, schema } from '../src/shared/commonSettings.js';
 import { batchSize } from '../src/relay/options.js';
-import { resolveRelayOptions } from '../src/relay/relay.js';
+import { resolveRelayOptions } from '../src/relay/options.js';
 import { backoffDelayMs } from '../src/shared/backoff.js';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

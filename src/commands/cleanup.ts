@@ -1,5 +1,6 @@
 import type pg from 'pg';
-import { quoteIdentifier } from '../shared/identifiers.js';
+import { DEFAULT_SCHEMA, quoteSchema } from '../shared/identifiers.js';
+import type { DatabaseOptions } from '../shared/database.js';
 import { optionValue } from '../shared/settings.js';
 import { cleanupBatchSize, cleanupRetention } from './options.js';
 import { parseDuration } from '../shared/durations.js';
@@ -8,14 +9,7 @@ import { silentLogger, type Logger } from '../shared/logger.js';
 import { ConfigError } from '../shared/errors.js';
 import { openDatabase } from './openDatabase.js';
 
-export interface CleanupOptions {
-  /** Connection string; ignored when `client` or `pool` is given. */
-  databaseUrl?: string;
-  /** A pool or connection to use instead of `databaseUrl`; left open. */
-  pool?: pg.Pool;
-  client?: pg.ClientBase;
-  /** Schema of the outbox (default `public`). */
-  schema?: string;
+export interface CleanupOptions extends DatabaseOptions {
   /**
    * Sent rows whose sent_at is older than this are deleted: `7d` (default), `12h`, `30m`.
    * It is also the producer-side dedup window: once a row is gone, its dedup key can be
@@ -46,13 +40,12 @@ export async function cleanupOutbox(options: CleanupOptions = {}): Promise<Clean
   const retention = optionValue(cleanupRetention, options.retention);
   const retentionMs = (parseDuration(retention) as { value: number }).value;
   const batchSize = optionValue(cleanupBatchSize, options.batchSize);
-  const schema = options.schema ?? 'public';
-  const quoted = quoteIdentifier(schema, 'schema');
+  const quoted = quoteSchema(options.schema);
   if (options.maxBatches !== undefined && !(Number.isSafeInteger(options.maxBatches) && options.maxBatches >= 1)) {
     throw new ConfigError('maxBatches', `${JSON.stringify(options.maxBatches)} is not a positive whole number`);
   }
   const logger = options.logger ?? silentLogger();
-  const { db, close } = await openDatabase(options, schema, 'outbox-relay:cleanup');
+  const { db, close } = await openDatabase(options, 'outbox-relay:cleanup');
   const result: CleanupResult = { deleted: 0, batches: 0 };
   try {
     const sql = cleanupBatchSql(quoted);
@@ -68,6 +61,6 @@ export async function cleanupOutbox(options: CleanupOptions = {}): Promise<Clean
   } finally {
     await close();
   }
-  logger.info({ ...result, retention, schema }, 'cleaned up sent outbox rows');
+  logger.info({ ...result, retention, schema: options.schema ?? DEFAULT_SCHEMA }, 'cleaned up sent outbox rows');
   return result;
 }

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
-import { quoteIdentifier } from '../shared/identifiers.js';
+import { quoteSchema } from '../shared/identifiers.js';
+import type { DatabaseOptions } from '../shared/database.js';
 import { optionValue } from '../shared/settings.js';
 import { listLimit, replayRate } from './options.js';
 import { parseTimePoint } from '../shared/durations.js';
@@ -55,15 +56,6 @@ export interface DeadLetterFilter {
   policy?: 'park' | 'skip';
 }
 
-export interface DeadLetterConnection {
-  /** Connection string; ignored when `client` or `pool` is given. */
-  databaseUrl?: string;
-  /** A pool or connection to use instead of `databaseUrl`; left open. */
-  pool?: pg.Pool;
-  client?: pg.ClientBase;
-  /** Schema of the outbox tables (default `public`). */
-  schema?: string;
-}
 
 /** A filter matched nothing, or ids that are not dead letters were named. Nothing changed. */
 export class DeadLetterNotFoundError extends OutboxError {
@@ -135,8 +127,8 @@ function resolveFilter(f: DeadLetterFilter, now: Date): ResolvedFilter {
   };
 }
 
-function open(options: DeadLetterConnection, what: string): Promise<OpenDatabase> {
-  return openDatabase(options, options.schema ?? 'public', `outbox-relay:${what}`);
+function open(options: DatabaseOptions, what: string): Promise<OpenDatabase> {
+  return openDatabase(options, `outbox-relay:${what}`);
 }
 
 /** Now by the database's clock, which also stamped dead_lettered_at. */
@@ -220,7 +212,7 @@ function requireSelection(filter: ResolvedFilter, all: boolean | undefined, verb
 // ---------------------------------------------------------------------------------------
 // list
 
-export interface ListDeadLettersOptions extends DeadLetterConnection, DeadLetterFilter {
+export interface ListDeadLettersOptions extends DatabaseOptions, DeadLetterFilter {
   /** At most this many, lowest id first (default 100). */
   limit?: number;
 }
@@ -234,7 +226,7 @@ export interface ListDeadLettersResult {
 /** `outbox-relay dead-letters list`: dead letters matching a filter, lowest id first. Read-only. */
 export async function listDeadLetters(options: ListDeadLettersOptions = {}): Promise<ListDeadLettersResult> {
   const limit = optionValue(listLimit, options.limit);
-  const s = quoteIdentifier(options.schema ?? 'public', 'schema');
+  const s = quoteSchema(options.schema);
   checkFilterFields(options);
   const { db, close } = await open(options, 'dead-letters');
   try {
@@ -258,7 +250,7 @@ function checkFilterFields(f: DeadLetterFilter): void {
 /** How far behind schedule a replay may catch up after a stall. */
 const CATCH_UP_MS = 100;
 
-export interface ReplayDeadLettersOptions extends DeadLetterConnection, DeadLetterFilter {
+export interface ReplayDeadLettersOptions extends DatabaseOptions, DeadLetterFilter {
   /** Select every dead letter; needed when no ids and no filter are given. */
   all?: boolean;
   /** Dead letters moved per second, at most (default 10, up to 1000). */
@@ -330,7 +322,7 @@ export async function replayDeadLetters(options: ReplayDeadLettersOptions): Prom
   if (options.limit !== undefined && !(Number.isSafeInteger(options.limit) && options.limit >= 1)) {
     throw new ConfigError('limit', `${JSON.stringify(options.limit)} is not a positive whole number`);
   }
-  const s = quoteIdentifier(options.schema ?? 'public', 'schema');
+  const s = quoteSchema(options.schema);
   requireSelection(resolveFilter(options, new Date()), options.all, 'replay');
   const logger = options.logger ?? silentLogger();
   const { db, close } = await open(options, 'dead-letters-replay');
@@ -435,7 +427,7 @@ export async function replayDeadLetters(options: ReplayDeadLettersOptions): Prom
 // ---------------------------------------------------------------------------------------
 // discard
 
-export interface DiscardDeadLettersOptions extends DeadLetterConnection, DeadLetterFilter {
+export interface DiscardDeadLettersOptions extends DatabaseOptions, DeadLetterFilter {
   /** Select every dead letter; needed when no ids and no filter are given. */
   all?: boolean;
   /**
@@ -468,7 +460,7 @@ const DISCARD_CHUNK = 500;
  */
 export async function discardDeadLetters(options: DiscardDeadLettersOptions): Promise<DiscardResult> {
   if (options.yes !== undefined && typeof options.yes !== 'boolean') throw new ConfigError('yes', 'must be true or false');
-  const s = quoteIdentifier(options.schema ?? 'public', 'schema');
+  const s = quoteSchema(options.schema);
   requireSelection(resolveFilter(options, new Date()), options.all, 'discard');
   const { db, close } = await open(options, 'dead-letters-discard');
   try {

@@ -1,20 +1,10 @@
-import { readFile, readdir } from 'node:fs/promises';
-import { fileURLToPath } from 'node:url';
+export { loadMigrations, assertMigrated, type Migration } from '../shared/schema.js';
 import pg from 'pg';
-import { quoteIdentifier } from '../shared/identifiers.js';
-import { ConfigError, OutboxError, SchemaError } from '../shared/errors.js';
+import { DEFAULT_SCHEMA, quoteIdentifier } from '../shared/identifiers.js';
+import { ConfigError, OutboxError } from '../shared/errors.js';
+import { loadMigrations } from '../shared/schema.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { connect } from '../shared/database.js';
-
-/** One numbered file of sql/. */
-export interface Migration {
-  /** The number at the start of the file name. */
-  readonly id: number;
-  /** File name, e.g. `001_outbox.sql`. */
-  readonly name: string;
-  /** SQL with the schema placeholder filled in. */
-  readonly sql: string;
-}
 
 export interface MigrateOptions {
   /** Connection string; ignored when `client` is given. */
@@ -33,31 +23,12 @@ export interface MigrateResult {
   alreadyApplied: string[];
 }
 
-const SQL_DIR = fileURLToPath(new URL('../../sql/', import.meta.url));
-const FILE = /^(\d{3,})_[a-z0-9_]+\.sql$/;
-
-/** The migrations shipped in sql/, with `schema` filled in, in order. */
-export async function loadMigrations(schema = 'public'): Promise<Migration[]> {
-  const quoted = quoteIdentifier(schema, 'schema');
-  const files = (await readdir(SQL_DIR)).filter((f) => FILE.test(f)).sort();
-  const migrations: Migration[] = [];
-  for (const name of files) {
-    const text = await readFile(SQL_DIR + name, 'utf8');
-    migrations.push({
-      id: Number(FILE.exec(name)?.[1]),
-      name,
-      sql: text.replaceAll(':"schema"', quoted),
-    });
-  }
-  return migrations;
-}
-
 /**
  * The SQL `migrate` would run, as one script a DBA can read and apply with psql.
  * It includes the bookkeeping statements, so applying it by hand and running `migrate`
  * afterwards is a no-op.
  */
-export async function migrationScript(schema = 'public'): Promise<string> {
+export async function migrationScript(schema = DEFAULT_SCHEMA): Promise<string> {
   const quoted = quoteIdentifier(schema, 'schema');
   const parts = [`-- outbox-relay schema for ${quoted}; each block runs in its own transaction.`];
   parts.push(`CREATE SCHEMA IF NOT EXISTS ${quoted};\n${bookkeepingTable(quoted)};`);
@@ -86,7 +57,7 @@ function bookkeepingTable(quoted: string): string {
  * others wait, then find it recorded and skip it.
  */
 export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
-  const schema = options.schema ?? 'public';
+  const schema = options.schema ?? DEFAULT_SCHEMA;
   const quoted = quoteIdentifier(schema, 'schema');
   const logger = options.logger ?? silentLogger();
   const migrations = await loadMigrations(schema);
@@ -123,31 +94,6 @@ export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
     if (!options.client) await (client as pg.Client).end().catch(() => undefined);
   }
   return result;
-}
-
-/**
- * Fail with a clear message when the schema lacks migrations this version needs, so the
- * relay does not start against a database it would misread.
- */
-export async function assertMigrated(client: pg.ClientBase, schema: string): Promise<void> {
-  const quoted = quoteIdentifier(schema, 'schema');
-  const latest = Math.max(...(await loadMigrations(schema)).map((m) => m.id));
-  let applied = 0;
-  try {
-    const r = await client.query<{ max: number | null }>(`SELECT max(id) AS max FROM ${quoted}.outbox_migrations`);
-    applied = r.rows[0]?.max ?? 0;
-  } catch (error) {
-    if ((error as { code?: string }).code === '42P01' || (error as { code?: string }).code === '3F000') {
-      throw new SchemaError(`schema ${quoted} has no outbox tables: run \`outbox-relay migrate\` first`, { schema });
-    }
-    throw error;
-  }
-  if (applied < latest) {
-    throw new SchemaError(
-      `schema ${quoted} is at migration ${applied}, this version needs ${latest}: run \`outbox-relay migrate\``,
-      { schema, applied, latest },
-    );
-  }
 }
 
 function requireUrl(url: string | undefined): string {

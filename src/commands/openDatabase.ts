@@ -1,17 +1,8 @@
 import pg from 'pg';
 import { ConfigError } from '../shared/errors.js';
-import { connect } from '../shared/database.js';
-import { assertMigrated } from './migrate.js';
-
-/** How an operator command reaches Postgres: a client, a pool, or a URL to connect to. */
-export interface DatabaseOptions {
-  /** An open connection; left open. */
-  client?: pg.ClientBase;
-  /** A pool to use; left open. */
-  pool?: pg.Pool;
-  /** Connection string, used when neither client nor pool is given. */
-  databaseUrl?: string;
-}
+import { DEFAULT_SCHEMA } from '../shared/identifiers.js';
+import { connect, type DatabaseOptions } from '../shared/database.js';
+import { assertMigrated } from '../shared/schema.js';
 
 /** The database a command works on, and how to let go of it. */
 export interface OpenDatabase {
@@ -21,11 +12,12 @@ export interface OpenDatabase {
 }
 
 /**
- * Resolve a command's client, pool or URL, and check that `schema` is migrated.
+ * Resolve a command's client, pool or URL, and check that the schema is migrated.
  *
  * @throws ConfigError without any of the three; ConnectionError; SchemaError
  */
-export async function openDatabase(options: DatabaseOptions, schema: string, applicationName: string): Promise<OpenDatabase> {
+export async function openDatabase(options: DatabaseOptions, applicationName: string): Promise<OpenDatabase> {
+  const schema = options.schema ?? DEFAULT_SCHEMA;
   let own: pg.Client | undefined;
   let db: pg.ClientBase | pg.Pool;
   if (options.client) db = options.client;

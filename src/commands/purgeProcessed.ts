@@ -49,7 +49,7 @@ export async function purgeProcessedMessages(options: PurgeProcessedOptions = {}
     throw new ConfigError('maxBatches', `${JSON.stringify(options.maxBatches)} is not a positive whole number`);
   }
   const logger = options.logger ?? silentLogger();
-  const { db, close } = await openDatabase(options, options.schema ?? 'public', 'outbox-relay:purge-processed');
+  const { db, close } = await openDatabase(options, 'outbox-relay:purge-processed');
   const sql = purgeProcessedSql(quoted);
   const result: PurgeProcessedResult = { deleted: 0, batches: 0 };
   try {

@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { quoteIdentifier } from '../shared/identifiers.js';
+import { DEFAULT_SCHEMA, quoteIdentifier } from '../shared/identifiers.js';
 
 const ROLES_SQL = fileURLToPath(new URL('../../sql/roles.sql', import.meta.url));
 
@@ -17,7 +17,7 @@ export interface RoleScriptOptions {
  *
  * @throws ConfigError when a name is not a plain identifier
  */
-export async function roleScript(schema = 'public', options: RoleScriptOptions = {}): Promise<string> {
+export async function roleScript(schema = DEFAULT_SCHEMA, options: RoleScriptOptions = {}): Promise<string> {
   const text = await readFile(ROLES_SQL, 'utf8');
   return text
     .replaceAll(':"schema"', quoteIdentifier(schema, 'schema'))

@@ -1,9 +1,11 @@
-import { createRelay, RELAY_SETTINGS, type RelayOptions } from '../relay/relay.js';
+import { createRelay } from '../relay/relay.js';
+import { RELAY_SETTINGS, type RelayOptions } from '../relay/options.js';
 import { logLevel } from '../shared/commonSettings.js';
-import { METRICS_SETTINGS } from '../metrics/options.js';
+import { METRICS_SETTINGS, metricsAddress, metricsSampleIntervalMs } from '../metrics/options.js';
 import type { Logger } from '../shared/logger.js';
-import { createKafka } from '../shared/kafka.js';
-import { kafkaSecurityConfig, describeKafkaSecurity, KAFKA_SECURITY_SETTINGS, type KafkaSecurityOptions } from '../shared/kafkaSecurity.js';
+import type { Kafka } from 'kafkajs';
+import { optionValue } from '../shared/settings.js';
+import { describeKafkaSecurity, KAFKA_SECURITY_SETTINGS } from '../shared/kafkaSecurity.js';
 import { serveRelayMetrics, type RelayMetricsService } from '../metrics/server.js';
 
 /** Process exit codes of `outbox-relay` commands. */
@@ -21,7 +23,7 @@ export const EXIT = {
 /** Every setting of `outbox-relay run`, in the order the CLI and README list them. */
 export const RUN_SETTINGS = [...RELAY_SETTINGS, ...KAFKA_SECURITY_SETTINGS, ...METRICS_SETTINGS, logLevel] as const;
 
-export interface RunRelayOptions extends RelayOptions, KafkaSecurityOptions {
+export interface RunRelayOptions extends RelayOptions {
   logger: Logger;
   /** `host:port` of /metrics, /healthz and /readyz, or `off` (default 127.0.0.1:9464). */
   metricsAddress?: string;
@@ -42,20 +44,19 @@ export interface RunRelayOptions extends RelayOptions, KafkaSecurityOptions {
  * @returns the exit code: {@link EXIT}.ok after a soft stop, EXIT.forced after a hard one
  */
 export async function runRelay(options: RunRelayOptions): Promise<number> {
-  // Checked before anything connects: a bad TLS or SASL setting touches nothing.
-  const security = kafkaSecurityConfig(options);
-  const kafka =
-    options.kafka ??
-    createKafka({ brokers: options.kafkaBrokers, clientId: options.clientId ?? 'outbox-relay', logger: options.logger, ...security });
-  const relay = createRelay({ ...options, kafka });
+  // Every option, Kafka security included, is checked here before anything connects.
+  const relay = createRelay(options);
+  const address = optionValue(metricsAddress, options.metricsAddress);
+  const sampleIntervalMs = optionValue(metricsSampleIntervalMs, options.metricsSampleIntervalMs);
   const logger = options.logger;
   await relay.start();
+  const kafka = relay.kafka as Kafka;
   logger.info({ kafka: describeKafkaSecurity(options) }, 'kafka connection security');
   let metrics: RelayMetricsService | undefined;
   try {
     metrics = await serveRelayMetrics(relay, {
-      address: options.metricsAddress ?? '127.0.0.1:9464',
-      sampleIntervalMs: options.metricsSampleIntervalMs,
+      address,
+      sampleIntervalMs,
       kafka,
       logger,
     });

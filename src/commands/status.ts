@@ -1,15 +1,10 @@
-import type pg from 'pg';
-import { connect } from '../shared/database.js';
-import { quoteIdentifier } from '../shared/identifiers.js';
-import { assertMigrated } from './migrate.js';
+import type { DatabaseOptions } from '../shared/database.js';
+import { DEFAULT_SCHEMA, quoteSchema } from '../shared/identifiers.js';
+import { openDatabase } from './openDatabase.js';
 import { backlogSql, deadLettersByReasonSql, deadLetterTotalsSql, inFlightSql, leasesSql, parkedKeysSql, relaysSql } from './sql/status.js';
 
-export interface StatusOptions {
-  databaseUrl?: string;
-  /** An open connection to use instead of databaseUrl; left open. */
-  client?: pg.ClientBase;
-  schema?: string;
-}
+/** Where to read the status from: a client, a pool or a URL, and the schema. */
+export type StatusOptions = DatabaseOptions;
 
 /** A snapshot of the outbox and the relays working on it. */
 export interface OutboxStatus {
@@ -62,11 +57,10 @@ const PARKED_SHOWN = 10;
  * the heaviest a pass over the unsent rows (the backlog).
  */
 export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
-  const schema = options.schema ?? 'public';
-  const s = quoteIdentifier(schema, 'schema');
-  const client = options.client ?? (await connect(options.databaseUrl as string, 'outbox-relay:status'));
+  const schema = options.schema ?? DEFAULT_SCHEMA;
+  const s = quoteSchema(schema);
+  const { db: client, close } = await openDatabase(options, 'outbox-relay:status');
   try {
-    await assertMigrated(client, schema);
     const backlog = (await client.query<{ pending: number; oldest_pending_seconds: number | null; pending_behind_parked: number }>(backlogSql(s))).rows[0]!;
     const inFlight = new Map(
       (await client.query<{ relay_id: string; batches: number }>(inFlightSql(s))).rows.map((r) => [r.relay_id, Number(r.batches)]),
@@ -132,7 +126,7 @@ export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
       unownedShards: ranges(unowned),
     };
   } finally {
-    if (!options.client) await (client as pg.Client).end().catch(() => undefined);
+    await close();
   }
 }
 

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { Logger } from '../shared/logger.js';
+import { SHARD_COUNT } from './shards.js';
 import {
   acquireSql,
   forgetDeadRelaysSql,
@@ -11,9 +12,6 @@ import {
   renewSql,
   terminateOwnerSql,
 } from './sql/leases.js';
-
-/** Number of shards rows are hashed into (the shard column in sql/001_outbox.sql). */
-export const SHARD_COUNT = 256;
 
 /**
  * How long a takeover waits for each of the stale owner's connections to exit. Short on

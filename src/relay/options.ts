@@ -1,7 +1,8 @@
-import type { Kafka } from 'kafkajs';
+import type { Kafka, KafkaConfig } from 'kafkajs';
 import * as settings from '../shared/settings.js';
 import { clientId, databaseUrl, kafkaBrokers, logLevel, schema } from '../shared/commonSettings.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
+import { kafkaSecurityConfig, type KafkaSecurityOptions } from '../shared/kafkaSecurity.js';
 import type { DeadLetterPolicy } from './publishBatch.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
 
@@ -9,7 +10,7 @@ import { topicNameProblem } from '../shared/kafkaNames.js';
 // environment, default, accepted values), and their validation.
 
 /** Options of `createRelay` (src/relay.ts). Only `databaseUrl` and `kafkaBrokers` are required. */
-export interface RelayOptions {
+export interface RelayOptions extends KafkaSecurityOptions {
   /** PostgreSQL connection string. */
   databaseUrl: string;
   /** Kafka bootstrap brokers, `host:port`. */
@@ -60,9 +61,12 @@ export interface RelayOptions {
   kafka?: Kafka;
 }
 
-export type ResolvedRelayOptions = Required<Omit<RelayOptions, 'logger' | 'kafka'>> & {
+/** Options after validation and defaults: what the relay's modules read. */
+export type ResolvedRelayOptions = Required<Omit<RelayOptions, 'logger' | 'kafka' | keyof KafkaSecurityOptions>> & {
   logger: Logger;
   kafka: Kafka | undefined;
+  /** TLS and SASL, resolved (files read, combinations checked) once, here. */
+  kafkaSecurity: Pick<KafkaConfig, 'ssl' | 'sasl'>;
 };
 
 export const batchSize = settings.integer({
@@ -254,5 +258,6 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     compression: settings.optionValue(compression, options.compression),
     logger: options.logger ?? silentLogger(),
     kafka: options.kafka,
+    kafkaSecurity: kafkaSecurityConfig(options),
   };
 }

@@ -1,28 +1,23 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
-import type { Kafka, Producer } from 'kafkajs';
+import type { Kafka } from 'kafkajs';
 import { quoteIdentifier } from '../shared/identifiers.js';
 import { createPool, describeDatabase } from '../shared/database.js';
-import { assertMigrated } from '../commands/migrate.js';
+import { assertMigrated } from '../shared/schema.js';
 import { ConnectionError, OutboxError, describeError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
-import { COMPRESSION, createKafka, createProducer, groupByTopic } from '../shared/kafka.js';
-import { Horizon, openProbeConnection } from './horizon.js';
-import { Signal } from './wakeUp.js';
-import { backoffDelayMs } from '../shared/backoff.js';
+import { createKafka } from '../shared/kafka.js';
 import { TypedEmitter } from '../shared/events.js';
-import { claimSql, type ClaimedRow } from './sql/claim.js';
-import { markSentSql } from './sql/markSent.js';
+import { backoffDelayMs } from '../shared/backoff.js';
+import { Horizon, openProbeConnection } from './horizon.js';
+import { WakeUp } from './wakeUp.js';
 import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './options.js';
-import { Membership, SHARD_COUNT } from './membership.js';
-import { publishBatch, PublishError, type DeadLetterPolicy } from './publishBatch.js';
+import { Membership } from './membership.js';
+import { shardsOf } from './shards.js';
+import { PublishError, type DeadLetterPolicy } from './publishBatch.js';
 import { CircuitBreaker, type BreakerState } from './breaker.js';
-import { deadLetterSql, recordAttemptSql } from './sql/deadLetter.js';
-
-export { SHARD_COUNT };
-
-export { RELAY_SETTINGS, resolveRelayOptions } from './options.js';
-export type { RelayOptions, ResolvedRelayOptions } from './options.js';
+import { BatchProducer } from './producer.js';
+import { runBatch, type BatchResult, type Worker } from './batch.js';
 
 /** Payloads of the relay's events. */
 export interface RelayEvents {
@@ -58,17 +53,6 @@ export interface RelayEvents {
   stopped: { hard: boolean };
 }
 
-interface Worker {
-  index: number;
-  /** Shards this worker handles when the relay owns them. */
-  shards: number[];
-  /** Watermark up to which this worker found nothing more to claim. */
-  drainedTo: number;
-  lastClaimAtMs: number;
-  failures: number;
-  client: pg.PoolClient | undefined;
-}
-
 /** Idle workers look again this often even when the horizon did not move, to pick up
  *  rows that a failed batch or another transaction's lock left behind. */
 const RECHECK_MS = 1_000;
@@ -89,16 +73,15 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private readonly membership: Membership;
   /** Opens when Kafka keeps refusing batches; see {@link CircuitBreaker}. */
   readonly breaker: CircuitBreaker;
-  private kafka: Kafka | undefined;
+  private kafkaClient: Kafka | undefined;
   /** Notified when the horizon moves (and on stop). */
-  private readonly workAvailable = new Signal();
+  private readonly workAvailable = new WakeUp();
   /** Notified only on stop: cuts retry sleeps short without waking them on new work. */
-  private readonly stopRequested = new Signal();
+  private readonly stopRequested = new WakeUp();
   /** Notified when the breaker opens. */
-  private readonly breakerOpened = new Signal();
+  private readonly breakerOpened = new WakeUp();
   private pool: pg.Pool | undefined;
-  private producer: Producer | undefined;
-  private producerConnected = false;
+  private producer: BatchProducer | undefined;
   private workers: Worker[] = [];
   private loops: Promise<void>[] = [];
   private stopping = false;
@@ -132,9 +115,14 @@ export class Relay extends TypedEmitter<RelayEvents> {
     return [...this.membership.owned].sort((a, b) => a - b);
   }
 
-  /** Highest outbox id the relay may claim up to (see {@link Horizon}). */
+  /** Highest outbox id the relay may claim up to (see the visibility horizon in horizon.ts). */
   get watermark(): number {
     return this.horizon.watermark;
+  }
+
+  /** The kafkajs client the relay publishes with (after `start()`), for health checks. */
+  get kafka(): Kafka | undefined {
+    return this.kafkaClient;
   }
 
   /**
@@ -168,12 +156,9 @@ export class Relay extends TypedEmitter<RelayEvents> {
     }
     client.release();
 
-    const kafka = o.kafka ?? createKafka({ brokers: o.kafkaBrokers, clientId: o.clientId, logger: this.options.logger });
-    this.kafka = kafka;
-    this.producer = createProducer(kafka);
-    this.producer.on(this.producer.events.DISCONNECT, () => {
-      this.producerConnected = false;
-    });
+    const kafka = o.kafka ?? createKafka({ brokers: o.kafkaBrokers, clientId: o.clientId, logger: o.logger, ...o.kafkaSecurity });
+    this.kafkaClient = kafka;
+    this.producer = new BatchProducer(kafka, o.compression);
 
     this.workers = Array.from({ length: o.batchesInFlight }, (_, index) => ({
       index,
@@ -228,7 +213,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
         this.logger.warn({ err: describeError(error) }, 'could not release shard leases; they expire by themselves');
       });
     }
-    await this.producer?.disconnect().catch(() => undefined);
+    await this.producer?.disconnect();
     await this.pool?.end().catch(() => undefined);
     this.logger.info({ hard }, 'relay stopped');
     this.emit('stopped', { hard });
@@ -349,7 +334,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       }
       await this.sleep(backoffDelayMs(probes++, 250, Math.min(this.options.retryMaxDelayMs, 5_000)) + 250);
       if (this.stopping) break;
-      const admin = (this.kafka as Kafka).admin();
+      const admin = (this.kafkaClient as Kafka).admin();
       try {
         await admin.connect();
         await admin.describeCluster();
@@ -387,10 +372,9 @@ export class Relay extends TypedEmitter<RelayEvents> {
         await this.workAvailable.wait(RECHECK_MS);
         continue;
       }
+      let result: BatchResult;
       try {
-        const count = await this.runBatch(worker, watermark, incarnation, shards);
-        worker.failures = 0;
-        if (count < this.options.batchSize) worker.drainedTo = watermark;
+        result = await runBatch(this.batchContext, worker, watermark, incarnation, shards);
       } catch (error) {
         if (this.aborted) break;
         if (error instanceof PublishError && this.breaker.failure()) {
@@ -409,156 +393,62 @@ export class Relay extends TypedEmitter<RelayEvents> {
         );
         this.emit('batchError', { worker: worker.index, error: error as Error, attempt: worker.failures, retryInMs });
         await this.sleep(retryInMs);
+        continue;
       }
+      worker.failures = 0;
+      if (result.claimed < this.options.batchSize) worker.drainedTo = watermark;
+      if (result.claimed > 0) this.batchCommitted(worker, result);
     }
   }
 
-  /** Claim, publish, mark sent, commit. @returns rows published */
-  private async runBatch(worker: Worker, watermark: number, incarnation: string | undefined, shards: number[]): Promise<number> {
-    const started = Date.now();
-    worker.lastClaimAtMs = started;
-    const client = await (this.pool as pg.Pool).connect();
-    worker.client = client;
-    let broken: Error | undefined;
-    let failedIds: number[] | undefined;
-    // The pool listens for errors only on idle clients. A connection dropped while this
-    // one is checked out (during the Kafka send, say) would otherwise be an uncaught
-    // 'error' event; the next query on it fails and the batch is retried.
-    const onError = (error: Error): void => {
-      broken ??= error;
+  /** What runBatch needs from this relay. */
+  private get batchContext(): Parameters<typeof runBatch>[0] {
+    return {
+      pool: this.pool as pg.Pool,
+      quotedSchema: this.quotedSchema,
+      instanceId: this.instanceId,
+      options: this.options,
+      send: (rows) => (this.producer as BatchProducer).send(rows),
+      aborted: () => this.aborted,
     };
-    client.on('error', onError);
-    try {
-      await client.query('BEGIN');
-      const claimStarted = Date.now();
-      const { rows } = await client.query<ClaimedRow>(claimSql(this.quotedSchema), [
-        watermark,
-        shards,
-        this.options.batchSize,
-        this.instanceId,
-        incarnation ?? '-infinity',
-      ]);
-      if (rows.length === 0) {
-        await client.query('COMMIT');
-        return 0;
-      }
-      const claimMs = Date.now() - claimStarted;
-      const publishStarted = Date.now();
-      let outcome;
-      try {
-        outcome = await publishBatch(rows, {
-          maxMessageBytes: this.options.maxMessageBytes,
-          policyOf: (topic) => this.options.deadLetterPolicyByTopic[topic] ?? this.options.deadLetterPolicy,
-          send: (batch) => this.publish(batch),
-        });
-      } catch (error) {
-        if (error instanceof PublishError) failedIds = rows.map((r) => r.id);
-        throw error;
-      }
-      const ackedAtMs = Date.now();
-      const publishMs = ackedAtMs - publishStarted;
-      if (this.aborted) throw new OutboxError('relay aborted before marking the batch sent', { retriable: true });
-      const { published, deadLetters } = outcome;
-      if (published.length > 0) {
-        const marked = await client.query(markSentSql(this.quotedSchema, this.options.onPublish), [published.map((r) => r.id), this.instanceId]);
-        if (marked.rowCount !== published.length) throw leaseLost(published.length, marked.rowCount);
-      }
-      if (deadLetters.length > 0) {
-        const { rows: moved } = await client.query<{ moved: number }>(deadLetterSql(this.quotedSchema), [
-          deadLetters.map((d) => d.row.id),
-          deadLetters.map((d) => d.reason),
-          deadLetters.map((d) => d.errorName),
-          deadLetters.map((d) => d.policy),
-          this.instanceId,
-        ]);
-        if (moved[0]!.moved !== deadLetters.length) throw leaseLost(deadLetters.length, moved[0]!.moved);
-      }
-      await client.query('COMMIT');
-      const markMs = Date.now() - ackedAtMs;
-      this.breaker.success();
-      for (const d of deadLetters) {
-        this.logger.error(
-          { id: d.row.id, topic: d.row.topic, errorName: d.errorName, reason: d.reason, policy: d.policy },
-          d.policy === 'park' ? "row moved to the dead letters; its key's later rows wait for it" : 'row moved to the dead letters',
-        );
-        this.emit('deadLetter', { id: d.row.id, topic: d.row.topic, errorName: d.errorName, reason: d.reason, policy: d.policy });
-      }
-      if (published.length > 0) {
-        const topics: Record<string, number> = {};
-        for (const r of published) topics[r.topic] = (topics[r.topic] ?? 0) + 1;
-        this.emit('batch', {
-          worker: worker.index,
-          count: published.length,
-          firstId: published[0]!.id,
-          lastId: published[published.length - 1]!.id,
-          durationMs: Date.now() - started,
-          topics,
-          createdAtMs: published.map((r) => r.created_at.getTime()),
-          ackedAtMs,
-          claimMs,
-          publishMs,
-          markMs,
-        });
-      }
-      // Held rows (behind a key parked just now) count as handled: the claim skips them now.
-      return rows.length;
-    } catch (error) {
-      broken = error as Error;
-      await client.query('ROLLBACK').catch(() => undefined);
-      if (failedIds && !this.aborted) {
-        // Outside the rolled-back transaction: the attempt and its error stay on the rows.
-        await (this.pool as pg.Pool)
-          .query(recordAttemptSql(this.quotedSchema), [failedIds, describeError(error).slice(0, 2_000)])
-          .catch(() => undefined);
-      }
-      throw error;
-    } finally {
-      client.off('error', onError);
-      if (worker.client === client) {
-        worker.client = undefined;
-        // A connection that failed mid-transaction is discarded, not reused.
-        client.release(broken && isConnectionError(broken) ? broken : undefined);
-      }
-    }
   }
 
-  private async publish(rows: ClaimedRow[]): Promise<void> {
-    const producer = this.producer as Producer;
-    if (!this.producerConnected) {
-      await producer.connect();
-      this.producerConnected = true;
+  /** After COMMIT, outside the batch's error handling: listeners cannot undo a batch. */
+  private batchCommitted(worker: Worker, result: BatchResult): void {
+    this.breaker.success();
+    const { published, deadLetters } = result;
+    for (const d of deadLetters) {
+      this.logger.error(
+        { id: d.row.id, topic: d.row.topic, errorName: d.errorName, reason: d.reason, policy: d.policy },
+        d.policy === 'park' ? "row moved to the dead letters; its key's later rows wait for it" : 'row moved to the dead letters',
+      );
+      this.emit('deadLetter', { id: d.row.id, topic: d.row.topic, errorName: d.errorName, reason: d.reason, policy: d.policy });
     }
-    await producer.sendBatch({
-      topicMessages: groupByTopic(rows),
-      acks: -1,
-      compression: COMPRESSION[this.options.compression],
+    if (published.length === 0) return;
+    const topics: Record<string, number> = {};
+    for (const r of published) topics[r.topic] = (topics[r.topic] ?? 0) + 1;
+    this.emit('batch', {
+      worker: worker.index,
+      count: published.length,
+      firstId: published[0]!.id,
+      lastId: published[published.length - 1]!.id,
+      durationMs: Date.now() - result.startedAtMs,
+      topics,
+      createdAtMs: published.map((r) => r.created_at.getTime()),
+      ackedAtMs: result.ackedAtMs,
+      claimMs: result.claimMs,
+      publishMs: result.publishMs,
+      markMs: result.markMs,
     });
+  }
+
+  protected override listenerFailed(event: string, error: unknown): void {
+    this.logger.error({ event, err: describeError(error) }, 'a relay event listener threw; ignored');
   }
 
   private sleep(ms: number): Promise<void> {
     return this.stopping ? Promise.resolve() : this.stopRequested.wait(ms);
   }
-}
-
-function leaseLost(expected: number, changed: number | null): OutboxError {
-  return new OutboxError('lost the lease of a shard while publishing; rolled back, the new owner publishes these rows', {
-    retriable: true,
-    context: { expected, changed },
-  });
-}
-
-function isConnectionError(error: Error): boolean {
-  const code = (error as { code?: string }).code;
-  // Class 08 (connection exception), 57P01-57P03 (admin shutdown, crash shutdown,
-  // cannot connect now), or a socket error without an SQLSTATE.
-  return code === undefined || code.startsWith('08') || code.startsWith('57P');
-}
-
-/** Shards handled by worker `index` of `count`: every count-th shard. */
-export function shardsOf(index: number, count: number): number[] {
-  const shards: number[] = [];
-  for (let s = index; s < SHARD_COUNT; s += count) shards.push(s);
-  return shards;
 }
 
 /** Create a relay; call `start()` on it. Options are validated here. */

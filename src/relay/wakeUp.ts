@@ -3,7 +3,7 @@
  * A waiter also wakes after its timeout, so a missed notification costs one interval,
  * never a hang.
  */
-export class Signal {
+export class WakeUp {
   private waiters = new Set<() => void>();
 
   /** Resolves on the next notify() or after timeoutMs, whichever comes first. */

@@ -6,6 +6,18 @@ import type { Logger } from './logger.js';
 // a double far beyond any outbox's lifetime (2^53 ids), and numbers are what callers want.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
 
+/** How an operator command reaches Postgres: a client, a pool, or a URL to connect to. */
+export interface DatabaseOptions {
+  /** An open connection to use; left open. */
+  client?: pg.ClientBase;
+  /** A pool to use; left open. */
+  pool?: pg.Pool;
+  /** Connection string, used when neither `client` nor `pool` is given. */
+  databaseUrl?: string;
+  /** Schema of the outbox tables (default `public`). */
+  schema?: string;
+}
+
 /** Where a connection string points, without its password: safe to log or print. */
 export function describeDatabase(url: string): string {
   try {

@@ -1,0 +1,163 @@
+import type pg from 'pg';
+import { OutboxError, describeError } from '../shared/errors.js';
+import { claimSql, type ClaimedRow } from './sql/claim.js';
+import { markSentSql } from './sql/markSent.js';
+import { deadLetterSql, recordAttemptSql } from './sql/deadLetter.js';
+import { publishBatch, PublishError, type DeadLetterPlan } from './publishBatch.js';
+import type { ResolvedRelayOptions } from './options.js';
+
+// One batch of one worker, as one Postgres transaction:
+//   BEGIN → claim (FOR UPDATE SKIP LOCKED, below the horizon, on owned shards)
+//         → publish to Kafka and wait for the acknowledgement
+//         → mark sent (or delete) and dead-letter what Kafka can never take
+//         → COMMIT.
+// A crash or error anywhere before COMMIT rolls the claim back: the rows stay unsent and
+// are published again (at least once). The relay loop (relay.ts) decides when to run a
+// batch and what to tell listeners about it; nothing here emits events.
+
+/** One of the relay's concurrent batch runners and the shards it handles. */
+export interface Worker {
+  index: number;
+  /** Shards this worker handles when the relay owns them. */
+  shards: number[];
+  /** Watermark up to which this worker found nothing more to claim. */
+  drainedTo: number;
+  lastClaimAtMs: number;
+  failures: number;
+  /** The connection of the batch in flight, so a hard stop can destroy it. */
+  client: pg.PoolClient | undefined;
+}
+
+/** What a batch needs from the relay that runs it. */
+export interface BatchContext {
+  pool: pg.Pool;
+  quotedSchema: string;
+  /** Checked in SQL by the claim and the mark: only the shard's owner may act. */
+  instanceId: string;
+  options: Pick<ResolvedRelayOptions, 'batchSize' | 'maxMessageBytes' | 'deadLetterPolicy' | 'deadLetterPolicyByTopic' | 'onPublish'>;
+  send(rows: ClaimedRow[]): Promise<void>;
+  /** True once a hard stop began: a batch acknowledged by Kafka is then not marked. */
+  aborted(): boolean;
+}
+
+/** A committed batch. */
+export interface BatchResult {
+  /** Rows claimed (published, dead-lettered, or held behind a key parked just now). */
+  claimed: number;
+  published: ClaimedRow[];
+  deadLetters: DeadLetterPlan[];
+  startedAtMs: number;
+  ackedAtMs: number;
+  claimMs: number;
+  publishMs: number;
+  markMs: number;
+}
+
+/**
+ * Claim, publish, mark sent, commit.
+ *
+ * @returns the committed batch (`claimed` 0 when there was nothing to claim)
+ * @throws PublishError when Kafka did not acknowledge (the attempt is recorded on the
+ *   rows); any other error when Postgres failed or the lease was lost. Either way the
+ *   transaction was rolled back.
+ */
+export async function runBatch(
+  ctx: BatchContext,
+  worker: Worker,
+  watermark: number,
+  incarnation: string | undefined,
+  shards: number[],
+): Promise<BatchResult> {
+  const startedAtMs = Date.now();
+  worker.lastClaimAtMs = startedAtMs;
+  const client = await ctx.pool.connect();
+  worker.client = client;
+  let broken: Error | undefined;
+  let failedIds: number[] | undefined;
+  // The pool listens for errors only on idle clients. A connection dropped while this
+  // one is checked out (during the Kafka send, say) would otherwise be an uncaught
+  // 'error' event; the next query on it fails and the batch is retried.
+  const onError = (error: Error): void => {
+    broken ??= error;
+  };
+  client.on('error', onError);
+  try {
+    await client.query('BEGIN');
+    const claimStarted = Date.now();
+    const { rows } = await client.query<ClaimedRow>(claimSql(ctx.quotedSchema), [
+      watermark,
+      shards,
+      ctx.options.batchSize,
+      ctx.instanceId,
+      incarnation ?? '-infinity',
+    ]);
+    if (rows.length === 0) {
+      await client.query('COMMIT');
+      return { claimed: 0, published: [], deadLetters: [], startedAtMs, ackedAtMs: 0, claimMs: 0, publishMs: 0, markMs: 0 };
+    }
+    const claimMs = Date.now() - claimStarted;
+    const publishStarted = Date.now();
+    let outcome;
+    try {
+      outcome = await publishBatch(rows, {
+        maxMessageBytes: ctx.options.maxMessageBytes,
+        policyOf: (topic) => ctx.options.deadLetterPolicyByTopic[topic] ?? ctx.options.deadLetterPolicy,
+        send: (batch) => ctx.send(batch),
+      });
+    } catch (error) {
+      if (error instanceof PublishError) failedIds = rows.map((r) => r.id);
+      throw error;
+    }
+    const ackedAtMs = Date.now();
+    const publishMs = ackedAtMs - publishStarted;
+    if (ctx.aborted()) throw new OutboxError('relay aborted before marking the batch sent', { retriable: true });
+    const { published, deadLetters } = outcome;
+    if (published.length > 0) {
+      const marked = await client.query(markSentSql(ctx.quotedSchema, ctx.options.onPublish), [published.map((r) => r.id), ctx.instanceId]);
+      if (marked.rowCount !== published.length) throw leaseLost(published.length, marked.rowCount);
+    }
+    if (deadLetters.length > 0) {
+      const { rows: moved } = await client.query<{ moved: number }>(deadLetterSql(ctx.quotedSchema), [
+        deadLetters.map((d) => d.row.id),
+        deadLetters.map((d) => d.reason),
+        deadLetters.map((d) => d.errorName),
+        deadLetters.map((d) => d.policy),
+        ctx.instanceId,
+      ]);
+      if (moved[0]!.moved !== deadLetters.length) throw leaseLost(deadLetters.length, moved[0]!.moved);
+    }
+    await client.query('COMMIT');
+    const markMs = Date.now() - ackedAtMs;
+    // Held rows (behind a key parked just now) count as handled: the claim skips them now.
+    return { claimed: rows.length, published, deadLetters, startedAtMs, ackedAtMs, claimMs, publishMs, markMs };
+  } catch (error) {
+    broken = error as Error;
+    await client.query('ROLLBACK').catch(() => undefined);
+    if (failedIds && !ctx.aborted()) {
+      // Outside the rolled-back transaction: the attempt and its error stay on the rows.
+      await ctx.pool.query(recordAttemptSql(ctx.quotedSchema), [failedIds, describeError(error).slice(0, 2_000)]).catch(() => undefined);
+    }
+    throw error;
+  } finally {
+    client.off('error', onError);
+    if (worker.client === client) {
+      worker.client = undefined;
+      // A connection that failed mid-transaction is discarded, not reused.
+      client.release(broken && isConnectionError(broken) ? broken : undefined);
+    }
+  }
+}
+
+function leaseLost(expected: number, changed: number | null): OutboxError {
+  return new OutboxError('lost the lease of a shard while publishing; rolled back, the new owner publishes these rows', {
+    retriable: true,
+    context: { expected, changed },
+  });
+}
+
+function isConnectionError(error: Error): boolean {
+  const code = (error as { code?: string }).code;
+  // Class 08 (connection exception), 57P01-57P03 (admin shutdown, crash shutdown,
+  // cannot connect now), or a socket error without an SQLSTATE.
+  return code === undefined || code.startsWith('08') || code.startsWith('57P');
+}
