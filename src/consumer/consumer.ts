@@ -4,319 +4,31 @@ import {
   Partitioners,
   type Consumer as KafkaConsumer,
   type EachBatchPayload,
-  type Kafka,
   type KafkaMessage,
   type Producer,
 } from 'kafkajs';
-import * as settings from '../shared/settings.js';
-import { clientId, databaseUrl, kafkaBrokers, schema } from '../shared/commonSettings.js';
-import * as consumerSettings from './options.js';
-import { ConfigError, ConnectionError, OutboxError, describeError } from '../shared/errors.js';
-import { quoteIdentifier } from '../shared/identifiers.js';
+import { ConnectionError, OutboxError, describeError } from '../shared/errors.js';
 import { createPool, describeDatabase } from '../shared/database.js';
 import { assertMigrated } from '../commands/migrate.js';
-import { silentLogger, type Logger } from '../shared/logger.js';
-import { createKafka, HEADERS } from '../shared/kafka.js';
+import type { Logger } from '../shared/logger.js';
+import { createKafka } from '../shared/kafka.js';
 import { backoffDelayMs } from '../shared/backoff.js';
 import { TypedEmitter } from '../shared/events.js';
-import { DecodeError, decodeHeaders, decodeValue, type ValueDecoder } from './decode.js';
-import { classifyError, type ErrorClass } from './classifyError.js';
-import { publishDeadLetter, type DeadLetterReason } from './deadLetterTopic.js';
-import { advanceEntityVersion } from './versionGate.js';
-import { lockEntity, type EntityLockOptions } from './entityLock.js';
-import { claimKeysSql, unclaimKeysSql } from './sql/processedMessages.js';
+import type { ErrorClass } from './classifyError.js';
+import { publishDeadLetter } from './deadLetterTopic.js';
+import { resolveConsumerOptions, type ConsumerOptions, type ResolvedConsumerOptions } from './options.js';
+import { TransactionEngine, type Failure } from './transaction.js';
+import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js';
 
-/** A Kafka message as a handler sees it. */
-export interface ConsumedMessage<V = unknown> {
-  topic: string;
-  partition: number;
-  /** Kafka offset, a decimal string (offsets can exceed 2^53). */
-  offset: string;
-  /** The Kafka key as UTF-8 text (the relay's entity key), or null. */
-  key: string | null;
-  /** The decoded value (see {@link ValueDecoder}); null for a tombstone. */
-  value: V;
-  /** The value's bytes as they came from Kafka. */
-  rawValue: Buffer | null;
-  /** Headers, first value of each, as UTF-8 text. */
-  headers: Readonly<Record<string, string>>;
-  /** The relay's `message-id` header, if present. */
-  messageId: string | undefined;
-  /** The key this message is deduplicated on; undefined when processed without dedup. */
-  idempotencyKey: string | undefined;
-  /** The Kafka timestamp (for relay messages: when the outbox row was written). */
-  timestamp: Date;
-}
+// The consumer's lifecycle: start (schema check, group join), eachBatch dispatch (a chunk
+// of a partition per transaction), offset commits, retries and dead letters (pause and
+// resume of a partition), stop. The transaction itself is in transaction.ts, the options
+// in options.ts, the types handlers and listeners see in types.ts.
 
-/** What a handler gets besides the message: the open transaction and helpers bound to it. */
-export interface HandlerContext {
-  /**
-   * A Postgres connection inside the open transaction that also records the message as
-   * processed. Do all database effects on it, and never COMMIT or ROLLBACK on it: the
-   * consumer does that (a savepoint scopes each message).
-   */
-  client: pg.PoolClient;
-  /** 1 on the first attempt at this message, 2 on the first retry, and so on. */
-  attempt: number;
-  /** The consumer group id. */
-  groupId: string;
-  /**
-   * The version gate (see {@link advanceEntityVersion}): true when `version` is newer
-   * than the entity's stored version and is now stored; false when the event is stale,
-   * which is also counted (stats().stale, the 'stale' event). Scope defaults to the group id.
-   */
-  advanceVersion(entity: string, version: number | bigint | string, options?: { scope?: string }): Promise<boolean>;
-  /** Count this message as stale when you gate on a version column of your own. */
-  markStale(): void;
-  /** Lock an entity until this transaction ends (see {@link lockEntity}). */
-  lockEntity(key: string, options?: EntityLockOptions): Promise<void>;
-}
-
-/** Handles one message. Throwing rolls the message's effects back (its dedup row too). */
-export type MessageHandler<V = unknown> = (message: ConsumedMessage<V>, context: HandlerContext) => Promise<void>;
-
-/** Options of {@link createConsumer}. */
-export interface ConsumerOptions<V = unknown> {
-  /** A kafkajs client; or give `kafkaBrokers` and one is made. */
-  kafka?: Kafka;
-  kafkaBrokers?: string[];
-  /** Kafka client id when the consumer makes the client (default `outbox-relay-consumer`). */
-  clientId?: string;
-  /** Kafka consumer group. Also the namespace of the idempotency keys. */
-  groupId: string;
-  topics: string | string[];
-  /**
-   * Postgres pool the transactions run on (left open by stop()); or give `databaseUrl`.
-   * It needs a connection per concurrently handled partition.
-   */
-  pool?: pg.Pool;
-  databaseUrl?: string;
-  /** Schema of processed_messages and entity_versions (default `public`). */
-  schema?: string;
-  handler: MessageHandler<V>;
-  /** How values are decoded (default `'auto'`: JSON when content-type says so). */
-  decode?: ValueDecoder;
-  /**
-   * Derive the idempotency key from the message, e.g. event type + entity id + version.
-   * Default: the relay's `message-id` header. Return undefined (or throw) when there is
-   * none: then `onMissingKey` decides.
-   */
-  idempotencyKey?: (message: Omit<ConsumedMessage<V>, 'idempotencyKey'>) => string | undefined | null;
-  /**
-   * What happens to a message without a usable idempotency key (absent, empty, over 512
-   * characters or containing NUL): `'dead-letter'` (default) or `'process-without-dedup'`
-   * (at least once for that message). Either way it is counted in stats().missingKey.
-   */
-  onMissingKey?: 'dead-letter' | 'process-without-dedup';
-  /** Transient errors are retried, permanent ones dead-lettered (default {@link classifyError}). */
-  classifyError?: (error: unknown, message: ConsumedMessage<V>) => ErrorClass;
-  /** Dead-letter topic, or a function of the original topic (default `<topic>.dead-letter`). */
-  deadLetterTopic?: string | ((topic: string) => string);
-  /** Attempts per message on transient errors before it is dead-lettered (default 5). */
-  maxAttempts?: number;
-  /** First retry's backoff ceiling in ms; doubles per attempt, full jitter (default 200). */
-  retryBaseDelayMs?: number;
-  /** Backoff ceiling in ms (default 30000). */
-  retryMaxDelayMs?: number;
-  /** Partitions handled at once (default 4). */
-  partitionsConcurrency?: number;
-  /**
-   * Messages of a partition per Postgres transaction (default 100, at most 1000). With
-   * `savepoints: 'always'`, at most 64 are used (one savepoint each).
-   */
-  messagesPerTransaction?: number;
-  /**
-   * When a message gets its own savepoint (default `'on-failure'`). `'on-failure'`: a
-   * group runs as one plain transaction; when a handler fails, the group is rolled back
-   * and the messages before the failing one run again, so their handlers are called twice
-   * (their database effects still happen once). `'always'`: a savepoint per message from
-   * the start, one more round trip per message, handlers never rerun.
-   */
-  savepoints?: 'on-failure' | 'always';
-  /** Soft stop budget in ms; then transactions in flight are rolled back (default 15000). */
-  stopTimeoutMs?: number;
-  sessionTimeoutMs?: number;
-  heartbeatIntervalMs?: number;
-  rebalanceTimeoutMs?: number;
-  maxWaitTimeMs?: number;
-  /**
-   * Where a group without committed offsets starts: true (default) from the oldest
-   * message still in the topic, so a new consumer misses nothing; false from new ones.
-   */
-  fromBeginning?: boolean;
-  logger?: Logger;
-}
-
-/** Counters since start(). */
-export interface ConsumerStats {
-  /** Messages whose handler ran and committed. */
-  processed: number;
-  /** Messages skipped because their idempotency key was already recorded. */
-  duplicates: number;
-  /** Processed messages the version gate found stale. */
-  stale: number;
-  deadLettered: number;
-  /** Retries scheduled after transient errors. */
-  retries: number;
-  /** Messages without a usable idempotency key (dead-lettered or processed without dedup). */
-  missingKey: number;
-  /** Postgres transactions committed. */
-  transactions: number;
-  /** Transactions that failed for reasons outside a handler (Postgres unreachable...). */
-  infrastructureErrors: number;
-}
-
-interface Position {
-  topic: string;
-  partition: number;
-  offset: string;
-}
-
-/** Payloads of the consumer's events. Listeners run synchronously, in order. */
-export interface ConsumerEvents {
-  /**
-   * A transaction committed: the effects of messages `firstOffset`..`lastOffset` of a
-   * partition are durable, and their Kafka offset is not committed yet. A crash now means
-   * redelivery and duplicates, never a lost or doubled effect.
-   */
-  committed: { topic: string; partition: number; firstOffset: string; lastOffset: string; count: number; processed: number; duplicates: number };
-  /** The Kafka offset was committed: the next message the group reads here is `offset`. */
-  offsetCommitted: { topic: string; partition: number; offset: string };
-  /** A message came again and was skipped. */
-  duplicate: Position & { idempotencyKey: string };
-  /** The version gate dropped a stale event. */
-  stale: Position & { idempotencyKey: string | undefined };
-  /** A transient handler error; the partition is paused and the message retried after `delayMs`. */
-  retry: Position & { attempt: number; delayMs: number; error: unknown };
-  /** A message went to the dead-letter topic and its offset is committed. */
-  deadLettered: Position & { deadLetterTopic: string; reason: DeadLetterReason; error: unknown; attempts: number };
-  /** A message had no usable idempotency key. */
-  missingKey: Position & { outcome: 'dead-letter' | 'process-without-dedup' };
-  /** Something outside a handler failed (Postgres, the dead-letter publish, Kafka); it is retried. */
-  error: { error: unknown; during: string; topic?: string; partition?: number };
-  /** The group assigned partitions to this member. */
-  assigned: { partitions: Array<{ topic: string; partition: number }> };
-  stopped: { hard: boolean };
-}
-
-export type ResolvedConsumerOptions<V> = Required<
-  Omit<ConsumerOptions<V>, 'kafka' | 'kafkaBrokers' | 'pool' | 'databaseUrl' | 'idempotencyKey' | 'logger' | 'topics' | 'deadLetterTopic'>
-> & {
-  kafka: Kafka | undefined;
-  kafkaBrokers: string[] | undefined;
-  pool: pg.Pool | undefined;
-  databaseUrl: string | undefined;
-  topics: string[];
-  idempotencyKey: ConsumerOptions<V>['idempotencyKey'];
-  deadLetterTopic: (topic: string) => string;
-  logger: Logger;
-};
-
-/** Validate options and fill in defaults. @throws ConfigError naming the bad option */
-export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): ResolvedConsumerOptions<V> {
-  if (options === null || typeof options !== 'object') throw new ConfigError('options', 'must be an object');
-  if (!options.kafka && !options.kafkaBrokers) throw new ConfigError('kafka', 'is required: pass a kafkajs client (kafka) or kafkaBrokers');
-  if (options.kafkaBrokers) settings.optionValue(kafkaBrokers, options.kafkaBrokers);
-  if (!options.pool && !options.databaseUrl) throw new ConfigError('pool', 'is required: pass a pg.Pool (pool) or databaseUrl');
-  if (options.databaseUrl) settings.optionValue(databaseUrl, options.databaseUrl);
-  if (typeof options.groupId !== 'string' || !/^[A-Za-z0-9._-]{1,249}$/.test(options.groupId)) {
-    throw new ConfigError('groupId', `${JSON.stringify(options.groupId)} is not 1-249 letters, digits, '.', '_' or '-'`);
-  }
-  const topics = typeof options.topics === 'string' ? [options.topics] : options.topics;
-  if (!Array.isArray(topics) || topics.length === 0 || topics.some((t) => typeof t !== 'string' || !/^[A-Za-z0-9._-]{1,249}$/.test(t))) {
-    throw new ConfigError('topics', 'must be a topic name or a non-empty list of them (letters, digits, ., _, -)');
-  }
-  if (typeof options.handler !== 'function') throw new ConfigError('handler', 'must be an async function (message, context)');
-  const decode = options.decode ?? 'auto';
-  if (!(decode === 'auto' || decode === 'json' || decode === 'raw' || typeof decode === 'function')) {
-    throw new ConfigError('decode', `${JSON.stringify(decode)} is not 'auto', 'json', 'raw' or a function`);
-  }
-  if (options.idempotencyKey !== undefined && typeof options.idempotencyKey !== 'function') {
-    throw new ConfigError('idempotencyKey', 'must be a function (message) => string | undefined');
-  }
-  const onMissingKey = options.onMissingKey ?? 'dead-letter';
-  if (onMissingKey !== 'dead-letter' && onMissingKey !== 'process-without-dedup') {
-    throw new ConfigError('onMissingKey', `${JSON.stringify(onMissingKey)} is not 'dead-letter' or 'process-without-dedup'`);
-  }
-  if (options.classifyError !== undefined && typeof options.classifyError !== 'function') {
-    throw new ConfigError('classifyError', 'must be a function (error, message) => "transient" | "permanent"');
-  }
-  const savepoints = options.savepoints ?? 'on-failure';
-  if (savepoints !== 'on-failure' && savepoints !== 'always') {
-    throw new ConfigError('savepoints', `${JSON.stringify(savepoints)} is not 'on-failure' or 'always'`);
-  }
-  const dlt = options.deadLetterTopic;
-  let deadLetterTopic: (topic: string) => string;
-  if (dlt === undefined) deadLetterTopic = (t) => `${t}.dead-letter`;
-  else if (typeof dlt === 'function') deadLetterTopic = dlt;
-  else if (typeof dlt === 'string' && /^[A-Za-z0-9._-]{1,249}$/.test(dlt)) deadLetterTopic = () => dlt;
-  else throw new ConfigError('deadLetterTopic', `${JSON.stringify(dlt)} is not a topic name or a function`);
-  if (typeof dlt === 'string' && topics.includes(dlt)) throw new ConfigError('deadLetterTopic', 'must not be one of the consumed topics');
-  const resolved: ResolvedConsumerOptions<V> = {
-    kafka: options.kafka,
-    kafkaBrokers: options.kafkaBrokers,
-    clientId: settings.optionValue({ ...clientId, defaultValue: 'outbox-relay-consumer' }, options.clientId),
-    groupId: options.groupId,
-    topics: [...topics],
-    pool: options.pool,
-    databaseUrl: options.databaseUrl,
-    schema: settings.optionValue(schema, options.schema),
-    handler: options.handler,
-    decode,
-    idempotencyKey: options.idempotencyKey,
-    onMissingKey,
-    classifyError: options.classifyError ?? ((error: unknown) => classifyError(error)),
-    deadLetterTopic,
-    maxAttempts: settings.optionValue(consumerSettings.maxAttempts, options.maxAttempts),
-    retryBaseDelayMs: settings.optionValue(consumerSettings.retryBaseDelayMs, options.retryBaseDelayMs),
-    retryMaxDelayMs: settings.optionValue(consumerSettings.consumerRetryMaxDelayMs, options.retryMaxDelayMs),
-    partitionsConcurrency: settings.optionValue(consumerSettings.partitionsConcurrency, options.partitionsConcurrency),
-    messagesPerTransaction: settings.optionValue(consumerSettings.messagesPerTransaction, options.messagesPerTransaction),
-    savepoints,
-    stopTimeoutMs: settings.optionValue(consumerSettings.stopTimeoutMs, options.stopTimeoutMs),
-    sessionTimeoutMs: settings.optionValue(consumerSettings.sessionTimeoutMs, options.sessionTimeoutMs),
-    heartbeatIntervalMs: settings.optionValue(consumerSettings.heartbeatIntervalMs, options.heartbeatIntervalMs),
-    rebalanceTimeoutMs: settings.optionValue(consumerSettings.rebalanceTimeoutMs, options.rebalanceTimeoutMs),
-    maxWaitTimeMs: settings.optionValue(consumerSettings.maxWaitTimeMs, options.maxWaitTimeMs),
-    fromBeginning: options.fromBeginning ?? true,
-    logger: options.logger ?? silentLogger(),
-  };
-  if (resolved.retryBaseDelayMs > resolved.retryMaxDelayMs) {
-    throw new ConfigError('retryBaseDelayMs', `${resolved.retryBaseDelayMs} is above retryMaxDelayMs (${resolved.retryMaxDelayMs})`);
-  }
-  if (resolved.heartbeatIntervalMs >= resolved.sessionTimeoutMs) {
-    throw new ConfigError('heartbeatIntervalMs', `${resolved.heartbeatIntervalMs} must be below sessionTimeoutMs (${resolved.sessionTimeoutMs})`);
-  }
-  return resolved;
-}
-
-/**
- * Most savepoints in one transaction: 64 is PostgreSQL's per-backend cache of
- * subtransaction ids; past it every other session's snapshot checks go to pg_subtrans.
- */
-const SAVEPOINT_GROUP = 64;
-
-/** Longest idempotency key accepted; longer ones would not fit a btree index entry safely. */
-const MAX_KEY_CHARS = 512;
-
-/** One message of a transaction, ready for its handler. */
-interface Prepared<V> {
-  raw: KafkaMessage;
-  message: ConsumedMessage<V>;
-  attempt: number;
-  /** No usable idempotency key: processed without dedup. */
-  missingKey: boolean;
-}
-
-/** Why a message could not be handled. */
-interface Failure {
-  /** Index in the chunk. */
-  index: number;
-  error: unknown;
-  /** Set when the failure is permanent by nature, whatever the classifier says. */
-  reason?: DeadLetterReason;
-  attempt: number;
-}
+// For importers from before the split into options.ts, types.ts and transaction.ts.
+export { resolveConsumerOptions } from './options.js';
+export type { ConsumerOptions, ResolvedConsumerOptions } from './options.js';
+export type { ConsumedMessage, ConsumerEvents, ConsumerStats, HandlerContext, MessageHandler } from './types.js';
 
 /** A Postgres or Kafka failure outside any handler: back off, never dead-letter. */
 class InfrastructureError extends OutboxError {
@@ -334,9 +46,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   readonly options: ResolvedConsumerOptions<V>;
   readonly instanceId = randomUUID().slice(0, 8);
   private readonly logger: Logger;
-  private readonly quotedSchema: string;
-  private readonly claimSql: string;
-  private readonly unclaimSql: string;
+  private readonly transactions: TransactionEngine<V>;
   private pool: pg.Pool | undefined;
   private ownPool = false;
   private consumer: KafkaConsumer | undefined;
@@ -365,9 +75,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   constructor(options: ConsumerOptions<V>) {
     super();
     this.options = resolveConsumerOptions(options);
-    this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
-    this.claimSql = claimKeysSql(this.quotedSchema);
-    this.unclaimSql = unclaimKeysSql(this.quotedSchema);
+    this.transactions = new TransactionEngine<V>(this.options, this.counters, this.activeClients, (event, payload) => this.emit(event, payload));
     this.logger = this.options.logger.child({ component: 'consumer', groupId: this.options.groupId, consumer: this.instanceId });
   }
 
@@ -517,23 +225,14 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
    */
   private async runChunk(topic: string, partition: number, chunk: KafkaMessage[], payload: EachBatchPayload): Promise<number | 'paused'> {
     const tp = partitionKey(topic, partition);
-    const prepared: Prepared<V>[] = [];
-    let failure: Failure | undefined;
-    for (const [index, raw] of chunk.entries()) {
-      const attempt = this.attemptOf(tp, raw.offset);
-      const result = this.prepare(topic, partition, raw, attempt);
-      if ('error' in result) {
-        failure = { index, error: result.error, reason: result.reason, attempt };
-        break;
-      }
-      prepared.push(result);
-    }
+    const { prepared, failure: unhandleable } = this.transactions.prepareChunk(topic, partition, chunk, (offset) => this.attemptOf(tp, offset));
+    let failure: Failure | undefined = unhandleable;
 
     let committed = 0;
     if (prepared.length > 0) {
       let outcome: { committed: number; failure: Failure | undefined };
       try {
-        outcome = await this.transact(topic, partition, prepared);
+        outcome = await this.transactions.transact(this.pool as pg.Pool, topic, partition, prepared);
       } catch (error) {
         return this.backOffInfrastructure(tp, topic, partition, 'transaction', error, payload);
       }
@@ -591,265 +290,6 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     await this.commitOffset(topic, partition, raw.offset, payload);
     this.attempts.delete(tp);
     return failure.index + 1;
-  }
-
-  /** Decode a message and find its idempotency key; a failure here is permanent. */
-  private prepare(topic: string, partition: number, raw: KafkaMessage, attempt: number): Prepared<V> | { error: unknown; reason: DeadLetterReason } {
-    const headers = decodeHeaders(raw.headers);
-    let value: V;
-    try {
-      value = decodeValue(raw.value, headers, this.options.decode) as V;
-    } catch (error) {
-      return { error, reason: 'undecodable' };
-    }
-    const message: ConsumedMessage<V> = {
-      topic,
-      partition,
-      offset: raw.offset,
-      key: raw.key === null ? null : raw.key.toString('utf8'),
-      value,
-      rawValue: raw.value,
-      headers,
-      messageId: headers[HEADERS.messageId],
-      idempotencyKey: undefined,
-      timestamp: new Date(Number(raw.timestamp)),
-    };
-    let key: string | undefined | null;
-    let keyError: unknown;
-    try {
-      key = this.options.idempotencyKey ? this.options.idempotencyKey(message) : message.messageId;
-    } catch (error) {
-      keyError = error;
-    }
-    if (typeof key === 'string' && key !== '' && key.length <= MAX_KEY_CHARS && !key.includes('\u0000')) {
-      message.idempotencyKey = key;
-      return { raw, message, attempt, missingKey: false };
-    }
-    if (this.options.onMissingKey === 'process-without-dedup') return { raw, message, attempt, missingKey: true };
-    const problem =
-      keyError !== undefined
-        ? `the idempotencyKey function failed: ${describeError(keyError)}`
-        : key === undefined || key === null || key === ''
-          ? `no idempotency key (${this.options.idempotencyKey ? 'the idempotencyKey function returned none' : `no ${HEADERS.messageId} header`})`
-          : `unusable idempotency key (${typeof key === 'string' ? `${key.length} characters, at most ${MAX_KEY_CHARS}, no NUL` : typeof key})`;
-    const error = new DecodeError(problem, { offset: raw.offset }, keyError);
-    error.name = 'MissingIdempotencyKey';
-    return { error, reason: 'missing-key' };
-  }
-
-  /**
-   * Handle a group of messages, committing the leading ones that succeed.
-   *
-   * With `savepoints: 'on-failure'` (default) the group first runs as one plain
-   * transaction, without a savepoint per message: one round trip per handler query plus
-   * BEGIN, the key claim and COMMIT. If handler i fails, the whole transaction is rolled
-   * back, messages 0..i-1 run again (and commit) in a fresh one, and message i is reported
-   * failed, with its own error, without running it again. A handler that left the
-   * transaction aborted (it caught a database error and went on) cannot be told apart
-   * from the next message's failure this way: then the group runs again with a savepoint
-   * per message, which finds it. Either way the outcome is the one of the savepoint path:
-   * the effects of the messages before the failing one commit, the failing one's do not.
-   *
-   * @returns how many leading messages are committed, and the handler failure, if any
-   * @throws when a transaction itself fails (nothing committed, or unknown after a lost COMMIT)
-   */
-  private async transact(topic: string, partition: number, prepared: Prepared<V>[]): Promise<{ committed: number; failure: Failure | undefined }> {
-    let group = prepared;
-    let pending: Failure | undefined;
-    if (this.options.savepoints === 'on-failure') {
-      for (;;) {
-        const result = await this.runTransaction(topic, partition, group, false);
-        if (!('rolledBack' in result)) return result.committed === group.length && pending ? { committed: result.committed, failure: pending } : result;
-        if (!result.rolledBack) break;
-        // Message `index` failed by itself: the ones before it run again, it does not.
-        pending = result.rolledBack;
-        if (pending.index === 0) return { committed: 0, failure: pending };
-        group = group.slice(0, pending.index);
-      }
-    }
-    // A savepoint per message; at most SAVEPOINT_GROUP of them (subtransaction cache).
-    const limited = group.length > SAVEPOINT_GROUP ? group.slice(0, SAVEPOINT_GROUP) : group;
-    const result = await this.runTransaction(topic, partition, limited, true);
-    if ('rolledBack' in result) throw new Error('unreachable: the savepoint path never rolls back a whole group');
-    return result.committed === group.length && pending ? { committed: result.committed, failure: pending } : result;
-  }
-
-  /**
-   * One transaction: claim the keys, run each new message's handler (in its own savepoint
-   * when `savepoints`), commit.
-   *
-   * With savepoints: stop at the first failing handler (its effects and its key, and the
-   * keys of the messages after it, are taken back) and commit the rest.
-   * Without: on a handler failure roll everything back and return `rolledBack`: the
-   * failure when it is the handler's own, null when the transaction was aborted by an
-   * earlier handler that swallowed a database error (the caller redoes with savepoints).
-   */
-  private async runTransaction(
-    topic: string,
-    partition: number,
-    prepared: Prepared<V>[],
-    savepoints: boolean,
-  ): Promise<{ committed: number; failure: Failure | undefined } | { rolledBack: Failure | null }> {
-    const pool = this.pool as pg.Pool;
-    const client = await pool.connect();
-    let broken: Error | undefined;
-    const onError = (error: Error): void => {
-      broken = error;
-    };
-    client.on('error', onError);
-    this.activeClients.add(client);
-    const release = (): void => {
-      if (this.activeClients.delete(client)) {
-        client.off('error', onError);
-        client.release();
-      }
-    };
-    try {
-      await client.query('BEGIN');
-      // The first occurrence of a key in offset order is the one that runs; a later one in
-      // the same group (a relay that published twice) is a duplicate like any other.
-      const firstIndex = new Map<string, number>();
-      for (let i = 0; i < prepared.length; i++) {
-        const key = (prepared[i] as Prepared<V>).message.idempotencyKey;
-        if (key !== undefined && !firstIndex.has(key)) firstIndex.set(key, i);
-      }
-      const claimed = new Set<string>();
-      if (firstIndex.size > 0) {
-        const { rows } = await client.query<{ key: string }>(this.claimSql, [this.options.groupId, [...firstIndex.keys()]]);
-        for (const row of rows) claimed.add(row.key);
-      }
-      const outcomes: Array<{ duplicate: boolean; stale: boolean }> = [];
-      let failure: Failure | undefined;
-      // Index of the message whose savepoint is open: it is released together with the
-      // next message's SAVEPOINT, in one round trip.
-      let open = -1;
-      const fail = async (index: number, error: unknown): Promise<void> => {
-        await client.query('ROLLBACK TO SAVEPOINT message');
-        failure = { index, error, attempt: (prepared[index] as Prepared<V>).attempt };
-        const giveBack = [...claimed].filter((k) => (firstIndex.get(k) as number) >= index);
-        if (giveBack.length > 0) await client.query(this.unclaimSql, [this.options.groupId, giveBack]);
-      };
-      for (let i = 0; i < prepared.length; i++) {
-        const p = prepared[i] as Prepared<V>;
-        const { message } = p;
-        const key = message.idempotencyKey;
-        if (key !== undefined && (!claimed.has(key) || firstIndex.get(key) !== i)) {
-          outcomes.push({ duplicate: true, stale: false });
-          continue;
-        }
-        if (savepoints) {
-          try {
-            await client.query(open >= 0 ? 'RELEASE SAVEPOINT message; SAVEPOINT message' : 'SAVEPOINT message');
-          } catch (error) {
-            if (broken || open < 0) throw broken ?? error;
-            // The RELEASE failed, so the SAVEPOINT did not run: the previous handler returned
-            // with the transaction aborted (it caught a database error and went on).
-            await fail(open, abortedByHandler(error));
-            break;
-          }
-          open = i;
-        }
-        const outcome = { duplicate: false, stale: false };
-        const context = this.context(client, p.attempt, () => {
-          outcome.stale = true;
-        });
-        try {
-          await this.options.handler(message, context);
-        } catch (error) {
-          if (broken) throw broken;
-          if (!savepoints) {
-            await client.query('ROLLBACK');
-            release();
-            // 25P02: the transaction was already aborted, maybe by an earlier handler.
-            return { rolledBack: (error as { code?: unknown })?.code === '25P02' ? null : { index: i, error, attempt: p.attempt } };
-          }
-          await fail(i, error);
-          break;
-        }
-        outcomes.push(outcome);
-      }
-      if (savepoints && !failure && open >= 0) {
-        try {
-          await client.query('RELEASE SAVEPOINT message');
-        } catch (error) {
-          if (broken) throw broken;
-          await fail(open, abortedByHandler(error));
-        }
-      }
-      const committed = failure ? (failure as Failure).index : prepared.length;
-      if (committed === 0) {
-        await client.query('ROLLBACK');
-      } else {
-        const result = await client.query('COMMIT');
-        // COMMIT of an aborted transaction rolls back: a handler swallowed a database error.
-        if (result.command === 'ROLLBACK') {
-          if (savepoints) throw new Error('COMMIT rolled back: the transaction was aborted outside any handler');
-          release();
-          return { rolledBack: null };
-        }
-        this.counters.transactions++;
-      }
-      release();
-      let processed = 0;
-      let duplicates = 0;
-      for (let i = 0; i < committed; i++) {
-        const outcome = outcomes[i] as { duplicate: boolean; stale: boolean };
-        const p = prepared[i] as Prepared<V>;
-        const { offset, idempotencyKey } = p.message;
-        if (outcome.duplicate) {
-          duplicates++;
-          this.counters.duplicates++;
-          this.emit('duplicate', { topic, partition, offset, idempotencyKey: idempotencyKey as string });
-          continue;
-        }
-        processed++;
-        this.counters.processed++;
-        if (p.missingKey) {
-          this.counters.missingKey++;
-          this.emit('missingKey', { topic, partition, offset, outcome: 'process-without-dedup' });
-        }
-        if (outcome.stale) {
-          this.counters.stale++;
-          this.emit('stale', { topic, partition, offset, idempotencyKey });
-        }
-      }
-      if (committed > 0) {
-        this.emit('committed', {
-          topic,
-          partition,
-          firstOffset: (prepared[0] as Prepared<V>).raw.offset,
-          lastOffset: (prepared[committed - 1] as Prepared<V>).raw.offset,
-          count: committed,
-          processed,
-          duplicates,
-        });
-      }
-      return { committed, failure };
-    } catch (error) {
-      if (this.activeClients.delete(client)) {
-        // The connection's state is unknown: destroy it (the server rolls back) rather
-        // than return it to the pool mid-transaction.
-        client.off('error', onError);
-        client.release(error instanceof Error ? error : new Error(String(error)));
-      }
-      throw error;
-    }
-  }
-
-  private context(client: pg.PoolClient, attempt: number, markStale: () => void): HandlerContext {
-    const { groupId, schema } = this.options;
-    return {
-      client,
-      attempt,
-      groupId,
-      markStale,
-      advanceVersion: async (entity, version, options) => {
-        const newer = await advanceEntityVersion(client, { schema, scope: options?.scope ?? groupId, entity, version });
-        if (!newer) markStale();
-        return newer;
-      },
-      lockEntity: (key, options) => lockEntity(client, key, options),
-    };
   }
 
   private classify(error: unknown, message: ConsumedMessage<V>): ErrorClass {
@@ -943,14 +383,4 @@ async function withTimeout(promise: Promise<unknown>, ms: number): Promise<boole
  */
 export function createConsumer<V = unknown>(options: ConsumerOptions<V>): Consumer<V> {
   return new Consumer<V>(options);
-}
-
-/** The error of a handler that returned normally with its transaction aborted. */
-function abortedByHandler(cause: unknown): Error {
-  const error = new Error(
-    `the handler returned with the transaction aborted (it caught a database error and went on): ${describeError(cause)}`,
-    { cause },
-  );
-  error.name = 'HandlerLeftTransactionAborted';
-  return error;
 }

@@ -1,0 +1,365 @@
+import type pg from 'pg';
+import type { KafkaMessage } from 'kafkajs';
+import { describeError } from '../shared/errors.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import { HEADERS } from '../shared/kafka.js';
+import { DecodeError, decodeHeaders, decodeValue } from './decode.js';
+import type { DeadLetterReason } from './deadLetterTopic.js';
+import { advanceEntityVersion } from './versionGate.js';
+import { lockEntity } from './entityLock.js';
+import { claimKeysSql, unclaimKeysSql } from './sql/processedMessages.js';
+import type { ResolvedConsumerOptions } from './options.js';
+import type { ConsumedMessage, ConsumerEvents, ConsumerStats, HandlerContext } from './types.js';
+
+// The consumer's transaction: how a chunk of one partition's messages becomes one
+// Postgres transaction that records their idempotency keys and runs their handlers.
+//
+//   prepareChunk   decode each message and find its idempotency key
+//   transact       run the group, first without savepoints ('on-failure'), then with
+//   runTransaction BEGIN, claim the keys, run the handlers (in savepoints or not), COMMIT
+//   context        what a handler gets: the open transaction and helpers bound to it
+//
+// What happens around it (offsets, retries, dead letters, pause and resume) is the
+// consumer's lifecycle, in consumer.ts.
+
+/**
+ * Most savepoints in one transaction: 64 is PostgreSQL's per-backend cache of
+ * subtransaction ids; past it every other session's snapshot checks go to pg_subtrans.
+ */
+const SAVEPOINT_GROUP = 64;
+
+/** Longest idempotency key accepted; longer ones would not fit a btree index entry safely. */
+const MAX_KEY_CHARS = 512;
+
+/** One message of a transaction, ready for its handler. */
+export interface Prepared<V> {
+  raw: KafkaMessage;
+  message: ConsumedMessage<V>;
+  attempt: number;
+  /** No usable idempotency key: processed without dedup. */
+  missingKey: boolean;
+}
+
+/** Why a message could not be handled. */
+export interface Failure {
+  /** Index in the chunk. */
+  index: number;
+  error: unknown;
+  /** Set when the failure is permanent by nature, whatever the classifier says. */
+  reason?: DeadLetterReason;
+  attempt: number;
+}
+
+/** Emits one of the consumer's events (the Consumer's own emit). */
+export type EmitConsumerEvent = <K extends keyof ConsumerEvents & string>(event: K, payload: ConsumerEvents[K]) => void;
+
+/**
+ * Runs the consumer's transactions. It shares the consumer's counters, its set of
+ * connections in flight (a hard stop destroys them) and its events.
+ */
+export class TransactionEngine<V> {
+  private readonly claimSql: string;
+  private readonly unclaimSql: string;
+
+  constructor(
+    private readonly options: ResolvedConsumerOptions<V>,
+    private readonly counters: ConsumerStats,
+    /** Connections with a transaction in flight, rolled back by a hard stop. */
+    private readonly activeClients: Set<pg.PoolClient>,
+    private readonly emit: EmitConsumerEvent,
+  ) {
+    const quotedSchema = quoteIdentifier(options.schema, 'schema');
+    this.claimSql = claimKeysSql(quotedSchema);
+    this.unclaimSql = unclaimKeysSql(quotedSchema);
+  }
+
+  /**
+   * Decode the messages of a chunk and find their idempotency keys, in offset order.
+   * @returns the messages ready for their handlers, up to the first that cannot be
+   *   handled (undecodable, no usable key), and that one's failure
+   */
+  prepareChunk(
+    topic: string,
+    partition: number,
+    chunk: KafkaMessage[],
+    attemptOf: (offset: string) => number,
+  ): { prepared: Prepared<V>[]; failure: Failure | undefined } {
+    const prepared: Prepared<V>[] = [];
+    for (const [index, raw] of chunk.entries()) {
+      const attempt = attemptOf(raw.offset);
+      const result = this.prepare(topic, partition, raw, attempt);
+      if ('error' in result) return { prepared, failure: { index, error: result.error, reason: result.reason, attempt } };
+      prepared.push(result);
+    }
+    return { prepared, failure: undefined };
+  }
+
+  /** Decode a message and find its idempotency key; a failure here is permanent. */
+  private prepare(topic: string, partition: number, raw: KafkaMessage, attempt: number): Prepared<V> | { error: unknown; reason: DeadLetterReason } {
+    const headers = decodeHeaders(raw.headers);
+    let value: V;
+    try {
+      value = decodeValue(raw.value, headers, this.options.decode) as V;
+    } catch (error) {
+      return { error, reason: 'undecodable' };
+    }
+    const message: ConsumedMessage<V> = {
+      topic,
+      partition,
+      offset: raw.offset,
+      key: raw.key === null ? null : raw.key.toString('utf8'),
+      value,
+      rawValue: raw.value,
+      headers,
+      messageId: headers[HEADERS.messageId],
+      idempotencyKey: undefined,
+      timestamp: new Date(Number(raw.timestamp)),
+    };
+    let key: string | undefined | null;
+    let keyError: unknown;
+    try {
+      key = this.options.idempotencyKey ? this.options.idempotencyKey(message) : message.messageId;
+    } catch (error) {
+      keyError = error;
+    }
+    if (typeof key === 'string' && key !== '' && key.length <= MAX_KEY_CHARS && !key.includes('\u0000')) {
+      message.idempotencyKey = key;
+      return { raw, message, attempt, missingKey: false };
+    }
+    if (this.options.onMissingKey === 'process-without-dedup') return { raw, message, attempt, missingKey: true };
+    const problem =
+      keyError !== undefined
+        ? `the idempotencyKey function failed: ${describeError(keyError)}`
+        : key === undefined || key === null || key === ''
+          ? `no idempotency key (${this.options.idempotencyKey ? 'the idempotencyKey function returned none' : `no ${HEADERS.messageId} header`})`
+          : `unusable idempotency key (${typeof key === 'string' ? `${key.length} characters, at most ${MAX_KEY_CHARS}, no NUL` : typeof key})`;
+    const error = new DecodeError(problem, { offset: raw.offset }, keyError);
+    error.name = 'MissingIdempotencyKey';
+    return { error, reason: 'missing-key' };
+  }
+
+  /**
+   * Handle a group of messages, committing the leading ones that succeed.
+   *
+   * With `savepoints: 'on-failure'` (default) the group first runs as one plain
+   * transaction, without a savepoint per message: one round trip per handler query plus
+   * BEGIN, the key claim and COMMIT. If handler i fails, the whole transaction is rolled
+   * back, messages 0..i-1 run again (and commit) in a fresh one, and message i is reported
+   * failed, with its own error, without running it again. A handler that left the
+   * transaction aborted (it caught a database error and went on) cannot be told apart
+   * from the next message's failure this way: then the group runs again with a savepoint
+   * per message, which finds it. Either way the outcome is the one of the savepoint path:
+   * the effects of the messages before the failing one commit, the failing one's do not.
+   *
+   * @returns how many leading messages are committed, and the handler failure, if any
+   * @throws when a transaction itself fails (nothing committed, or unknown after a lost COMMIT)
+   */
+  async transact(pool: pg.Pool, topic: string, partition: number, prepared: Prepared<V>[]): Promise<{ committed: number; failure: Failure | undefined }> {
+    let group = prepared;
+    let pending: Failure | undefined;
+    if (this.options.savepoints === 'on-failure') {
+      for (;;) {
+        const result = await this.runTransaction(pool, topic, partition, group, false);
+        if (!('rolledBack' in result)) return result.committed === group.length && pending ? { committed: result.committed, failure: pending } : result;
+        if (!result.rolledBack) break;
+        // Message `index` failed by itself: the ones before it run again, it does not.
+        pending = result.rolledBack;
+        if (pending.index === 0) return { committed: 0, failure: pending };
+        group = group.slice(0, pending.index);
+      }
+    }
+    // A savepoint per message; at most SAVEPOINT_GROUP of them (subtransaction cache).
+    const limited = group.length > SAVEPOINT_GROUP ? group.slice(0, SAVEPOINT_GROUP) : group;
+    const result = await this.runTransaction(pool, topic, partition, limited, true);
+    if ('rolledBack' in result) throw new Error('unreachable: the savepoint path never rolls back a whole group');
+    return result.committed === group.length && pending ? { committed: result.committed, failure: pending } : result;
+  }
+
+  /**
+   * One transaction: claim the keys, run each new message's handler (in its own savepoint
+   * when `savepoints`), commit.
+   *
+   * With savepoints: stop at the first failing handler (its effects and its key, and the
+   * keys of the messages after it, are taken back) and commit the rest.
+   * Without: on a handler failure roll everything back and return `rolledBack`: the
+   * failure when it is the handler's own, null when the transaction was aborted by an
+   * earlier handler that swallowed a database error (the caller redoes with savepoints).
+   */
+  private async runTransaction(
+    pool: pg.Pool,
+    topic: string,
+    partition: number,
+    prepared: Prepared<V>[],
+    savepoints: boolean,
+  ): Promise<{ committed: number; failure: Failure | undefined } | { rolledBack: Failure | null }> {
+    const client = await pool.connect();
+    let broken: Error | undefined;
+    const onError = (error: Error): void => {
+      broken = error;
+    };
+    client.on('error', onError);
+    this.activeClients.add(client);
+    const release = (): void => {
+      if (this.activeClients.delete(client)) {
+        client.off('error', onError);
+        client.release();
+      }
+    };
+    try {
+      await client.query('BEGIN');
+      // The first occurrence of a key in offset order is the one that runs; a later one in
+      // the same group (a relay that published twice) is a duplicate like any other.
+      const firstIndex = new Map<string, number>();
+      for (let i = 0; i < prepared.length; i++) {
+        const key = (prepared[i] as Prepared<V>).message.idempotencyKey;
+        if (key !== undefined && !firstIndex.has(key)) firstIndex.set(key, i);
+      }
+      const claimed = new Set<string>();
+      if (firstIndex.size > 0) {
+        const { rows } = await client.query<{ key: string }>(this.claimSql, [this.options.groupId, [...firstIndex.keys()]]);
+        for (const row of rows) claimed.add(row.key);
+      }
+      const outcomes: Array<{ duplicate: boolean; stale: boolean }> = [];
+      let failure: Failure | undefined;
+      // Index of the message whose savepoint is open: it is released together with the
+      // next message's SAVEPOINT, in one round trip.
+      let open = -1;
+      const fail = async (index: number, error: unknown): Promise<void> => {
+        await client.query('ROLLBACK TO SAVEPOINT message');
+        failure = { index, error, attempt: (prepared[index] as Prepared<V>).attempt };
+        const giveBack = [...claimed].filter((k) => (firstIndex.get(k) as number) >= index);
+        if (giveBack.length > 0) await client.query(this.unclaimSql, [this.options.groupId, giveBack]);
+      };
+      for (let i = 0; i < prepared.length; i++) {
+        const p = prepared[i] as Prepared<V>;
+        const { message } = p;
+        const key = message.idempotencyKey;
+        if (key !== undefined && (!claimed.has(key) || firstIndex.get(key) !== i)) {
+          outcomes.push({ duplicate: true, stale: false });
+          continue;
+        }
+        if (savepoints) {
+          try {
+            await client.query(open >= 0 ? 'RELEASE SAVEPOINT message; SAVEPOINT message' : 'SAVEPOINT message');
+          } catch (error) {
+            if (broken || open < 0) throw broken ?? error;
+            // The RELEASE failed, so the SAVEPOINT did not run: the previous handler returned
+            // with the transaction aborted (it caught a database error and went on).
+            await fail(open, abortedByHandler(error));
+            break;
+          }
+          open = i;
+        }
+        const outcome = { duplicate: false, stale: false };
+        const context = this.context(client, p.attempt, () => {
+          outcome.stale = true;
+        });
+        try {
+          await this.options.handler(message, context);
+        } catch (error) {
+          if (broken) throw broken;
+          if (!savepoints) {
+            await client.query('ROLLBACK');
+            release();
+            // 25P02: the transaction was already aborted, maybe by an earlier handler.
+            return { rolledBack: (error as { code?: unknown })?.code === '25P02' ? null : { index: i, error, attempt: p.attempt } };
+          }
+          await fail(i, error);
+          break;
+        }
+        outcomes.push(outcome);
+      }
+      if (savepoints && !failure && open >= 0) {
+        try {
+          await client.query('RELEASE SAVEPOINT message');
+        } catch (error) {
+          if (broken) throw broken;
+          await fail(open, abortedByHandler(error));
+        }
+      }
+      const committed = failure ? (failure as Failure).index : prepared.length;
+      if (committed === 0) {
+        await client.query('ROLLBACK');
+      } else {
+        const result = await client.query('COMMIT');
+        // COMMIT of an aborted transaction rolls back: a handler swallowed a database error.
+        if (result.command === 'ROLLBACK') {
+          if (savepoints) throw new Error('COMMIT rolled back: the transaction was aborted outside any handler');
+          release();
+          return { rolledBack: null };
+        }
+        this.counters.transactions++;
+      }
+      release();
+      let processed = 0;
+      let duplicates = 0;
+      for (let i = 0; i < committed; i++) {
+        const outcome = outcomes[i] as { duplicate: boolean; stale: boolean };
+        const p = prepared[i] as Prepared<V>;
+        const { offset, idempotencyKey } = p.message;
+        if (outcome.duplicate) {
+          duplicates++;
+          this.counters.duplicates++;
+          this.emit('duplicate', { topic, partition, offset, idempotencyKey: idempotencyKey as string });
+          continue;
+        }
+        processed++;
+        this.counters.processed++;
+        if (p.missingKey) {
+          this.counters.missingKey++;
+          this.emit('missingKey', { topic, partition, offset, outcome: 'process-without-dedup' });
+        }
+        if (outcome.stale) {
+          this.counters.stale++;
+          this.emit('stale', { topic, partition, offset, idempotencyKey });
+        }
+      }
+      if (committed > 0) {
+        this.emit('committed', {
+          topic,
+          partition,
+          firstOffset: (prepared[0] as Prepared<V>).raw.offset,
+          lastOffset: (prepared[committed - 1] as Prepared<V>).raw.offset,
+          count: committed,
+          processed,
+          duplicates,
+        });
+      }
+      return { committed, failure };
+    } catch (error) {
+      if (this.activeClients.delete(client)) {
+        // The connection's state is unknown: destroy it (the server rolls back) rather
+        // than return it to the pool mid-transaction.
+        client.off('error', onError);
+        client.release(error instanceof Error ? error : new Error(String(error)));
+      }
+      throw error;
+    }
+  }
+
+  private context(client: pg.PoolClient, attempt: number, markStale: () => void): HandlerContext {
+    const { groupId, schema } = this.options;
+    return {
+      client,
+      attempt,
+      groupId,
+      markStale,
+      advanceVersion: async (entity, version, options) => {
+        const newer = await advanceEntityVersion(client, { schema, scope: options?.scope ?? groupId, entity, version });
+        if (!newer) markStale();
+        return newer;
+      },
+      lockEntity: (key, options) => lockEntity(client, key, options),
+    };
+  }
+}
+
+/** The error of a handler that returned normally with its transaction aborted. */
+function abortedByHandler(cause: unknown): Error {
+  const error = new Error(
+    `the handler returned with the transaction aborted (it caught a database error and went on): ${describeError(cause)}`,
+    { cause },
+  );
+  error.name = 'HandlerLeftTransactionAborted';
+  return error;
+}

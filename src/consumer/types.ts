@@ -1,0 +1,110 @@
+import type pg from 'pg';
+import type { ValueDecoder } from './decode.js';
+import type { DeadLetterReason } from './deadLetterTopic.js';
+import type { advanceEntityVersion } from './versionGate.js';
+import type { EntityLockOptions, lockEntity } from './entityLock.js';
+
+// What a handler and a listener of the consumer see: the message, the handler's context,
+// the counters and the events. The options are in options.ts, the transaction that runs
+// handlers in transaction.ts, the lifecycle in consumer.ts.
+
+/** A Kafka message as a handler sees it. */
+export interface ConsumedMessage<V = unknown> {
+  topic: string;
+  partition: number;
+  /** Kafka offset, a decimal string (offsets can exceed 2^53). */
+  offset: string;
+  /** The Kafka key as UTF-8 text (the relay's entity key), or null. */
+  key: string | null;
+  /** The decoded value (see {@link ValueDecoder}); null for a tombstone. */
+  value: V;
+  /** The value's bytes as they came from Kafka. */
+  rawValue: Buffer | null;
+  /** Headers, first value of each, as UTF-8 text. */
+  headers: Readonly<Record<string, string>>;
+  /** The relay's `message-id` header, if present. */
+  messageId: string | undefined;
+  /** The key this message is deduplicated on; undefined when processed without dedup. */
+  idempotencyKey: string | undefined;
+  /** The Kafka timestamp (for relay messages: when the outbox row was written). */
+  timestamp: Date;
+}
+
+/** What a handler gets besides the message: the open transaction and helpers bound to it. */
+export interface HandlerContext {
+  /**
+   * A Postgres connection inside the open transaction that also records the message as
+   * processed. Do all database effects on it, and never COMMIT or ROLLBACK on it: the
+   * consumer does that (a savepoint scopes each message).
+   */
+  client: pg.PoolClient;
+  /** 1 on the first attempt at this message, 2 on the first retry, and so on. */
+  attempt: number;
+  /** The consumer group id. */
+  groupId: string;
+  /**
+   * The version gate (see {@link advanceEntityVersion}): true when `version` is newer
+   * than the entity's stored version and is now stored; false when the event is stale,
+   * which is also counted (stats().stale, the 'stale' event). Scope defaults to the group id.
+   */
+  advanceVersion(entity: string, version: number | bigint | string, options?: { scope?: string }): Promise<boolean>;
+  /** Count this message as stale when you gate on a version column of your own. */
+  markStale(): void;
+  /** Lock an entity until this transaction ends (see {@link lockEntity}). */
+  lockEntity(key: string, options?: EntityLockOptions): Promise<void>;
+}
+
+/** Handles one message. Throwing rolls the message's effects back (its dedup row too). */
+export type MessageHandler<V = unknown> = (message: ConsumedMessage<V>, context: HandlerContext) => Promise<void>;
+
+/** Counters since start(). */
+export interface ConsumerStats {
+  /** Messages whose handler ran and committed. */
+  processed: number;
+  /** Messages skipped because their idempotency key was already recorded. */
+  duplicates: number;
+  /** Processed messages the version gate found stale. */
+  stale: number;
+  deadLettered: number;
+  /** Retries scheduled after transient errors. */
+  retries: number;
+  /** Messages without a usable idempotency key (dead-lettered or processed without dedup). */
+  missingKey: number;
+  /** Postgres transactions committed. */
+  transactions: number;
+  /** Transactions that failed for reasons outside a handler (Postgres unreachable...). */
+  infrastructureErrors: number;
+}
+
+interface Position {
+  topic: string;
+  partition: number;
+  offset: string;
+}
+
+/** Payloads of the consumer's events. Listeners run synchronously, in order. */
+export interface ConsumerEvents {
+  /**
+   * A transaction committed: the effects of messages `firstOffset`..`lastOffset` of a
+   * partition are durable, and their Kafka offset is not committed yet. A crash now means
+   * redelivery and duplicates, never a lost or doubled effect.
+   */
+  committed: { topic: string; partition: number; firstOffset: string; lastOffset: string; count: number; processed: number; duplicates: number };
+  /** The Kafka offset was committed: the next message the group reads here is `offset`. */
+  offsetCommitted: { topic: string; partition: number; offset: string };
+  /** A message came again and was skipped. */
+  duplicate: Position & { idempotencyKey: string };
+  /** The version gate dropped a stale event. */
+  stale: Position & { idempotencyKey: string | undefined };
+  /** A transient handler error; the partition is paused and the message retried after `delayMs`. */
+  retry: Position & { attempt: number; delayMs: number; error: unknown };
+  /** A message went to the dead-letter topic and its offset is committed. */
+  deadLettered: Position & { deadLetterTopic: string; reason: DeadLetterReason; error: unknown; attempts: number };
+  /** A message had no usable idempotency key. */
+  missingKey: Position & { outcome: 'dead-letter' | 'process-without-dedup' };
+  /** Something outside a handler failed (Postgres, the dead-letter publish, Kafka); it is retried. */
+  error: { error: unknown; during: string; topic?: string; partition?: number };
+  /** The group assigned partitions to this member. */
+  assigned: { partitions: Array<{ topic: string; partition: number }> };
+  stopped: { hard: boolean };
+}
