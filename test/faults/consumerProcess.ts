@@ -1,5 +1,5 @@
 // A consumer service of the fault-injection suite, in its own process, on the consumer
-// runtime (src/consumer.ts). Its handler's one effect is a row in the effects table, which
+// runtime (src/consumer/). Its handler's one effect is a row in the effects table, which
 // has no unique constraint on the message id: a message applied twice shows as two rows.
 //
 // Environment: DATABASE_URL, KAFKA_BROKERS, OUTBOX_SCHEMA, GROUP_ID, TOPICS, CONSUMER_NAME,

@@ -48,6 +48,8 @@ export class Slot {
   starts = 0;
   /** Set by a `{"event":"started"}` report of the current process (consumers). */
   ready = false;
+  /** How many of its processes reported `{"event":"started"}` (consumers). */
+  readyCount = 0;
   unexpectedExits = 0;
   readonly exitCodes: Array<number | string> = [];
   private lock: Promise<void> = Promise.resolve();
@@ -90,7 +92,10 @@ export class Slot {
           buffered = buffered.slice(nl + 1);
           try {
             const report = JSON.parse(line) as Record<string, unknown>;
-            if (report.event === 'started' && this.child === child) this.ready = true;
+            if (report.event === 'started' && this.child === child) {
+              this.ready = true;
+              this.readyCount++;
+            }
             this.o.onReport?.(report);
           } catch {
             // not a report
@@ -127,11 +132,11 @@ export class Slot {
 
   /** Send `signal` to the process and wait up to `timeoutMs` for it to exit by itself
    *  (a consumer armed to kill itself at its next commit); SIGKILL it after that.
-   *  @returns whether it exited by itself */
-  async signalAndAwaitExit(signal: NodeJS.Signals, timeoutMs: number): Promise<boolean> {
+   *  @returns whether it exited by itself, was SIGKILLed, or there was no process */
+  async signalAndAwaitExit(signal: NodeJS.Signals, timeoutMs: number): Promise<'by-itself' | 'killed' | 'no-process'> {
     const child = this.child;
     this.state = 'down';
-    if (!child) return false;
+    if (!child) return 'no-process';
     const exited = new Promise<boolean>((r) => child.once('exit', () => r(true)));
     child.kill(signal);
     let timer: NodeJS.Timeout | undefined;
@@ -142,23 +147,27 @@ export class Slot {
       child.kill('SIGKILL');
       await exited;
     }
-    return byItself;
+    return byItself ? 'by-itself' : 'killed';
   }
 
-  /** SIGKILL and wait for the exit; the slot is 'down' until start(). */
-  async kill(): Promise<void> {
+  /** SIGKILL and wait for the exit; the slot is 'down' until start().
+   *  @returns whether there was a process to kill */
+  async kill(): Promise<boolean> {
     const child = this.child;
     this.state = 'down';
-    if (!child) return;
+    if (!child) return false;
     const exited = new Promise<void>((r) => child.once('exit', () => r()));
     child.kill('SIGKILL');
     await exited;
+    return true;
   }
 
-  pause(): void {
-    if (!this.child || this.state !== 'running') return;
+  /** SIGSTOP. @returns whether a running process was stopped */
+  pause(): boolean {
+    if (!this.child || this.state !== 'running') return false;
     this.child.kill('SIGSTOP');
     this.state = 'paused';
+    return true;
   }
 
   resume(): void {

@@ -17,19 +17,20 @@
  * The window is short in production (until the WAL writer's next flush, wal_writer_delay,
  * 200 ms by default, or any other transaction's commit); --wal-writer-delay-ms widens it.
  * Uses the relay's own Horizon class and the claim condition (id <= watermark) against a
- * Postgres instance of its own.
+ * Postgres instance of its own (servers.ts: the fault suite's, deleted on the way out even
+ * on SIGINT).
  */
 import pg from 'pg';
 import { migrate } from '../../src/commands/migrate.js';
 import { Horizon } from '../../src/relay/horizon.js';
-import { startLocalPostgres } from '../../scripts/localPostgres.js';
+import { startOwnPostgres } from './servers.js';
 
 const arg = process.argv.indexOf('--wal-writer-delay-ms');
 const walWriterDelayMs = arg > 0 ? Number(process.argv[arg + 1]) : 200;
 const schema = 'repro';
 const say = (line: string): void => void process.stdout.write(`${line}\n`);
 
-const server = await startLocalPostgres({ settings: { wal_writer_delay: `${walWriterDelayMs}ms` } });
+const server = await startOwnPostgres({ settings: { wal_writer_delay: `${walWriterDelayMs}ms` } });
 let reproduced = false;
 try {
   await migrate({ databaseUrl: server.url, schema });

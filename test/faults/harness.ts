@@ -1,0 +1,315 @@
+/**
+ * One fault run: a fresh schema and topic on the suite's servers, the profile's relays and
+ * consumers (exactly as many as it says), the writers, the seeded faults (inject.ts), the
+ * drain, the independent checker (checker.ts), and the self-check of what actually ran
+ * (selfCheck.ts). Returns the report; never decides what to run from the code under test.
+ */
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Kafka, logLevel } from 'kafkajs';
+import pg from 'pg';
+import { waitFor } from '../helpers/wait.js';
+import { check, readEffects, readOutbox, readWholeTopic, violations, type Delivered } from './checker.js';
+import { Injector } from './inject.js';
+import { log } from './log.js';
+import { Slot } from './processes.js';
+import type { RunConfig } from './profiles.js';
+import { RESULTS, type RunReport } from './report.js';
+import { buildSchedule, describeFault, Random, type FaultKind } from './schedule.js';
+import { emptyTally, expectedTally, FAULT_KINDS, selfCheck, selfCheckFailures } from './selfCheck.js';
+import type { Servers } from './servers.js';
+import { migrateSchema, type CodeVersion } from './snapshot.js';
+import { startWorkload, type WorkloadStats } from './workload.js';
+
+export interface RunContext {
+  servers: Servers;
+  /** Where the relays and consumers run from (a snapshot, or the tree itself). */
+  codeDir: string;
+  code: CodeVersion;
+}
+
+/** The relay slot's client id: how its rows in the lease table are told apart. */
+const relayClientId = (i: number): string => `faults-relay-${i}`;
+
+export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunReport> {
+  const started = Date.now();
+  const p = cfg.profile;
+  const tag = `${cfg.seed}`.slice(0, 10);
+  const schema = `faults_${cfg.plant.replace('-', '_')}_${tag}_${Date.now().toString(36)}`;
+  const topic = `faults-${cfg.plant}-${tag}-${Date.now().toString(36)}`;
+  const group = `faults-consumers-${tag}-${Date.now().toString(36)}`;
+  const logs = join(RESULTS, `faults-${cfg.name}.logs`);
+  rmSync(logs, { recursive: true, force: true });
+  mkdirSync(logs, { recursive: true });
+  const { servers, codeDir } = ctx;
+  const url = servers.postgres.url;
+  const brokers = [servers.kafka.brokers];
+
+  log(`run ${cfg.name}: seed ${cfg.seed}, ${p.rows} rows, ${p.writers} writers, ${p.keys} keys (+${p.hotKeys} hot), ${p.relays} relays, ${p.consumers} consumers, ${p.partitions} partitions`);
+  log(`reproduce: ${cfg.command}`);
+
+  migrateSchema(codeDir, url, schema);
+  const pool = new pg.Pool({ connectionString: url, max: 4 });
+  pool.on('error', () => undefined);
+  await pool.query(`
+    CREATE TABLE "${schema}".effects (
+      seq        bigserial   PRIMARY KEY,
+      message_id uuid,
+      key        text        NOT NULL,
+      outbox_id  bigint      NOT NULL,
+      consumer   text        NOT NULL,
+      applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    -- Not unique, on purpose: a message applied twice shows as two rows.
+    CREATE INDEX effects_message_id_idx ON "${schema}".effects (message_id)`);
+  const admin = new Kafka({ clientId: 'faults-admin', brokers, logLevel: logLevel.NOTHING }).admin();
+  await admin.connect();
+  // The cluster's own answer, not our configuration's, for the self-check.
+  const brokersInCluster = (await admin.describeCluster()).brokers.length;
+  await admin.createTopics({ topics: [{ topic, numPartitions: p.partitions, replicationFactor: 1 }], waitForLeaders: true });
+  await admin.disconnect();
+
+  const faults = buildSchedule({
+    seed: cfg.seed,
+    counts: p.counts,
+    startMs: 3_000,
+    endMs: Math.max(4_000, p.writeMs - 3_000),
+    relays: p.relays,
+    consumers: p.consumers,
+    leaseTtlMs: p.leaseTtlMs,
+  });
+  const schedule = faults.map(describeFault);
+  log(`fault schedule (${faults.length} faults):`);
+  for (const line of schedule) log(`  ${line}`);
+  writeFileSync(join(logs, 'schedule.txt'), schedule.join('\n') + '\n');
+
+  const baseEnv = { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: url, KAFKA_BROKERS: brokers.join(','), OUTBOX_SCHEMA: schema };
+  const relaySlots = Array.from(
+    { length: p.relays },
+    (_, i) =>
+      new Slot({
+        name: `relay ${i}`,
+        args: ['src/cli.ts', 'run'],
+        cwd: codeDir,
+        env: {
+          ...baseEnv,
+          OUTBOX_LOG_LEVEL: 'warn',
+          OUTBOX_CLIENT_ID: relayClientId(i),
+          OUTBOX_METRICS_ADDRESS: '127.0.0.1:0', // several relays on one host: any free port
+          OUTBOX_BATCH_SIZE: String(p.batchSize),
+          OUTBOX_RETRY_MAX_DELAY_MS: '2000',
+          OUTBOX_SHUTDOWN_TIMEOUT_MS: '5000',
+          OUTBOX_LEASE_TTL_MS: String(p.leaseTtlMs),
+          ...(cfg.plant === 'horizon-off' ? { OUTBOX_HORIZON_MAX_WAIT_MS: '0' } : {}),
+        },
+        logFile: join(logs, `relay-${i}.log`),
+        restartDelayMs: 1_000,
+        maxUnexpectedExits: 100,
+        log,
+      }),
+  );
+  const makeConsumer = (name: string): Slot =>
+    new Slot({
+      name,
+      args: ['test/faults/consumerProcess.ts'],
+      cwd: codeDir,
+      env: { ...baseEnv, GROUP_ID: group, TOPICS: topic, CONSUMER_NAME: name, ...(cfg.plant === 'dedup-off' ? { FAULTS_DEDUP: 'off' } : {}) },
+      logFile: join(logs, `${name}.log`),
+      restartDelayMs: 1_000,
+      maxUnexpectedExits: 100,
+      log,
+      onReport: (r) => {
+        if (r.event === 'start-failed') log(`${name}: start failed: ${String(r.error)}`);
+      },
+    });
+  const consumerSlots = Array.from({ length: p.consumers }, (_, i) => makeConsumer(`consumer-${i}`));
+  const extraSlots: Slot[] = [];
+  const allSlots = (): Slot[] => [...relaySlots, ...consumerSlots, ...extraSlots];
+  const injector = new Injector({
+    servers,
+    relays: relaySlots,
+    consumers: consumerSlots,
+    extraConsumer: () => {
+      const slot = makeConsumer(`consumer-extra-${extraSlots.length}`);
+      extraSlots.push(slot);
+      return slot;
+    },
+    log,
+  });
+  const relaysSeen = new RelaySightings(pool, schema, p.relays);
+  let workloadStats: WorkloadStats | undefined;
+  let drainedAt: number | undefined;
+  let quietAt = Date.now();
+
+  try {
+    for (const s of relaySlots) s.start();
+    for (const s of consumerSlots) s.start();
+    relaysSeen.start();
+
+    const workload = startWorkload({
+      databaseUrl: url,
+      schema,
+      topic,
+      rows: p.rows,
+      writers: p.writers,
+      keys: p.keys,
+      hotKeys: p.hotKeys,
+      hotShare: p.hotShare,
+      maxRowsPerTransaction: p.maxRowsPerTransaction,
+      holdChance: p.holdChance,
+      holdMinMs: p.holdMinMs,
+      holdMaxMs: p.holdMaxMs,
+      rollbackChance: p.rollbackChance,
+      durationMs: p.writeMs,
+      deadlineMs: p.writeMs * 3 + 60_000,
+      random: new Random(cfg.seed ^ 0x5eed),
+      log,
+    });
+    workloadStats = workload.stats;
+    const progress = setInterval(() => {
+      const s = workload.stats;
+      log(`writers: ${s.committed.length} committed, ${s.rolledBack.length} rolled back, ${s.unknown.length} unknown; ${s.reconnects} reconnects`);
+    }, 15_000);
+    const faultsDone = injector.runSchedule(faults, Date.now());
+
+    await workload.done;
+    log(`writers done: ${workload.stats.committed.length} committed, ${workload.stats.rolledBack.length} rolled back, ${workload.stats.unknown.length} unknown outcome`);
+    await faultsDone;
+    clearInterval(progress);
+    log('all faults injected and recovered from; waiting for the drain');
+    quietAt = Math.max(injector.lastFaultEndAt, workload.stats.lastWriteAt);
+
+    // Drained: every committed row is marked sent and has at least one effect.
+    try {
+      await waitFor(
+        'every committed row sent and applied',
+        async () => {
+          const { rows } = await pool.query<{ unsent: number; unapplied: number }>(`
+            SELECT (SELECT count(*) FROM "${schema}".outbox WHERE sent_at IS NULL)::int AS unsent,
+                   (SELECT count(*) FROM "${schema}".outbox o
+                     WHERE NOT EXISTS (SELECT 1 FROM "${schema}".effects e WHERE e.message_id = o.message_id))::int AS unapplied`);
+          const r = rows[0];
+          return r !== undefined && r.unsent === 0 && r.unapplied === 0;
+        },
+        { timeoutMs: p.drainTimeoutMs, intervalMs: 200 },
+      );
+      drainedAt = Date.now();
+      log(`drained ${drainedAt - quietAt} ms after the last fault or write`);
+    } catch (error) {
+      log(`NOT DRAINED: ${(error as Error).message}`);
+    }
+  } finally {
+    await relaysSeen.stop();
+    await Promise.all(allSlots().map((s) => s.stop(15_000)));
+  }
+
+  log('checker: reading the topic from the beginning, the effects and the outbox');
+  let delivered: Delivered[];
+  try {
+    delivered = await readWholeTopic(brokers, topic, 180_000);
+  } catch (error) {
+    log(`checker could not read the topic: ${(error as Error).message}`);
+    delivered = [];
+  }
+  const outbox = await readOutbox(pool, schema);
+  const effects = await readEffects(pool, schema);
+  await pool.end();
+  const ws = workloadStats as WorkloadStats;
+  const result = check({ delivered, outbox, effects, writers: { committed: ws.committed, rolledBack: ws.rolledBack, unknown: ws.unknown } });
+
+  // The self-check: what ran, counted from what we started and saw, against the profile.
+  const actual = emptyTally();
+  actual.relays = relaySlots.filter((s, i) => s.starts > 0 && relaysSeen.seen.has(relayClientId(i))).length;
+  actual.relaysLiveAtOnce = relaysSeen.maxLiveAtOnce;
+  actual.consumers = consumerSlots.filter((s) => s.starts > 0 && s.readyCount > 0).length;
+  actual.brokers = brokersInCluster;
+  for (const { kind } of FAULT_KINDS) actual.faults[kind] = injector.injected[kind] ?? 0;
+  const joined = extraSlots.filter((s) => s.readyCount > 0).length;
+  const lines = selfCheck(expectedTally(p), actual, {
+    relays: `started ${relaySlots.reduce((n, s) => n + s.starts, 0)} times; seen heartbeating in outbox_relays: ${[...relaysSeen.seen].sort().join(', ') || 'none'}`,
+    relaysLiveAtOnce: `sampled every ${RelaySightings.intervalMs} ms`,
+    consumers: 'reported themselves started',
+    brokers: 'as the cluster describes itself',
+    'consumer-kill': `${injector.worstMomentKills} killed themselves between the Postgres commit and the offset commit`,
+    'consumer-join': `${joined} of the joining consumers reported themselves started`,
+  } satisfies Partial<Record<FaultKind | 'relays' | 'relaysLiveAtOnce' | 'consumers' | 'brokers', string>>);
+
+  const found = violations(result);
+  if (drainedAt === undefined) found.push('not drained');
+  found.push(...selfCheckFailures(lines));
+  const { committed, rolledBack, unknown, ...workloadRest } = ws;
+  const processes: RunReport['processes'] = {};
+  for (const s of allSlots()) processes[s.o.name] = { starts: s.starts, unexpectedExits: s.unexpectedExits, exitCodes: s.exitCodes };
+  return {
+    name: cfg.name,
+    code: ctx.code,
+    profile: cfg.profileName,
+    plant: cfg.plant,
+    seed: cfg.seed,
+    command: cfg.command,
+    settings: p,
+    selfCheck: lines,
+    schedule,
+    faultsInjected: injector.injected,
+    faultsFailed: injector.failed,
+    workload: { ...workloadRest, committed: committed.length, rolledBack: rolledBack.length, unknown: unknown.length },
+    drained: drainedAt !== undefined,
+    drainAfterLastFaultMs: drainedAt === undefined ? null : drainedAt - injector.lastFaultEndAt,
+    drainAfterQuietMs: drainedAt === undefined ? null : drainedAt - quietAt,
+    processes,
+    check: result,
+    violations: found,
+    ok: found.length === 0,
+    wallMs: Date.now() - started,
+    logs,
+  };
+}
+
+/**
+ * Which relays were actually running the relay: samples the lease table's live members
+ * (outbox_relays, sql/003_relay_leases.sql) and tells the relays apart by the client id
+ * that prefixes their application_name. Observation of the running system, not of its
+ * source: a relay that never got as far as its first heartbeat is not counted.
+ */
+class RelaySightings {
+  static readonly intervalMs = 500;
+  /** Client ids seen live. */
+  readonly seen = new Set<string>();
+  maxLiveAtOnce = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private sampling: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly schema: string,
+    private readonly relays: number,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => {
+      this.sampling = this.sampling.then(() => this.sample());
+    }, RelaySightings.intervalMs);
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    await this.sampling;
+  }
+
+  private async sample(): Promise<void> {
+    try {
+      const { rows } = await this.pool.query<{ application_name: string }>(
+        `SELECT application_name FROM "${this.schema}".outbox_relays
+          WHERE heartbeat_at > now() - make_interval(secs => lease_ttl_ms / 1000.0)`,
+      );
+      const live = new Set<string>();
+      for (const r of rows) {
+        for (let i = 0; i < this.relays; i++) if (r.application_name.startsWith(`${relayClientId(i)}:`)) live.add(relayClientId(i));
+      }
+      for (const id of live) this.seen.add(id);
+      this.maxLiveAtOnce = Math.max(this.maxLiveAtOnce, live.size);
+    } catch {
+      // Postgres restarting: the next sample will do
+    }
+  }
+}

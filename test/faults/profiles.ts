@@ -1,0 +1,152 @@
+/**
+ * What the fault suite runs: the profiles (how many rows, processes and faults of each
+ * kind), the short planted-bug runs, and the list of runs one command makes. Pure: no
+ * servers, no processes. The harness runs exactly what a profile says, and its self-check
+ * (selfCheck.ts) fails the run when what actually ran differs.
+ */
+import type { FaultCounts } from './schedule.js';
+
+/** The bugs the suite plants to show its checker can fail. */
+export const PLANTS = ['dedup-off', 'horizon-off'] as const;
+export type PlantedBug = (typeof PLANTS)[number];
+export type Plant = 'none' | PlantedBug;
+
+export interface Profile {
+  rows: number;
+  /** The writers spread the rows over this long; faults happen meanwhile. */
+  writeMs: number;
+  writers: number;
+  keys: number;
+  hotKeys: number;
+  hotShare: number;
+  maxRowsPerTransaction: number;
+  holdChance: number;
+  holdMinMs: number;
+  holdMaxMs: number;
+  rollbackChance: number;
+  /** Relay processes, all running at once, with shard leases. */
+  relays: number;
+  /** Consumer processes of the group (besides the extra ones joining as faults). */
+  consumers: number;
+  /** Kafka brokers of the cluster (the local broker is a single node). */
+  brokers: number;
+  partitions: number;
+  leaseTtlMs: number;
+  batchSize: number;
+  counts: FaultCounts;
+  /** Bound on the wait for everything to drain after the writers and faults are done. */
+  drainTimeoutMs: number;
+}
+
+const BASE: Omit<Profile, 'rows' | 'writeMs' | 'counts' | 'drainTimeoutMs'> = {
+  writers: 8,
+  keys: 400,
+  hotKeys: 8,
+  hotShare: 0.25,
+  maxRowsPerTransaction: 4,
+  holdChance: 0.15,
+  holdMinMs: 50,
+  holdMaxMs: 500,
+  rollbackChance: 0.08,
+  relays: 3,
+  consumers: 2,
+  brokers: 1,
+  partitions: 6,
+  leaseTtlMs: 2_500,
+  batchSize: 200,
+};
+
+export const PROFILES: Record<string, Profile> = {
+  // One fault of each kind, for trying the harness out.
+  smoke: {
+    ...BASE,
+    rows: 1_500,
+    writeMs: 20_000,
+    relays: 2,
+    counts: { relayKills: 1, relayPauses: 1, brokerRestarts: 1, postgresRestarts: 1, consumerKills: 1, consumerJoins: 1 },
+    drainTimeoutMs: 60_000,
+  },
+  ci: {
+    ...BASE,
+    rows: 6_000,
+    writeMs: 50_000,
+    relays: 2,
+    counts: { relayKills: 5, relayPauses: 2, brokerRestarts: 1, postgresRestarts: 1, consumerKills: 3, consumerJoins: 1 },
+    drainTimeoutMs: 90_000,
+  },
+  long: {
+    ...BASE,
+    rows: 100_000,
+    writeMs: 330_000,
+    keys: 5_000,
+    hotKeys: 16,
+    hotShare: 0.15,
+    partitions: 12,
+    counts: { relayKills: 20, relayPauses: 5, brokerRestarts: 3, postgresRestarts: 2, consumerKills: 10, consumerJoins: 4 },
+    drainTimeoutMs: 300_000,
+  },
+};
+
+/** The short runs that must catch a planted bug (on top of the profile they run under). */
+export const PLANTED: Record<PlantedBug, Partial<Profile>> = {
+  // Redeliveries come from relays killed between the send and the mark, and from
+  // consumers killed or rebalanced between their commit and the offset commit.
+  'dedup-off': {
+    rows: 2_500,
+    writeMs: 22_000,
+    counts: { relayKills: 4, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 3, consumerJoins: 2 },
+    drainTimeoutMs: 60_000,
+  },
+  // Reorderings need nothing but the held-open transactions of shared keys.
+  'horizon-off': {
+    rows: 2_500,
+    writeMs: 15_000,
+    counts: { relayKills: 0, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 0, consumerJoins: 0 },
+    drainTimeoutMs: 60_000,
+  },
+};
+
+/** One run of the harness. */
+export interface RunConfig {
+  name: string;
+  profileName: string;
+  profile: Profile;
+  seed: number;
+  plant: Plant;
+  /** The command that repeats this run alone. */
+  command: string;
+}
+
+/** What the command line asked for. */
+export interface RunRequest {
+  profile: string;
+  seed: number;
+  rows?: number;
+  relays?: number;
+  plant: Plant;
+  verifyPlanted: boolean;
+}
+
+/** The runs one command makes, in order: a lone planted run, or the normal run followed,
+ *  with verifyPlanted, by one run per planted bug. */
+export function planRuns(req: RunRequest): RunConfig[] {
+  const base = PROFILES[req.profile];
+  if (!base) throw new Error(`unknown profile ${req.profile}`);
+  const profile: Profile = { ...base, ...(req.rows ? { rows: req.rows } : {}), ...(req.relays ? { relays: req.relays } : {}) };
+  const relaysFlag = req.relays ? ` --relays ${req.relays}` : '';
+  const overrides = `${req.rows ? ` --rows ${req.rows}` : ''}${relaysFlag}`;
+  const command = (extra: string): string => `npx tsx test/faults/run.ts --profile ${req.profile} --seed ${req.seed}${extra}`;
+  const planted = (plant: PlantedBug, rows: boolean): RunConfig => ({
+    name: `${req.profile}-${req.seed}-${plant}`,
+    profileName: req.profile,
+    // The planted settings win, except an explicit --rows for a lone planted run.
+    profile: { ...profile, ...PLANTED[plant], ...(rows && req.rows ? { rows: req.rows } : {}) },
+    seed: req.seed,
+    plant,
+    command: command(` --plant ${plant}${rows ? overrides : relaysFlag}`),
+  });
+  if (req.plant !== 'none') return [planted(req.plant, true)];
+  const runs: RunConfig[] = [{ name: `${req.profile}-${req.seed}`, profileName: req.profile, profile, seed: req.seed, plant: 'none', command: command(overrides) }];
+  if (req.verifyPlanted) for (const plant of PLANTS) runs.push(planted(plant, false));
+  return runs;
+}

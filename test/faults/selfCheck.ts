@@ -1,0 +1,96 @@
+/**
+ * The harness checks itself. A fault run proves something only if it ran what its profile
+ * says: every relay (several of them, or takeover and fencing go untested), every
+ * consumer, the broker, and every fault of every kind. The harness counts what it
+ * actually started and saw running, and a run whose counts differ from the profile's
+ * FAILS, whatever the checker found. Likewise a command that was to verify the planted
+ * bugs fails when fewer planted runs completed than are listed. Pure logic
+ * (test/faultsProfile.test.ts).
+ */
+import { PLANTS, type Profile, type RunConfig } from './profiles.js';
+import type { FaultKind } from './schedule.js';
+
+/** Every fault kind and the profile count that says how many of it a run injects. */
+export const FAULT_KINDS: ReadonlyArray<{ kind: FaultKind; count: keyof Profile['counts'] }> = [
+  { kind: 'relay-kill', count: 'relayKills' },
+  { kind: 'relay-pause', count: 'relayPauses' },
+  { kind: 'broker-restart', count: 'brokerRestarts' },
+  { kind: 'postgres-restart', count: 'postgresRestarts' },
+  { kind: 'consumer-kill', count: 'consumerKills' },
+  { kind: 'consumer-join', count: 'consumerJoins' },
+];
+
+/** What ran in one run, or what should have. */
+export interface Tally {
+  /** Relay processes that ran: started, and seen heartbeating in the lease table. */
+  relays: number;
+  /** The most relays seen live in the lease table at one time. */
+  relaysLiveAtOnce: number;
+  /** Consumer processes that ran: started, and reported themselves started. */
+  consumers: number;
+  /** Kafka brokers in the cluster, as the cluster itself reports them. */
+  brokers: number;
+  /** Faults injected (and completed), by kind. */
+  faults: Record<FaultKind, number>;
+}
+
+/** What a run under `p` must run. */
+export function expectedTally(p: Profile): Tally {
+  const faults = {} as Record<FaultKind, number>;
+  for (const { kind, count } of FAULT_KINDS) faults[kind] = p.counts[count];
+  return { relays: p.relays, relaysLiveAtOnce: p.relays, consumers: p.consumers, brokers: p.brokers, faults };
+}
+
+/** An empty tally, to count into. */
+export function emptyTally(): Tally {
+  const faults = {} as Record<FaultKind, number>;
+  for (const { kind } of FAULT_KINDS) faults[kind] = 0;
+  return { relays: 0, relaysLiveAtOnce: 0, consumers: 0, brokers: 0, faults };
+}
+
+/** One line of the self-check: "relays: 2 of 2". */
+export interface SelfCheckLine {
+  what: string;
+  expected: number;
+  actual: number;
+  ok: boolean;
+  /** How it was counted, for the report. */
+  detail?: string;
+}
+
+function line(what: string, expected: number, actual: number, detail?: string): SelfCheckLine {
+  return { what, expected, actual, ok: actual === expected, ...(detail ? { detail } : {}) };
+}
+
+/** Compare what ran with what should have, one line per count. */
+export function selfCheck(expected: Tally, actual: Tally, details: Partial<Record<string, string>> = {}): SelfCheckLine[] {
+  const lines = [
+    line('relays', expected.relays, actual.relays, details.relays),
+    line('relays live at once', expected.relaysLiveAtOnce, actual.relaysLiveAtOnce, details.relaysLiveAtOnce),
+    line('consumers', expected.consumers, actual.consumers, details.consumers),
+    line('Kafka brokers', expected.brokers, actual.brokers, details.brokers),
+  ];
+  for (const { kind } of FAULT_KINDS) lines.push(line(`fault ${kind}`, expected.faults[kind], actual.faults[kind] ?? 0, details[kind]));
+  return lines;
+}
+
+/** Whether the command ran every run it planned, and every planted case it lists. */
+export function runsCheck(planned: readonly RunConfig[], completed: readonly string[], verifyPlanted: boolean): SelfCheckLine[] {
+  const done = new Set(completed);
+  const lines = [line('runs', planned.length, planned.filter((r) => done.has(r.name)).length)];
+  if (verifyPlanted) {
+    const plantedDone = planned.filter((r) => r.plant !== 'none' && done.has(r.name)).length;
+    lines.push(line('planted cases', PLANTS.length, plantedDone, PLANTS.join(', ')));
+  }
+  return lines;
+}
+
+/** The lines that failed, as short strings ("relays 1 of 2"). */
+export function selfCheckFailures(lines: readonly SelfCheckLine[]): string[] {
+  return lines.filter((l) => !l.ok).map((l) => `self-check: ${l.what} ${l.actual} of ${l.expected}`);
+}
+
+/** "relays: 2 of 2 (detail)" */
+export function formatLine(l: SelfCheckLine): string {
+  return `${l.what}: ${l.actual} of ${l.expected}${l.detail ? ` (${l.detail})` : ''}${l.ok ? '' : '  MISMATCH'}`;
+}

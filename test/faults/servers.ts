@@ -1,0 +1,96 @@
+/**
+ * The servers of the fault suite and of its standalone reproductions: a Postgres instance
+ * and a Kafka broker of their own (never the shared ones, since the suite restarts them),
+ * and a way out that stops and deletes everything started, whatever the way: a normal
+ * return, an exception, process exit, SIGINT, SIGTERM or SIGHUP.
+ */
+import { readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { startLocalKafka, type LocalKafka } from '../../scripts/localKafka.js';
+import { destroyLocalPostgresSync, startLocalPostgres, type LocalPostgres, type LocalPostgresOptions } from '../../scripts/localPostgres.js';
+import { ROOT } from './snapshot.js';
+
+export interface Servers {
+  postgres: LocalPostgres;
+  kafka: LocalKafka;
+}
+
+/** Synchronous clean-ups, run on process exit and on a fatal signal. */
+const cleanups = new Set<() => void>();
+let installed = false;
+
+/** Run `fn` (synchronous) if the process exits or is signalled before `remove()`. */
+export function onEmergency(fn: () => void): { remove(): void } {
+  if (!installed) {
+    installed = true;
+    const runAll = (): void => {
+      for (const f of [...cleanups].reverse()) {
+        try {
+          f();
+        } catch {
+          // best effort on the way out
+        }
+      }
+      cleanups.clear();
+    };
+    process.on('exit', runAll);
+    for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+      process.on(signal, () => {
+        process.stderr.write(`faults: ${signal}: cleaning up\n`);
+        runAll();
+        process.exit(1);
+      });
+    }
+  }
+  cleanups.add(fn);
+  return { remove: () => void cleanups.delete(fn) };
+}
+
+/** A Postgres instance of our own, deleted on the way out even if nobody calls destroy(). */
+export async function startOwnPostgres(options: LocalPostgresOptions = {}): Promise<LocalPostgres> {
+  const postgres = await startLocalPostgres(options);
+  const guard = onEmergency(() => destroyLocalPostgresSync(postgres.dir));
+  return {
+    ...postgres, // a plain object of closures
+    destroy: async (): Promise<void> => {
+      await postgres.destroy();
+      guard.remove();
+    },
+  };
+}
+
+/** A Kafka broker of our own, killed and deleted on the way out. */
+export async function startOwnKafka(): Promise<LocalKafka> {
+  const kafka = await startLocalKafka({ dir: join(ROOT, '.cache/kafka/run', `faults-${process.pid}`) });
+  const guard = onEmergency(() => {
+    try {
+      const pid = Number(readFileSync(join(kafka.dir, 'broker.pid'), 'utf8'));
+      if (pid) process.kill(pid, 'SIGKILL');
+    } catch {
+      // not running
+    }
+    rmSync(kafka.dir, { recursive: true, force: true });
+  });
+  return {
+    ...kafka, // a plain object of closures
+    destroy: async (): Promise<void> => {
+      await kafka.destroy();
+      guard.remove();
+    },
+  };
+}
+
+/** Both servers, started at once. */
+export async function startServers(): Promise<Servers> {
+  const [postgres, kafka] = await Promise.allSettled([startOwnPostgres(), startOwnKafka()]);
+  if (postgres.status === 'fulfilled' && kafka.status === 'fulfilled') return { postgres: postgres.value, kafka: kafka.value };
+  if (postgres.status === 'fulfilled') await postgres.value.destroy().catch(() => undefined);
+  if (kafka.status === 'fulfilled') await kafka.value.destroy().catch(() => undefined);
+  throw (postgres.status === 'rejected' ? postgres.reason : (kafka as PromiseRejectedResult).reason) as Error;
+}
+
+export async function stopServers(servers: Servers | undefined): Promise<void> {
+  if (!servers) return;
+  await servers.kafka.destroy().catch(() => undefined);
+  await servers.postgres.destroy().catch(() => undefined);
+}
