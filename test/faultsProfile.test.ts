@@ -1,0 +1,103 @@
+// Unit tests of the fault suite's plan and its self-check (test/faults/profiles.ts,
+// selfCheck.ts, snapshot.ts): pure logic, no servers. The self-check is what keeps a fault
+// run from quietly running less than its profile says (one relay instead of two, say,
+// so that takeover and fencing escape the faults).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { PLANTS, PROFILES, planRuns } from './faults/profiles.js';
+import { emptyTally, expectedTally, FAULT_KINDS, runsCheck, selfCheck, selfCheckFailures, type Tally } from './faults/selfCheck.js';
+import { parseChangedFiles } from './faults/snapshot.js';
+
+const ci = PROFILES.ci!;
+
+/** What a faithful ci run counts. */
+function faithful(): Tally {
+  const t = expectedTally(ci);
+  return { ...t, faults: { ...t.faults } };
+}
+
+test('profiles: ci runs several relays, and every run of `test:faults` keeps them', () => {
+  assert.ok(ci.relays >= 2, 'takeover and fencing need at least two relays');
+  const runs = planRuns({ profile: 'ci', seed: 7, plant: 'none', verifyPlanted: true });
+  assert.deepEqual(
+    runs.map((r) => r.name),
+    ['ci-7', 'ci-7-dedup-off', 'ci-7-horizon-off'],
+  );
+  for (const r of runs) assert.equal(r.profile.relays, ci.relays, r.name);
+  assert.equal(expectedTally(runs[0]!.profile).relays, ci.relays);
+  assert.equal(expectedTally(runs[0]!.profile).faults['relay-pause'], ci.counts.relayPauses);
+  assert.equal(runs[1]!.command, 'npx tsx test/faults/run.ts --profile ci --seed 7 --plant dedup-off');
+});
+
+test('profiles: --relays and --rows override the profile; a lone planted run keeps --rows', () => {
+  const [normal] = planRuns({ profile: 'ci', seed: 1, relays: 3, rows: 100, plant: 'none', verifyPlanted: false });
+  assert.equal(normal!.profile.relays, 3);
+  assert.equal(normal!.profile.rows, 100);
+  assert.equal(expectedTally(normal!.profile).relays, 3);
+  const lone = planRuns({ profile: 'ci', seed: 1, rows: 100, plant: 'horizon-off', verifyPlanted: false });
+  assert.equal(lone.length, 1);
+  assert.equal(lone[0]!.profile.rows, 100);
+  assert.equal(lone[0]!.profile.counts.relayKills, 0);
+  assert.match(lone[0]!.command, /--plant horizon-off --rows 100$/);
+});
+
+test('self-check: a run that ran what its profile says passes', () => {
+  const lines = selfCheck(expectedTally(ci), faithful());
+  assert.deepEqual(selfCheckFailures(lines), []);
+  assert.ok(lines.every((l) => l.ok));
+  assert.equal(lines.length, 4 + FAULT_KINDS.length);
+});
+
+test('self-check: one relay where the profile says two fails the run', () => {
+  const actual = faithful();
+  actual.relays = 1;
+  actual.relaysLiveAtOnce = 1;
+  const failures = selfCheckFailures(selfCheck(expectedTally(ci), actual));
+  assert.deepEqual(failures, ['self-check: relays 1 of 2', 'self-check: relays live at once 1 of 2']);
+});
+
+test('self-check: a missing consumer, broker or fault of any kind fails the run; so does one too many', () => {
+  for (const field of ['consumers', 'brokers'] as const) {
+    const actual = faithful();
+    actual[field] -= 1;
+    assert.equal(selfCheckFailures(selfCheck(expectedTally(ci), actual)).length, 1, field);
+  }
+  for (const { kind } of FAULT_KINDS) {
+    const fewer = faithful();
+    fewer.faults[kind] -= 1;
+    assert.deepEqual(selfCheckFailures(selfCheck(expectedTally(ci), fewer)), [`self-check: fault ${kind} ${ci.counts[FAULT_KINDS.find((k) => k.kind === kind)!.count] - 1} of ${expectedTally(ci).faults[kind]}`]);
+    const more = faithful();
+    more.faults[kind] += 1;
+    assert.equal(selfCheckFailures(selfCheck(expectedTally(ci), more)).length, 1, kind);
+  }
+  // Nothing ran at all: every line fails except the fault kinds the profile has none of.
+  const nothing = selfCheckFailures(selfCheck(expectedTally(ci), emptyTally()));
+  assert.equal(nothing.length, 4 + FAULT_KINDS.filter(({ count }) => ci.counts[count] > 0).length);
+});
+
+test('self-check: --verify-planted that completed fewer planted cases than listed fails', () => {
+  const runs = planRuns({ profile: 'ci', seed: 7, plant: 'none', verifyPlanted: true });
+  const all = runsCheck(runs, ['ci-7', 'ci-7-dedup-off', 'ci-7-horizon-off'], true);
+  assert.deepEqual(selfCheckFailures(all), []);
+  assert.deepEqual(
+    all.map((l) => [l.what, l.actual, l.expected]),
+    [
+      ['runs', 3, 3],
+      ['planted cases', PLANTS.length, PLANTS.length],
+    ],
+  );
+  assert.deepEqual(selfCheckFailures(runsCheck(runs, ['ci-7', 'ci-7-dedup-off'], true)), ['self-check: runs 2 of 3', 'self-check: planted cases 1 of 2']);
+  // A plan that left a planted case out is caught too.
+  const short = runs.filter((r) => r.plant !== 'horizon-off');
+  assert.deepEqual(selfCheckFailures(runsCheck(short, ['ci-7', 'ci-7-dedup-off'], true)), ['self-check: planted cases 1 of 2']);
+  // Without --verify-planted only the runs count.
+  const lone = planRuns({ profile: 'ci', seed: 7, plant: 'none', verifyPlanted: false });
+  assert.deepEqual(selfCheckFailures(runsCheck(lone, ['ci-7'], false)), []);
+  assert.deepEqual(selfCheckFailures(runsCheck(lone, [], false)), ['self-check: runs 0 of 1']);
+});
+
+test('snapshot: changed src/ and sql/ files are listed at any depth, renames with both paths', () => {
+  const porcelain = [' M src/relay/relay.ts', 'R  src/consumer/consumer.ts', 'src/consumer.ts', '?? src/metrics/sql/new.ts', 'A  sql/005_x.sql', ''].join('\0');
+  assert.deepEqual(parseChangedFiles(porcelain), [' M src/relay/relay.ts', 'R  src/consumer.ts -> src/consumer/consumer.ts', '?? src/metrics/sql/new.ts', 'A  sql/005_x.sql']);
+  assert.deepEqual(parseChangedFiles(''), []);
+});
