@@ -177,7 +177,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     let hard = false;
     if (this.consumer) {
       const consumer = this.consumer;
-      const soft = await withTimeout(consumer.stop(), this.options.stopTimeoutMs);
+      const soft = await finishedWithin(consumer.stop(), this.options.stopTimeoutMs);
       if (!soft) {
         hard = true;
         this.logger.warn({ stopTimeoutMs: this.options.stopTimeoutMs }, 'stop timeout: rolling back transactions in flight');
@@ -187,9 +187,9 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
         this.activeClients.clear();
       }
       // Bounded even when a handler hangs on something other than Postgres.
-      if (!(await withTimeout(consumer.disconnect(), Math.max(this.options.stopTimeoutMs, 1_000)))) hard = true;
+      if (!(await finishedWithin(consumer.disconnect(), Math.max(this.options.stopTimeoutMs, 1_000)))) hard = true;
     }
-    await withTimeout(this.producer?.disconnect() ?? Promise.resolve(), 5_000);
+    await finishedWithin(this.producer?.disconnect() ?? Promise.resolve(), 5_000);
     await this.closePool();
     this.logger.info({ hard, ...this.counters }, 'consumer stopped');
     this.emit('stopped', { hard });
@@ -356,7 +356,12 @@ function partitionKey(topic: string, partition: number): string {
   return `${topic}\u0000${partition}`;
 }
 
-async function withTimeout(promise: Promise<unknown>, ms: number): Promise<boolean> {
+/**
+ * Wait for `promise` to settle, at most `ms`.
+ * @returns true when it settled (fulfilled or rejected) in time, false when time ran out
+ *   first; never rejects
+ */
+async function finishedWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<false>((resolve) => {
     timer = setTimeout(() => resolve(false), ms);
