@@ -3,6 +3,7 @@ import type { Kafka } from 'kafkajs';
 import { integer, optionValue } from '../shared/settings.js';
 import { clientId, databaseUrl, kafkaBrokers, schema } from '../shared/commonSettings.js';
 import { ConfigError } from '../shared/errors.js';
+import { isTopicName, topicNameProblem } from '../shared/kafkaNames.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import type { ValueDecoder } from './decode.js';
 import { classifyError, type ErrorClass } from './classifyError.js';
@@ -220,6 +221,10 @@ export const purgeBatchSize = integer({
   max: 100_000,
 });
 
+// Kafka accepts any group id; this rule is narrower on purpose, since the group id is also
+// the namespace of the idempotency keys and goes into dead-letter headers and logs.
+const GROUP_ID = /^[A-Za-z0-9._-]{1,249}$/;
+
 /** Validate options and fill in defaults. @throws ConfigError naming the bad option */
 export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): ResolvedConsumerOptions<V> {
   if (options === null || typeof options !== 'object') throw new ConfigError('options', 'must be an object');
@@ -227,13 +232,13 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
   if (options.kafkaBrokers) optionValue(kafkaBrokers, options.kafkaBrokers);
   if (!options.pool && !options.databaseUrl) throw new ConfigError('pool', 'is required: pass a pg.Pool (pool) or databaseUrl');
   if (options.databaseUrl) optionValue(databaseUrl, options.databaseUrl);
-  if (typeof options.groupId !== 'string' || !/^[A-Za-z0-9._-]{1,249}$/.test(options.groupId)) {
+  if (typeof options.groupId !== 'string' || !GROUP_ID.test(options.groupId)) {
     throw new ConfigError('groupId', `${JSON.stringify(options.groupId)} is not 1-249 letters, digits, '.', '_' or '-'`);
   }
   const topics = typeof options.topics === 'string' ? [options.topics] : options.topics;
-  if (!Array.isArray(topics) || topics.length === 0 || topics.some((t) => typeof t !== 'string' || !/^[A-Za-z0-9._-]{1,249}$/.test(t))) {
-    throw new ConfigError('topics', 'must be a topic name or a non-empty list of them (letters, digits, ., _, -)');
-  }
+  if (!Array.isArray(topics) || topics.length === 0) throw new ConfigError('topics', 'must be a topic name or a non-empty list of them');
+  const badTopic = topics.find((t) => !isTopicName(t));
+  if (badTopic !== undefined) throw new ConfigError('topics', topicNameProblem(badTopic) as string);
   if (typeof options.handler !== 'function') throw new ConfigError('handler', 'must be an async function (message, context)');
   const decode = options.decode ?? 'auto';
   if (!(decode === 'auto' || decode === 'json' || decode === 'raw' || typeof decode === 'function')) {
@@ -257,8 +262,8 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
   let deadLetterTopic: (topic: string) => string;
   if (dlt === undefined) deadLetterTopic = (t) => `${t}.dead-letter`;
   else if (typeof dlt === 'function') deadLetterTopic = dlt;
-  else if (typeof dlt === 'string' && /^[A-Za-z0-9._-]{1,249}$/.test(dlt)) deadLetterTopic = () => dlt;
-  else throw new ConfigError('deadLetterTopic', `${JSON.stringify(dlt)} is not a topic name or a function`);
+  else if (isTopicName(dlt)) deadLetterTopic = () => dlt;
+  else throw new ConfigError('deadLetterTopic', `${topicNameProblem(dlt) as string}, nor a function`);
   if (typeof dlt === 'string' && topics.includes(dlt)) throw new ConfigError('deadLetterTopic', 'must not be one of the consumed topics');
   const resolved: ResolvedConsumerOptions<V> = {
     kafka: options.kafka,
