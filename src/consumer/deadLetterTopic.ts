@@ -25,7 +25,12 @@ export const DEAD_LETTER_HEADERS = {
   at: 'dead-letter-at',
 } as const;
 
-export interface DeadLetter {
+/**
+ * A message the consumer gives up on, and why: what goes to the dead-letter topic. Not
+ * the relay's dead letter (a row of outbox_dead_letters, `DeadLetter` in
+ * commands/deadLetters.ts), which never reached Kafka.
+ */
+export interface ConsumerDeadLetter {
   topic: string;
   partition: number;
   message: KafkaMessage;
@@ -44,7 +49,7 @@ const MAX_ERROR_CHARS = 1_000;
  * to the original topic; the message-id header is unchanged, so a message that was
  * handled after all is recognised as a duplicate.
  */
-export function deadLetterMessage(d: DeadLetter): { key: Buffer | null; value: Buffer | null; headers: IHeaders } {
+export function deadLetterMessage(d: ConsumerDeadLetter): { key: Buffer | null; value: Buffer | null; headers: IHeaders } {
   const headers: IHeaders = {};
   for (const [name, value] of Object.entries(d.message.headers ?? {})) {
     // Earlier dead-letter headers are replaced, not stacked, when a replayed message fails again.
@@ -69,7 +74,7 @@ export function deadLetterMessage(d: DeadLetter): { key: Buffer | null; value: B
  * Publish to the dead-letter topic with acks from all in-sync replicas. Throws when the
  * broker does not acknowledge: the caller must then not commit the original offset.
  */
-export async function publishDeadLetter(producer: Producer, deadLetterTopic: string, d: DeadLetter): Promise<void> {
+export async function publishDeadLetter(producer: Producer, deadLetterTopic: string, d: ConsumerDeadLetter): Promise<void> {
   await producer.send({
     topic: deadLetterTopic,
     acks: -1,
