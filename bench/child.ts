@@ -2,8 +2,8 @@
  * A relay or a consumer in a process of its own, for bench/children.ts: it reports on stdout, as
  * JSON lines, what the parent needs to time it without sharing its event loop.
  *
- *   node .cache/bench-build/bench/child.mjs relay    (env BENCH_SCHEMA, BENCH_RELAY_OPTIONS as JSON)
- *   node .cache/bench-build/bench/child.mjs consumer (env BENCH_SCHEMA, BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS)
+ *   node .cache/bench-build/child.mjs relay    (env BENCH_SCHEMA, BENCH_RELAY_OPTIONS as JSON)
+ *   node .cache/bench-build/child.mjs consumer (env BENCH_SCHEMA, BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS)
  *
  * Lines: {"ready":true} once started; {"t":ms,"rss":bytes,"acks":[[outboxId,ms],...]} every
  * 200 ms (relay: when Kafka acknowledged the row's batch; consumer: when its handler

@@ -1,3 +1,4 @@
+/** The servers the benchmarks run against, and the workload they put on them. */
 import pg from 'pg';
 import { randomUUID } from 'node:crypto';
 import { Kafka, Partitioners, logLevel } from 'kafkajs';
@@ -5,6 +6,12 @@ import { HEADERS } from '../src/shared/kafka.js';
 import { migrate } from '../src/commands/migrate.js';
 
 export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+// The workload: keys, batch and partitions as the relay is deployed, ~200-byte JSON values.
+export const KEYS = 10_000;
+export const BATCH = 500; // the relay's default batch size
+export const PARTITIONS = 6;
+export const PAYLOAD = JSON.stringify({ i: 0, pad: 'x'.repeat(150), type: 'order_updated' });
 
 export function brokers(): string[] {
   const list = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
@@ -27,6 +34,11 @@ export async function benchSchema(pool: pg.Pool, prefix: string): Promise<{ sche
   return { schema, drop: async () => void (await pool.query(`DROP SCHEMA "${schema}" CASCADE`)) };
 }
 
+/** The table the benchmark consumers' handlers write their one-row effect into. */
+export async function createEffectsTable(pool: pg.Pool, schema: string): Promise<void> {
+  await pool.query(`CREATE TABLE "${schema}".effects (message_id text NOT NULL, entity text NOT NULL, amount integer NOT NULL)`);
+}
+
 export async function createTopic(partitions: number): Promise<string> {
   const topic = name('bench');
   const admin = kafka().admin();
@@ -47,11 +59,6 @@ export async function fillBacklog(pool: pg.Pool, schema: string, topic: string, 
     );
   }
   if (vacuum) await pool.query(`VACUUM ANALYZE "${schema}".outbox`);
-}
-
-export function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
 
 /**

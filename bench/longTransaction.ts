@@ -8,7 +8,8 @@
  */
 import pg from 'pg';
 import { createRelay } from '../src/relay/relay.js';
-import { DATABASE_URL, benchSchema, brokers, createTopic, percentile } from './common.js';
+import { DATABASE_URL, benchSchema, brokers, createTopic } from './common.js';
+import { percentile } from './util.js';
 
 const MINUTES = Number(process.argv[2] ?? 5);
 const WAIT_MS = Number(process.argv[3] ?? 10_000);

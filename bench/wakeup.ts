@@ -18,7 +18,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createRelay } from '../src/relay/relay.js';
-import { DATABASE_URL, benchSchema, brokers, createTopic, percentile } from './common.js';
+import { DATABASE_URL, benchSchema, brokers, createTopic } from './common.js';
+import { percentile } from './util.js';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const ROUNDS = Number(process.argv[3] ?? 3);

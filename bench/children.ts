@@ -1,0 +1,99 @@
+/**
+ * Relays and consumers in processes of their own (bench/child.ts, bundled with esbuild so
+ * that no TypeScript loader runs in them), so that their RSS is their own and their event
+ * loop is not the load generators'. The parent reads what they report on stdout.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createInterface } from 'node:readline';
+import { DATABASE_URL, brokers } from './common.js';
+
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+// src/shared/schema.ts finds sql/ two levels up from itself (src/shared/ → the repository):
+// two levels up from .cache/bench-build/ is the repository too.
+const CHILD = join(ROOT, '.cache/bench-build/child.mjs');
+let built = false;
+
+/** Bundle bench/child.ts (and the code under test) into one plain JS file, once per process. */
+export function buildChild(): void {
+  if (built) return;
+  execFileSync(
+    join(ROOT, 'node_modules/.bin/esbuild'),
+    ['bench/child.ts', '--bundle', '--platform=node', '--format=esm', '--target=node20', '--packages=external', `--outfile=${CHILD}`, '--log-level=warning'],
+    { cwd: ROOT, stdio: 'inherit' },
+  );
+  built = true;
+}
+
+export interface Child {
+  process: ChildProcess;
+  /** [outbox id, wall ms] per acknowledged (relay) or handled (consumer) message. */
+  acks: Array<[number, number]>;
+  rss: Array<[number, number]>;
+  peakRss: number;
+  /** Relay: milliseconds in Kafka sends and in whole batches, summed (from its last line). */
+  timing?: { sendMs: number; sends: number; batchMs: number; batches: number };
+  ready: Promise<void>;
+  stop(): Promise<void>;
+}
+
+/**
+ * A relay (env BENCH_SCHEMA, BENCH_RELAY_OPTIONS as JSON) or a consumer (env BENCH_SCHEMA,
+ * BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS) in a process of its own.
+ */
+export function startChild(mode: 'relay' | 'consumer', env: Record<string, string>): Child {
+  buildChild();
+  const proc = spawn(process.execPath, [CHILD, mode], {
+    env: { ...process.env, DATABASE_URL, KAFKA_BROKERS: brokers().join(','), NODE_PATH: join(ROOT, 'node_modules'), ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const child: Child = {
+    process: proc,
+    acks: [],
+    rss: [],
+    peakRss: 0,
+    ready: undefined as unknown as Promise<void>,
+    stop: async () => {
+      if (proc.exitCode !== null) return;
+      // 'close': after its stdout is read to the end (its last line carries the totals).
+      const exited = new Promise((r) => proc.once('close', r));
+      proc.kill('SIGTERM');
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 30_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+  child.ready = new Promise((resolve, reject) => {
+    proc.once('exit', (code) => reject(new Error(`bench child ${mode} exited with ${code} before it was ready`)));
+    createInterface({ input: proc.stdout! }).on('line', (line) => {
+      if (!line.startsWith('{')) return;
+      let msg: { ready?: boolean; t?: number; rss?: number; acks?: Array<[number, number]>; done?: boolean; peakRss?: number; timing?: Child['timing'] };
+      try {
+        msg = JSON.parse(line);
+      } catch {
+        return; // a log line
+      }
+      if (msg.ready) resolve();
+      if (msg.acks) for (const a of msg.acks) child.acks.push(a);
+      if (msg.rss !== undefined && msg.t !== undefined) {
+        child.rss.push([msg.t, msg.rss]);
+        child.peakRss = Math.max(child.peakRss, msg.rss);
+      }
+      if (msg.peakRss) child.peakRss = Math.max(child.peakRss, msg.peakRss);
+      if (msg.timing) child.timing = msg.timing;
+    });
+  });
+  return child;
+}
+
+/** Runs `body` with a relay child on `schema`, started and polling; stops it after. */
+export async function withRelay<T>(schema: string, body: (relay: Child) => Promise<T>, relayOptions: Record<string, unknown> = {}): Promise<T> {
+  const relay = startChild('relay', { BENCH_SCHEMA: schema, BENCH_RELAY_OPTIONS: JSON.stringify(relayOptions) });
+  try {
+    await relay.ready;
+    return await body(relay);
+  } finally {
+    await relay.stop();
+  }
+}

@@ -1,0 +1,30 @@
+/** pgbench (C, so the load generator takes little of the cores) with a script of ours. */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DATABASE_URL } from './common.js';
+
+/** Runs pgbench on `script`; resolves with its output (async: the children's pipes keep flowing). */
+export async function pgbench(script: string, options: string[]): Promise<string> {
+  const dir = mkdtempSync(join(tmpdir(), 'outbox-bench-'));
+  const file = join(dir, 'script.sql');
+  writeFileSync(file, script);
+  const url = new URL(DATABASE_URL);
+  const proc = spawn('pgbench', ['-n', ...options, '-f', file, '-h', url.hostname, '-p', url.port || '5432', '-U', url.username || 'postgres', url.pathname.slice(1)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  proc.stdout!.on('data', (d) => (out += d));
+  proc.stderr!.on('data', (d) => (out += d));
+  const code = await new Promise<number | null>((r) => proc.on('exit', r));
+  if (code !== 0) throw new Error(`pgbench exited with ${code}:\n${out}`);
+  return out;
+}
+
+/** The `tps = …` pgbench reports. */
+export function tps(out: string): number {
+  const m = /tps = ([\d.]+)/.exec(out);
+  if (!m) throw new Error(`pgbench output not understood:\n${out}`);
+  return Number(m[1]);
+}

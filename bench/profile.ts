@@ -1,0 +1,20 @@
+/** The sizes of `npm run bench` (full) and `npm run bench -- --quick`. */
+export interface Sizes {
+  drainRows: number;
+  latencySeconds: number;
+  consumerMessages: number;
+  consumerRounds: number;
+  scaleRows: number;
+  scaleRounds: number;
+  smallBacklog: number;
+  bigBacklog: number;
+  peerRows: number;
+  peerSeconds: number;
+  pgbenchSeconds: number;
+  pgbenchRounds: number;
+}
+
+export const PROFILES: Record<'quick' | 'full', Sizes> = {
+  quick: { drainRows: 20_000, latencySeconds: 6, consumerMessages: 10_000, consumerRounds: 1, scaleRows: 20_000, scaleRounds: 1, smallBacklog: 10_000, bigBacklog: 100_000, peerRows: 1_000, peerSeconds: 20, pgbenchSeconds: 5, pgbenchRounds: 1 },
+  full: { drainRows: 200_000, latencySeconds: 20, consumerMessages: 50_000, consumerRounds: 2, scaleRows: 100_000, scaleRounds: 2, smallBacklog: 10_000, bigBacklog: 1_000_000, peerRows: 5_000, peerSeconds: 60, pgbenchSeconds: 10, pgbenchRounds: 3 },
+};

@@ -1,0 +1,73 @@
+/**
+ * The drain of a backlog by a relay process: the backlog is filled (and vacuumed) before the
+ * relay starts; rows/s run from the first batch Kafka acknowledged to the last. Used by the
+ * drain, scale and peer sections.
+ */
+import type pg from 'pg';
+import { withRelay } from './children.js';
+import { KEYS, PARTITIONS, benchSchema, createTopic, fillBacklog } from './common.js';
+import { fmt, log, sleep, until } from './util.js';
+
+export interface Drain {
+  rowsPerSecond: number;
+  peakRss: number;
+  /** Rows/s in 0.5 s bins, seconds since the first acknowledgement. */
+  series: Array<[number, number]>;
+  /** RSS in MiB, seconds since the first acknowledgement. */
+  rss: Array<[number, number]>;
+  /** Of the time batches were in flight, the share spent waiting for Kafka. */
+  sendShare: number;
+  batches: number;
+}
+
+/** Rows/s from the first batch acknowledged to the last, and the per-second series. */
+function drainRate(acks: Array<[number, number]>, rowsExpected: number): { rowsPerSecond: number; series: Array<[number, number]> } {
+  const times = acks.map((a) => a[1]).sort((a, b) => a - b);
+  if (times.length < rowsExpected) throw new Error(`only ${times.length} of ${rowsExpected} rows acknowledged`);
+  const first = times[0]!;
+  const last = times[times.length - 1]!;
+  // The first batch's own duration is not in [first, last]: count the rows after the
+  // first acknowledgement over the time after it.
+  const afterFirst = times.filter((t) => t > first).length;
+  const seconds = (last - first) / 1000;
+  const bins = new Map<number, number>();
+  for (const t of times) {
+    const bin = Math.floor((t - first) / 500);
+    bins.set(bin, (bins.get(bin) ?? 0) + 1);
+  }
+  const series: Array<[number, number]> = [];
+  for (let b = 0; b <= Math.floor((last - first) / 500); b++) series.push([b / 2, (bins.get(b) ?? 0) * 2]);
+  return { rowsPerSecond: seconds > 0 ? afterFirst / seconds : NaN, series };
+}
+
+/** A relay child draining a `backlog`-row backlog over `keys` keys, in a schema and topic of its own. */
+export async function relayDrain(pool: pg.Pool, backlog: number, label: string, relayOptions: Record<string, unknown> = {}, keys = KEYS): Promise<Drain> {
+  const { schema, drop } = await benchSchema(pool, 'benchdrain');
+  try {
+    const topic = await createTopic(PARTITIONS);
+    log(`${label}: filling a ${fmt(backlog)}-row backlog`);
+    await fillBacklog(pool, schema, topic, backlog, keys);
+    const relay = await withRelay(
+      schema,
+      async (r) => {
+        await until(`${label} drained`, () => r.acks.length >= backlog, 1_800_000, 200);
+        await sleep(300); // the last RSS sample
+        return r;
+      },
+      relayOptions,
+    );
+    const rate = drainRate(relay.acks, backlog);
+    const t0 = relay.acks.reduce((m, a) => Math.min(m, a[1]), Infinity);
+    const timing = relay.timing ?? { sendMs: NaN, sends: 0, batchMs: NaN, batches: 0 };
+    return {
+      rowsPerSecond: rate.rowsPerSecond,
+      peakRss: relay.peakRss,
+      series: rate.series,
+      rss: relay.rss.map(([t, r]) => [(t - t0) / 1000, r / 2 ** 20]),
+      sendShare: timing.sendMs / timing.batchMs,
+      batches: timing.batches,
+    };
+  } finally {
+    await drop();
+  }
+}
