@@ -4,7 +4,10 @@ import { Kafka, logLevel } from 'kafkajs';
 import { Registry } from 'prom-client';
 import { createRelay, type Relay } from '../src/relay/relay.js';
 import { enqueue } from '../src/enqueue.js';
-import { errorClass, instrumentRelay, metricNames, type RelayInstrumentation } from '../src/metrics/metrics.js';
+import { BREAKER_STATE, instrumentRelay, relayMetrics, type RelayInstrumentation } from '../src/metrics/relayMetrics.js';
+import { consumerMetrics } from '../src/metrics/consumerMetrics.js';
+import { errorLabel } from '../src/metrics/errorLabel.js';
+import { metricNames } from '../src/metrics/metrics.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { metricValue } from './helpers/metrics.js';
@@ -94,8 +97,7 @@ test('integration: backlog, oldest age, ingress and egress follow real traffic t
   assert.equal(await metricValue(r, 'outbox_relay_batch_duration_seconds_count'), batches.length);
   assert.equal(await metricValue(r, 'outbox_relay_publish_errors_total'), 0);
   assert.equal(await metricValue(r, 'outbox_relay_running'), 1);
-  const owned = (relay as unknown as { ownedShards?: number[] }).ownedShards;
-  await waitFor('shards owned reported', async () => (await metricValue(r, 'outbox_relay_shards_owned')) === (owned ? relay.ownedShards.length : 256) && (owned === undefined || owned.length > 0));
+  await waitFor('shards owned reported', async () => relay.ownedShards.length > 0 && (await metricValue(r, 'outbox_relay_shards_owned')) === relay.ownedShards.length);
 
   // The messages really are on Kafka.
   const onA = await readTopic(topicA, (m) => m.length >= 120);
@@ -128,7 +130,8 @@ test('integration: a broker that refuses connections shows up as publish errors 
   await insertRows(other.schema, 'never-published', 5, 10);
   await relay.start();
   // Failures open the circuit breaker (it pauses claiming); each failure counts first.
-  await waitFor('breaker open', async () => (await metricValue(r, 'outbox_relay_breaker_state')) === 2);
+  await waitFor('breaker open', async () => (await metricValue(r, 'outbox_relay_breaker_state')) === BREAKER_STATE.open);
+  assert.equal(BREAKER_STATE.open, 1, 'the gauge is 0 closed, 1 open: the breaker has no other state');
   const text = await r.metrics();
   const classes = [...text.matchAll(/^outbox_relay_publish_errors_total\{error_class="([^"]+)"\} (\d+)/gm)].map((m) => m[1]);
   assert.ok(classes.length > 0, text);
@@ -170,7 +173,7 @@ test('integration: a row too large for Kafka is counted as a dead letter and its
   await waitFor('one dead letter', async () => (await metricValue(r, 'outbox_relay_dead_letters_total', { topic })) === 1);
   await waitFor('5 published', async () => (await metricValue(r, 'outbox_relay_published_rows_total')) === 5);
   await waitFor('the key parked, its later row pending', async () => (await metricValue(r, 'outbox_relay_parked_keys')) === 1 && (await metricValue(r, 'outbox_relay_pending_rows')) === 1);
-  assert.equal(await metricValue(r, 'outbox_relay_breaker_state'), 0, 'a dead letter is not a broker failure');
+  assert.equal(await metricValue(r, 'outbox_relay_breaker_state'), BREAKER_STATE.closed, 'a dead letter is not a broker failure');
   assert.ok(!(await r.metrics()).includes('xxxxxxxx'), 'no payload in /metrics');
   await relay.stop();
 });
@@ -195,18 +198,18 @@ test('integration: above the exact-count cap the backlog is the planner estimate
   assert.equal(below.estimated, false);
 });
 
-test('errorClass: bounded names from error types, never from messages', () => {
+test('errorLabel: bounded names from error types, never from messages', () => {
   const pgError = Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' });
-  assert.equal(errorClass(pgError), 'postgres_57p01');
-  assert.equal(errorClass(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' })), 'network_econnrefused');
+  assert.equal(errorLabel(pgError), 'postgres_57p01');
+  assert.equal(errorLabel(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' })), 'network_econnrefused');
   const protocol = Object.assign(new Error('not leader'), { name: 'KafkaJSProtocolError', type: 'NOT_LEADER_OR_FOLLOWER' });
-  assert.equal(errorClass(protocol), 'kafka_not_leader_or_follower');
+  assert.equal(errorLabel(protocol), 'kafka_not_leader_or_follower');
   const wrapped = Object.assign(new Error('retries exceeded'), { name: 'KafkaJSNumberOfRetriesExceeded', cause: protocol });
-  assert.equal(errorClass(wrapped), 'kafka_not_leader_or_follower');
-  assert.equal(errorClass(Object.assign(new Error('x'), { name: 'KafkaJSConnectionError' })), 'kafka_connection_error');
-  assert.equal(errorClass(new TypeError('key-123 payload')), 'type_error');
-  assert.equal(errorClass(new Error('anything with key-123')), 'other');
-  assert.equal(errorClass('a string'), 'other');
+  assert.equal(errorLabel(wrapped), 'kafka_not_leader_or_follower');
+  assert.equal(errorLabel(Object.assign(new Error('x'), { name: 'KafkaJSConnectionError' })), 'kafka_connection_error');
+  assert.equal(errorLabel(new TypeError('key-123 payload')), 'type_error');
+  assert.equal(errorLabel(new Error('anything with key-123')), 'other');
+  assert.equal(errorLabel('a string'), 'other');
 });
 
 test('metric names follow Prometheus conventions', () => {
@@ -216,4 +219,11 @@ test('metric names follow Prometheus conventions', () => {
     assert.ok(!/_count$|_sum$|_bucket$/.test(name), name);
   }
   assert.ok(metricNames().includes('outbox_relay_oldest_pending_age_seconds'));
+  // The names come from the definition tables: the same as what registers.
+  const registry = new Registry();
+  relayMetrics(registry);
+  consumerMetrics(registry);
+  const registered = registry.getMetricsAsArray().map((metric) => (metric as unknown as { name: string }).name);
+  assert.deepEqual([...metricNames()].sort(), registered.sort());
+  assert.equal(new Set(metricNames()).size, metricNames().length, 'no name defined twice');
 });

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
 import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
 import { OutboxError } from '../src/shared/errors.js';
-import { instrumentConsumer, instrumentHandler } from '../src/metrics/metrics.js';
+import { instrumentConsumer, instrumentHandler } from '../src/metrics/consumerMetrics.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, testKafka } from './helpers/kafka.js';
 import { produce, type TestEvent } from './helpers/consumer.js';

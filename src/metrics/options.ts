@@ -27,6 +27,7 @@ export function formatMetricsAddress(address: MetricsAddress): string {
   return `${address.host.includes(':') ? `[${address.host}]` : address.host}:${address.port}`;
 }
 
+/** `--metrics-address`: where the metrics and health server listens, or `off`. */
 export const metricsAddress: Setting<string> = {
   option: 'metricsAddress',
   flag: '--metrics-address',
@@ -44,6 +45,7 @@ export const metricsAddress: Setting<string> = {
   },
 };
 
+/** `--metrics-sample-interval-ms`: how often the backlog sampler runs. */
 export const metricsSampleIntervalMs = integer({
   option: 'metricsSampleIntervalMs',
   flag: '--metrics-sample-interval-ms',

@@ -11,14 +11,15 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import { describeError } from '../shared/errors.js';
-import { silentLogger, type Logger } from '../shared/logger.js';
 import type { Kafka } from 'kafkajs';
-import type { Relay } from '../relay/relay.js';
-import { ConfigError } from '../shared/errors.js';
-import { instrumentRelay, relayReadiness, type Readiness, type RelayInstrumentation } from './metrics.js';
+import { ConfigError, describeError } from '../shared/errors.js';
+import { silentLogger, type Logger } from '../shared/logger.js';
 import { parseMetricsAddress } from './options.js';
+import { relayReadiness, type Readiness } from './readiness.js';
+import { instrumentRelay, type RelayInstrumentation } from './relayMetrics.js';
+import type { RelayStatusSource } from './relayStatusSource.js';
 
+/** Options of {@link startMetricsServer}. */
 export interface MetricsServerOptions {
   host: string;
   /** 0 picks a free port (tests). */
@@ -29,6 +30,7 @@ export interface MetricsServerOptions {
   logger?: Logger;
 }
 
+/** A listening metrics server. */
 export interface MetricsServer {
   /** The address bound, with the real port. */
   readonly host: string;
@@ -39,6 +41,7 @@ export interface MetricsServer {
   close(): Promise<void>;
 }
 
+/** Serve /metrics, /healthz and /readyz on `host:port`; resolves once it listens. */
 export async function startMetricsServer(options: MetricsServerOptions): Promise<MetricsServer> {
   const logger = (options.logger ?? silentLogger()).child({ component: 'metrics-server' });
   const send = (res: ServerResponse, status: number, type: string, body: string): void => {
@@ -112,7 +115,7 @@ export interface RelayMetricsService {
  * @returns undefined when the address is `off`
  */
 export async function serveRelayMetrics(
-  relay: Relay,
+  relay: RelayStatusSource,
   options: { address: string; sampleIntervalMs?: number; kafka?: Kafka; logger?: Logger },
 ): Promise<RelayMetricsService | undefined> {
   const parsed = parseMetricsAddress(options.address);

@@ -1,7 +1,8 @@
 /**
- * The metrics sampler's queries (src/metrics.ts). Each runs every few seconds beside the
- * relay, so each must stay cheap however large the backlog grows: they read the partial
- * index outbox_unsent_idx (unsent rows only, by id) or the sequence, never the whole table.
+ * The backlog sampler's queries (src/metrics/backlogSampler.ts). Each runs every few
+ * seconds beside the relay, so each must stay cheap however large the backlog grows: they
+ * read the partial index outbox_unsent_idx (unsent rows only, by id), the sequence or the
+ * small outbox_parked_keys table, never the whole outbox.
  */
 
 /**
@@ -56,13 +57,14 @@ SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last_id
 }
 
 /**
- * Keys held back behind a parked dead letter (migration 004). The table holds one row per
- * parked key, so it stays small; a count is cheap.
+ * How many keys are held back behind a parked dead letter (migration 004). The table
+ * holds one row per parked key, so it stays small; a count is cheap.
  */
-export function parkedKeysSql(quotedSchema: string): string {
+export function parkedKeyCountSql(quotedSchema: string): string {
   return `SELECT count(*)::int AS parked FROM ${quotedSchema}.outbox_parked_keys`;
 }
 
+/** A row of {@link oldestPendingSql}. */
 export interface OldestPendingRow {
   id: number;
   age_seconds: number;

@@ -1,0 +1,135 @@
+/**
+ * The relay's backlog sampler: every few seconds, on a pool of its own, the cheap queries
+ * of ./sql/metrics.ts give the backlog, the oldest pending row's age, the ingress rate
+ * (growth of the outbox id sequence) and the parked keys.
+ */
+import type pg from 'pg';
+import { describeError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+import { errorLabel } from './errorLabel.js';
+import { serialized } from './promises.js';
+import type { RelayMetrics } from './relayMetrics.js';
+import {
+  backlogCountSql,
+  backlogEstimateSql,
+  oldestPendingSql,
+  parkedKeyCountSql,
+  sequenceLastValueSql,
+  type OldestPendingRow,
+} from './sql/metrics.js';
+
+/** A last sample's values, for readiness and tests. */
+export interface RelaySample {
+  pending: number;
+  /** true when `pending` is the planner's estimate (above the cap). */
+  estimated: boolean;
+  oldestAgeSeconds: number;
+  lastId: number;
+  at: Date;
+}
+
+/** What {@link startBacklogSampler} samples, where to, and how often. */
+export interface BacklogSamplerOptions {
+  pool: pg.Pool;
+  /** The outbox's schema, quoted (quoteIdentifier). */
+  quotedSchema: string;
+  /** Where the samples go: pending rows, oldest age, enqueued rows, parked keys, and the sampler's own query durations and errors. */
+  metrics: Pick<RelayMetrics, 'pendingRows' | 'oldestPendingAge' | 'enqueuedRows' | 'parkedKeys' | 'samplerQueryDuration' | 'samplerErrors'>;
+  intervalMs: number;
+  /** Unsent rows are counted exactly up to this many, estimated above. */
+  countCap: number;
+  logger: Logger;
+  /** Runs after each successful sample, before its result is returned. */
+  afterSample?: () => void;
+}
+
+/** A running sampler: its last sample, a sample on demand, and stopping it. */
+export interface BacklogSampler {
+  /** The last successful sample, if any. */
+  readonly lastSample: RelaySample | undefined;
+  /** Take a sample that starts no earlier than this call (the timer also takes them). */
+  sample(): Promise<RelaySample>;
+  /** Stop the timer; `sample()` still works. */
+  stop(): void;
+  /** Stop the timer and wait for a sample in flight. */
+  close(): Promise<void>;
+}
+
+/** Start sampling now (the first sample sets the ingress baseline), then every `intervalMs`. */
+export function startBacklogSampler(options: BacklogSamplerOptions): BacklogSampler {
+  const { pool, metrics: m, countCap: cap, intervalMs, logger } = options;
+  const quoted = options.quotedSchema;
+  let lastSample: RelaySample | undefined;
+  let lastId: number | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
+
+  const timed = async <R extends pg.QueryResultRow>(sql: string, params: unknown[] = []): Promise<R[]> => {
+    const end = m.samplerQueryDuration.startTimer();
+    try {
+      return (await pool.query<R>(sql, params)).rows;
+    } finally {
+      end();
+    }
+  };
+
+  const doSample = async (): Promise<RelaySample> => {
+    const [count] = await timed<{ pending: number }>(backlogCountSql(quoted), [cap]);
+    let pending = count?.pending ?? 0;
+    let estimated = false;
+    if (pending >= cap) {
+      const [plan] = await timed<{ 'QUERY PLAN': Array<{ Plan: { 'Plan Rows': number } }> }>(backlogEstimateSql(quoted));
+      pending = Math.max(cap, Math.round(plan?.['QUERY PLAN'][0]?.Plan['Plan Rows'] ?? 0));
+      estimated = true;
+    }
+    const [oldest] = await timed<OldestPendingRow>(oldestPendingSql(quoted));
+    const [seq] = await timed<{ last_id: number }>(sequenceLastValueSql(quoted));
+    const [parked] = await timed<{ parked: number }>(parkedKeyCountSql(quoted));
+    m.parkedKeys.set(parked?.parked ?? 0);
+    const id = Number(seq?.last_id ?? 0);
+    if (lastId !== undefined && id > lastId) m.enqueuedRows.inc(id - lastId);
+    lastId = id;
+    const oldestAgeSeconds = oldest ? Math.max(0, oldest.age_seconds) : 0;
+    m.pendingRows.set(pending);
+    m.oldestPendingAge.set(oldestAgeSeconds);
+    options.afterSample?.();
+    lastSample = { pending, estimated, oldestAgeSeconds, lastId: id, at: new Date() };
+    return lastSample;
+  };
+
+  const sample = serialized(() =>
+    doSample().catch((error: unknown) => {
+      m.samplerErrors.inc({ error_class: errorLabel(error) });
+      logger.warn({ err: describeError(error) }, 'metrics sample failed');
+      throw error;
+    }),
+  );
+
+  const stop = (): void => {
+    stopped = true;
+    if (timer) clearTimeout(timer);
+    timer = undefined;
+  };
+  const schedule = (): void => {
+    if (stopped) return;
+    timer = setTimeout(() => {
+      sample()
+        .catch(() => undefined)
+        .finally(schedule);
+    }, intervalMs);
+    timer.unref();
+  };
+  void sample().catch(() => undefined).finally(schedule);
+
+  return {
+    get lastSample() {
+      return lastSample;
+    },
+    sample,
+    stop,
+    async close() {
+      stop();
+      await sample.idle();
+    },
+  };
+}

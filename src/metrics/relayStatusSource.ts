@@ -1,0 +1,20 @@
+/**
+ * What the relay's metrics, readiness and metrics server read from a relay: a few of its
+ * options, the shards it owns and some of its events. A `Relay` is one; the metrics layer
+ * needs nothing else of it (and the relay knows nothing of metrics).
+ */
+import type { RelayEvents } from '../relay/relay.js';
+import type { ResolvedRelayOptions } from '../relay/options.js';
+
+/** The relay events the metrics listen to. */
+export type RelayStatusEvent = 'batch' | 'batchError' | 'horizon' | 'shards' | 'breaker' | 'deadLetter' | 'stopped';
+
+/** A relay as the metrics see it (a `Relay` is one). */
+export interface RelayStatusSource {
+  /** Where the sampler and the readiness probes connect, and how they name their clients. */
+  readonly options: Pick<ResolvedRelayOptions, 'schema' | 'databaseUrl' | 'clientId' | 'kafka' | 'kafkaBrokers' | 'kafkaSecurity'>;
+  /** Shards the relay owns now. */
+  readonly ownedShards: readonly number[];
+  on<K extends RelayStatusEvent>(event: K, listener: (payload: RelayEvents[K]) => void): unknown;
+  off<K extends RelayStatusEvent>(event: K, listener: (payload: RelayEvents[K]) => void): unknown;
+}
