@@ -75,7 +75,7 @@ test('every alert names a runbook section that exists, and every metric it uses 
     assert.ok(anchors.has(url.split('#')[1] as string), `${a.alert}: runbook anchor ${url}`);
     assert.match(a.labels.severity, /^(page|ticket)$/);
   }
-  for (const name of referencedMetrics(read('prometheus/alerts.yml'))) assert.ok(OWN.has(name), `alerts use ${name}, which src/metrics.ts defines`);
+  for (const name of referencedMetrics(read('prometheus/alerts.yml'))) assert.ok(OWN.has(name), `alerts use ${name}, which src/metrics/ defines`);
 });
 
 test('dashboard: valid JSON, valid PromQL, only metrics that exist, and every metric shown', () => {
@@ -103,7 +103,7 @@ test('dashboard: valid JSON, valid PromQL, only metrics that exist, and every me
   }
   const used = referencedMetrics(exprs.join('\n'));
   for (const name of used) {
-    if (name.startsWith('outbox_')) assert.ok(OWN.has(name), `dashboard uses ${name}, which src/metrics.ts defines`);
+    if (name.startsWith('outbox_')) assert.ok(OWN.has(name), `dashboard uses ${name}, which src/metrics/ defines`);
   }
   for (const name of OWN) assert.ok(used.has(name), `dashboard shows ${name}`);
 });
