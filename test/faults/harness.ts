@@ -221,17 +221,16 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   const actual = emptyTally();
   actual.relays = relaySlots.filter((s, i) => s.starts > 0 && relaysSeen.seen.has(relayClientId(i))).length;
   actual.relaysLiveAtOnce = relaysSeen.maxLiveAtOnce;
-  actual.consumers = consumerSlots.filter((s) => s.starts > 0 && s.readyCount > 0).length;
+  actual.consumers = consumerSlots.filter((s) => (s.events.started ?? 0) > 0 && (s.events.assigned ?? 0) > 0).length;
   actual.brokers = brokersInCluster;
   for (const { kind } of FAULT_KINDS) actual.faults[kind] = injector.injected[kind] ?? 0;
-  const joined = extraSlots.filter((s) => s.readyCount > 0).length;
   const lines = selfCheck(expectedTally(p), actual, {
     relays: `started ${relaySlots.reduce((n, s) => n + s.starts, 0)} times; seen heartbeating in outbox_relays: ${[...relaysSeen.seen].sort().join(', ') || 'none'}`,
     relaysLiveAtOnce: `sampled every ${RelaySightings.intervalMs} ms`,
-    consumers: 'reported themselves started',
+    consumers: 'reported themselves started and were assigned partitions',
     brokers: 'as the cluster describes itself',
     'consumer-kill': `${injector.worstMomentKills} killed themselves between the Postgres commit and the offset commit`,
-    'consumer-join': `${joined} of the joining consumers reported themselves started`,
+    'consumer-join': 'counted once the joining consumer was assigned partitions',
   } satisfies Partial<Record<FaultKind | 'relays' | 'relaysLiveAtOnce' | 'consumers' | 'brokers', string>>);
 
   const found = violations(result);

@@ -1,8 +1,9 @@
 /**
  * Fault injection: carries out a schedule's faults (schedule.ts) against the processes
  * and servers of a run, and counts each fault it completed, by kind, for the report and
- * the self-check. A fault that fails is logged and not counted, so the self-check
- * notices it.
+ * the self-check. A fault that fails, or finds nothing to act on (no process to kill, a
+ * joining consumer never assigned partitions), is logged and not counted, so the
+ * self-check notices it.
  */
 import { waitFor } from '../helpers/wait.js';
 import { describeFault, type Fault, type FaultKind } from './schedule.js';
@@ -133,7 +134,11 @@ export class Injector {
         const slot = this.t.extraConsumer();
         log(`FAULT ${slot.o.name}: joins the group for ${f.stayMs} ms`);
         slot.start();
-        this.mark(f.kind);
+        // Counted once it is in the group (partitions assigned), and it stays from then on:
+        // a process that had not got that far before it left would rebalance nothing.
+        const joined = await waitFor(`${slot.o.name} assigned partitions`, () => (slot.events.assigned ?? 0) > 0, { timeoutMs: 30_000, intervalMs: 50 }).catch(() => false);
+        if (joined) this.mark(f.kind);
+        else log(`${slot.o.name}: no partitions assigned within 30 s; not counted`);
         await sleep(f.stayMs);
         log(`${slot.o.name}: leaves the group (SIGTERM)`);
         await slot.stop(20_000);

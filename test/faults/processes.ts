@@ -48,8 +48,8 @@ export class Slot {
   starts = 0;
   /** Set by a `{"event":"started"}` report of the current process (consumers). */
   ready = false;
-  /** How many of its processes reported `{"event":"started"}` (consumers). */
-  readyCount = 0;
+  /** Reports of its processes, by event (`started`, `assigned`...): what they did. */
+  readonly events: Record<string, number> = {};
   unexpectedExits = 0;
   readonly exitCodes: Array<number | string> = [];
   private lock: Promise<void> = Promise.resolve();
@@ -92,10 +92,8 @@ export class Slot {
           buffered = buffered.slice(nl + 1);
           try {
             const report = JSON.parse(line) as Record<string, unknown>;
-            if (report.event === 'started' && this.child === child) {
-              this.ready = true;
-              this.readyCount++;
-            }
+            if (typeof report.event === 'string') this.events[report.event] = (this.events[report.event] ?? 0) + 1;
+            if (report.event === 'started' && this.child === child) this.ready = true;
             this.o.onReport?.(report);
           } catch {
             // not a report

@@ -26,7 +26,7 @@ export interface Tally {
   relays: number;
   /** The most relays seen live in the lease table at one time. */
   relaysLiveAtOnce: number;
-  /** Consumer processes that ran: started, and reported themselves started. */
+  /** Consumer processes that ran: reported themselves started, and were assigned partitions. */
   consumers: number;
   /** Kafka brokers in the cluster, as the cluster itself reports them. */
   brokers: number;
