@@ -48,6 +48,7 @@ export type EnqueueResult =
       dedupKey: string;
     };
 
+/** Where `enqueue` writes: the schema of the outbox table. */
 export interface EnqueueOptions {
   /** Schema of the outbox table (default `public`). */
   schema?: string;

@@ -9,6 +9,7 @@ import { silentLogger, type Logger } from '../shared/logger.js';
 import { ConfigError } from '../shared/errors.js';
 import { openDatabase } from './openDatabase.js';
 
+/** Options of {@link cleanupOutbox}: the database, the retention and the batch size. */
 export interface CleanupOptions extends DatabaseOptions {
   /**
    * Sent rows whose sent_at is older than this are deleted: `7d` (default), `12h`, `30m`.
@@ -23,6 +24,7 @@ export interface CleanupOptions extends DatabaseOptions {
   logger?: Logger;
 }
 
+/** What a cleanup deleted. */
 export interface CleanupResult {
   deleted: number;
   batches: number;

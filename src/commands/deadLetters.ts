@@ -212,11 +212,13 @@ function requireSelection(filter: ResolvedFilter, all: boolean | undefined, verb
 // ---------------------------------------------------------------------------------------
 // list
 
+/** Options of {@link listDeadLetters}: the database, a filter and a limit. */
 export interface ListDeadLettersOptions extends DatabaseOptions, DeadLetterFilter {
   /** At most this many, lowest id first (default 100). */
   limit?: number;
 }
 
+/** Dead letters matching the filter (oldest id first) and how many match in all. */
 export interface ListDeadLettersResult {
   deadLetters: DeadLetter[];
   /** How many match in all (more than deadLetters.length when the limit cut the list). */
@@ -250,6 +252,7 @@ function checkFilterFields(f: DeadLetterFilter): void {
 /** How far behind schedule a replay may catch up after a stall. */
 const CATCH_UP_MS = 100;
 
+/** Options of {@link replayDeadLetters}: the database, a filter and the pace. */
 export interface ReplayDeadLettersOptions extends DatabaseOptions, DeadLetterFilter {
   /** Select every dead letter; needed when no ids and no filter are given. */
   all?: boolean;
@@ -264,6 +267,7 @@ export interface ReplayDeadLettersOptions extends DatabaseOptions, DeadLetterFil
   logger?: Logger;
 }
 
+/** Reported after each dead letter moved back into the outbox. */
 export interface ReplayProgress {
   id: number;
   topic: string;
@@ -273,6 +277,7 @@ export interface ReplayProgress {
   atMs: number;
 }
 
+/** What a replay moved back into the outbox. */
 export interface ReplayResult {
   /** How many dead letters the ids/filter selected when the replay began. */
   selected: number;
@@ -427,6 +432,7 @@ export async function replayDeadLetters(options: ReplayDeadLettersOptions): Prom
 // ---------------------------------------------------------------------------------------
 // discard
 
+/** Options of {@link discardDeadLetters}: the database and a filter (`yes` required to delete). */
 export interface DiscardDeadLettersOptions extends DatabaseOptions, DeadLetterFilter {
   /** Select every dead letter; needed when no ids and no filter are given. */
   all?: boolean;
@@ -437,6 +443,7 @@ export interface DiscardDeadLettersOptions extends DatabaseOptions, DeadLetterFi
   yes?: boolean;
 }
 
+/** What a discard deleted. */
 export interface DiscardResult {
   /** True when `yes` was not given: nothing was deleted. */
   dryRun: boolean;

@@ -6,6 +6,7 @@ import { loadMigrations } from '../shared/schema.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { connect } from '../shared/database.js';
 
+/** Options of {@link migrate}: where to connect and which schema. */
 export interface MigrateOptions {
   /** Connection string; ignored when `client` is given. */
   databaseUrl?: string;
@@ -16,6 +17,7 @@ export interface MigrateOptions {
   logger?: Logger;
 }
 
+/** Which migrations a {@link migrate} call applied and which were there already. */
 export interface MigrateResult {
   /** Migrations applied by this call, in order. */
   applied: string[];

@@ -4,6 +4,7 @@ import { DEFAULT_SCHEMA, quoteIdentifier } from '../shared/identifiers.js';
 
 const ROLES_SQL = fileURLToPath(new URL('../../sql/roles.sql', import.meta.url));
 
+/** Names of the roles {@link roleScript} creates. */
 export interface RoleScriptOptions {
   /** Name of the relay's group role (default `outbox_relay`). */
   relayRole?: string;

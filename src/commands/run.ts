@@ -23,6 +23,7 @@ export const EXIT = {
 /** Every setting of `outbox-relay run`, in the order the CLI and README list them. */
 export const RUN_SETTINGS = [...RELAY_SETTINGS, ...KAFKA_SECURITY_SETTINGS, ...METRICS_SETTINGS, logLevel] as const;
 
+/** Options of {@link runRelay}: the relay's, plus the metrics server and signal handling. */
 export interface RunRelayOptions extends RelayOptions {
   logger: Logger;
   /** `host:port` of /metrics, /healthz and /readyz, or `off` (default 127.0.0.1:9464). */

@@ -13,6 +13,7 @@ import { ConfigError } from './errors.js';
 import { text, type Setting } from './settings.js';
 
 export const SASL_MECHANISMS = ['none', 'plain', 'scram-sha-256', 'scram-sha-512'] as const;
+/** SASL mechanisms the relay and the consumer speak to Kafka (`none` for no SASL). */
 export type SaslMechanism = (typeof SASL_MECHANISMS)[number];
 
 /** Kafka security options (library form of the settings below). */

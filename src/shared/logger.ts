@@ -1,9 +1,11 @@
-import { pino, type Logger } from 'pino';
+import { pino } from 'pino';
 import { logLevel as KafkaLogLevel, type logCreator } from 'kafkajs';
 
-export type { Logger } from 'pino';
+/** A pino logger: what every API's `logger` option takes (see {@link createLogger}). */
+export type Logger = pino.Logger;
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+/** pino log levels, `silent` for none. */
 export type LogLevel = (typeof LOG_LEVELS)[number];
 
 // Paths pino blanks out wherever they appear, so a connection string or SASL password

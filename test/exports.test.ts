@@ -1,0 +1,57 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+
+// The public API is what README.md and docs/ document. Adding or removing a name is a
+// decision: change this list, the docs and the CHANGELOG together.
+const VALUES = [
+  'ConfigError', 'ConnectionError', 'Consumer', 'DEAD_LETTER_HEADERS', 'DeadLetterNotFoundError', 'DecodeError', 'EXIT', 'HEADERS',
+  'OutboxError', 'Relay', 'SchemaError', 'advanceEntityVersion', 'classifyError', 'cleanupOutbox', 'createConcurrencyLimit',
+  'createConsumer', 'createDependencyLimit', 'createLogger', 'createRateLimit', 'createRelay', 'discardDeadLetters', 'enqueue',
+  'formatStatus', 'getStatus', 'instrumentConsumer', 'instrumentHandler', 'listDeadLetters', 'lockEntity', 'migrate',
+  'migrationScript', 'purgeProcessedMessages', 'quoteIdentifier', 'replayDeadLetters', 'roleScript', 'runRelay',
+  'serveRelayMetrics', 'startMetricsServer',
+];
+
+const TYPES = [
+  'AdvanceVersionOptions', 'CleanupOptions', 'CleanupResult', 'ConcurrencyLimit', 'ConsumedMessage', 'ConsumerEvents',
+  'ConsumerInstrumentation', 'ConsumerOptions', 'ConsumerStats', 'DatabaseOptions', 'DeadLetter', 'DeadLetterFilter',
+  'DeadLetterPolicy', 'DeadLetterReason', 'DependencyLimit', 'DependencyLimitOptions', 'DependencyStats', 'DiscardDeadLettersOptions',
+  'DiscardResult', 'EnqueueOptions', 'EnqueueResult', 'EntityLockOptions', 'ErrorClass', 'HandlerContext', 'InstrumentConsumerOptions',
+  'KafkaSecurityOptions', 'Limit', 'ListDeadLettersOptions', 'ListDeadLettersResult', 'LogLevel', 'Logger', 'MessageHandler',
+  'MetricsServer', 'MetricsServerOptions', 'MigrateOptions', 'MigrateResult', 'OutboxMessage', 'OutboxStatus',
+  'PurgeProcessedOptions', 'PurgeProcessedResult', 'RateLimit', 'RateLimitOptions', 'RelayEvents', 'RelayMetricsService',
+  'RelayOptions', 'ReplayDeadLettersOptions', 'ReplayProgress', 'ReplayResult', 'RoleScriptOptions', 'RunRelayOptions',
+  'SaslMechanism', 'StatusOptions', 'ValueDecoder',
+];
+
+const INDEX = fileURLToPath(new URL('../src/index.ts', import.meta.url));
+
+function exportedSymbols(): { checker: ts.TypeChecker; symbols: ts.Symbol[] } {
+  const program = ts.createProgram([INDEX], { module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, strict: true, noEmit: true });
+  const checker = program.getTypeChecker();
+  const source = program.getSourceFile(INDEX);
+  assert.ok(source, 'src/index.ts is part of the program');
+  const module = checker.getSymbolAtLocation(source);
+  assert.ok(module, 'src/index.ts is a module');
+  return { checker, symbols: checker.getExportsOfModule(module) };
+}
+
+test('the package exports exactly the documented values', async () => {
+  const api = await import('../src/index.js');
+  assert.deepEqual(Object.keys(api).sort(), [...VALUES].sort());
+});
+
+test('the package exports exactly the documented types, and every export carries TSDoc', () => {
+  const { checker, symbols } = exportedSymbols();
+  const names = symbols.map((s) => s.getName()).sort();
+  assert.deepEqual(names, [...VALUES, ...TYPES].sort());
+  const undocumented: string[] = [];
+  for (const symbol of symbols) {
+    const target = symbol.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(symbol) : symbol;
+    const documented = target.getDocumentationComment(checker).length > 0 || target.getJsDocTags(checker).length > 0;
+    if (!documented) undocumented.push(symbol.getName());
+  }
+  assert.deepEqual(undocumented, [], `exports without TSDoc: ${undocumented.join(', ')}`);
+});
