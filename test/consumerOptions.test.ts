@@ -2,7 +2,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Kafka } from 'kafkajs';
 import pg from 'pg';
-import { createConsumer, resolveConsumerOptions, type ConsumerOptions } from '../src/consumer/consumer.js';
+import { createConsumer } from '../src/consumer/consumer.js';
+import { resolveConsumerOptions, type ConsumerOptions } from '../src/consumer/options.js';
 import { classifyError } from '../src/consumer/classifyError.js';
 import { DecodeError, decodeValue } from '../src/consumer/decode.js';
 import { deadLetterMessage } from '../src/consumer/deadLetterTopic.js';
@@ -31,7 +32,11 @@ test('createConsumer validates its options up front, naming the bad one', () => 
   rejects({ maxAttempts: 0 }, 'maxAttempts');
   rejects({ messagesPerTransaction: 1001 }, 'messagesPerTransaction');
   rejects({ savepoints: 'sometimes' as never }, 'savepoints');
-  rejects({ partitionsConcurrency: 1.5 }, 'partitionsConcurrency');
+  rejects({ batchesInFlight: 1.5 }, 'batchesInFlight');
+  rejects({ shutdownTimeoutMs: -1 }, 'shutdownTimeoutMs');
+  rejects({ topics: ['orders', '..'] }, 'topics');
+  rejects({ topics: 'a b' }, 'topics');
+  rejects({ deadLetterTopic: '.' }, 'deadLetterTopic');
   rejects({ retryBaseDelayMs: 5_000, retryMaxDelayMs: 1_000 }, 'retryBaseDelayMs');
   rejects({ heartbeatIntervalMs: 30_000 }, 'heartbeatIntervalMs');
   rejects({ deadLetterTopic: 't' }, 'deadLetterTopic');
@@ -43,6 +48,39 @@ test('createConsumer validates its options up front, naming the bad one', () => 
   assert.equal(o.savepoints, 'on-failure');
   assert.equal(o.deadLetterTopic('orders'), 'orders.dead-letter');
   assert.deepEqual(o.topics, ['t']);
+  assert.equal(o.batchesInFlight, 4);
+  assert.equal(o.shutdownTimeoutMs, 15_000);
+});
+
+test('deprecated option names: partitionsConcurrency and stopTimeoutMs still work, checked like the new names', () => {
+  // The old name alone: taken, under the new name.
+  const old = resolveConsumerOptions({ ...base, partitionsConcurrency: 2, stopTimeoutMs: 5_000 });
+  assert.equal(old.batchesInFlight, 2);
+  assert.equal(old.shutdownTimeoutMs, 5_000);
+  assert.ok(!('partitionsConcurrency' in old) && !('stopTimeoutMs' in old), 'resolved options carry only the new names');
+  // The new name alone.
+  const current = resolveConsumerOptions({ ...base, batchesInFlight: 8, shutdownTimeoutMs: 1_000 });
+  assert.equal(current.batchesInFlight, 8);
+  assert.equal(current.shutdownTimeoutMs, 1_000);
+  // Both, agreeing: fine.
+  const both = resolveConsumerOptions({ ...base, batchesInFlight: 3, partitionsConcurrency: 3, shutdownTimeoutMs: 0, stopTimeoutMs: 0 });
+  assert.equal(both.batchesInFlight, 3);
+  assert.equal(both.shutdownTimeoutMs, 0);
+  // Both, differing: a ConfigError naming the old name, and saying which to keep.
+  assert.throws(
+    () => resolveConsumerOptions({ ...base, batchesInFlight: 3, partitionsConcurrency: 4 }),
+    (e: unknown) => e instanceof ConfigError && e.setting === 'partitionsConcurrency' && /give only batchesInFlight/.test(e.message),
+  );
+  assert.throws(
+    () => resolveConsumerOptions({ ...base, shutdownTimeoutMs: 1_000, stopTimeoutMs: 2_000 }),
+    (e: unknown) => e instanceof ConfigError && e.setting === 'stopTimeoutMs' && /give only shutdownTimeoutMs/.test(e.message),
+  );
+  // An old name's bad value is named as the user wrote it, with the new name's range.
+  rejects({ partitionsConcurrency: 0 }, 'partitionsConcurrency');
+  rejects({ partitionsConcurrency: 257 }, 'partitionsConcurrency');
+  rejects({ stopTimeoutMs: 600_001 }, 'stopTimeoutMs');
+  // A bad new value next to a good old one is still refused, under the new name.
+  rejects({ batchesInFlight: 0, partitionsConcurrency: 2 }, 'batchesInFlight');
 });
 
 test('classifyError: invalid payloads and non-retriable errors are permanent, the unknown is transient', () => {

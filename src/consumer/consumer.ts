@@ -9,7 +9,7 @@ import {
 } from 'kafkajs';
 import { ConnectionError, OutboxError, describeError } from '../shared/errors.js';
 import { createPool, describeDatabase } from '../shared/database.js';
-import { assertMigrated } from '../commands/migrate.js';
+import { assertMigrated } from '../shared/schema.js';
 import type { Logger } from '../shared/logger.js';
 import { createKafka } from '../shared/kafka.js';
 import { backoffDelayMs } from '../shared/backoff.js';
@@ -40,7 +40,7 @@ class InfrastructureError extends OutboxError {
 /**
  * The consumer runtime: each message's database effects happen once, however often Kafka
  * delivers it. Create with {@link createConsumer}, then `start()`; `stop()` is idempotent
- * and bounded by `stopTimeoutMs`.
+ * and bounded by `shutdownTimeoutMs`.
  */
 export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   readonly options: ResolvedConsumerOptions<V>;
@@ -98,7 +98,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     const o = this.options;
     if (o.pool) this.pool = o.pool;
     else {
-      this.pool = createPool(o.databaseUrl as string, `${o.clientId}:${this.instanceId}`, o.partitionsConcurrency + 1, this.logger);
+      this.pool = createPool(o.databaseUrl as string, `${o.clientId}:${this.instanceId}`, o.batchesInFlight + 1, this.logger);
       this.ownPool = true;
     }
     let client: pg.PoolClient;
@@ -147,7 +147,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       await consumer.run({
         autoCommit: false,
         eachBatchAutoResolve: false,
-        partitionsConsumedConcurrently: o.partitionsConcurrency,
+        partitionsConsumedConcurrently: o.batchesInFlight,
         eachBatch: (payload) => this.eachBatch(payload),
       });
     } catch (error) {
@@ -156,12 +156,12 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       await this.closePool();
       throw error;
     }
-    this.logger.info({ topics: o.topics, schema: o.schema, partitionsConcurrency: o.partitionsConcurrency }, 'consumer started');
+    this.logger.info({ topics: o.topics, schema: o.schema, batchesInFlight: o.batchesInFlight }, 'consumer started');
   }
 
   /**
    * Stop: finish the transaction in flight per partition, commit its offsets, leave the
-   * group, disconnect. After `stopTimeoutMs` transactions still open are rolled back (their
+   * group, disconnect. After `shutdownTimeoutMs` transactions still open are rolled back (their
    * messages come again, to this group's next member). Idempotent: every call returns the
    * same promise; `hard` tells whether the timeout cut work short.
    */
@@ -177,17 +177,17 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     let hard = false;
     if (this.consumer) {
       const consumer = this.consumer;
-      const soft = await finishedWithin(consumer.stop(), this.options.stopTimeoutMs);
+      const soft = await finishedWithin(consumer.stop(), this.options.shutdownTimeoutMs);
       if (!soft) {
         hard = true;
-        this.logger.warn({ stopTimeoutMs: this.options.stopTimeoutMs }, 'stop timeout: rolling back transactions in flight');
+        this.logger.warn({ shutdownTimeoutMs: this.options.shutdownTimeoutMs }, 'shutdown timeout: rolling back transactions in flight');
         // Destroying the connection rolls its transaction back on the server; the handler
         // waiting on it fails and the batch ends.
         for (const client of this.activeClients) client.release(new Error('consumer stopped'));
         this.activeClients.clear();
       }
       // Bounded even when a handler hangs on something other than Postgres.
-      if (!(await finishedWithin(consumer.disconnect(), Math.max(this.options.stopTimeoutMs, 1_000)))) hard = true;
+      if (!(await finishedWithin(consumer.disconnect(), Math.max(this.options.shutdownTimeoutMs, 1_000)))) hard = true;
     }
     await finishedWithin(this.producer?.disconnect() ?? Promise.resolve(), 5_000);
     await this.closePool();

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import type { Kafka } from 'kafkajs';
-import { integer, optionValue } from '../shared/settings.js';
+import { choice, integer, optionValue, type Setting } from '../shared/settings.js';
 import { clientId, databaseUrl, kafkaBrokers, schema } from '../shared/commonSettings.js';
 import { ConfigError } from '../shared/errors.js';
 import { isTopicName, topicNameProblem } from '../shared/kafkaNames.js';
@@ -10,27 +10,35 @@ import { classifyError, type ErrorClass } from './classifyError.js';
 import type { ConsumedMessage, MessageHandler } from './types.js';
 
 // The consumer's options: what createConsumer accepts (ConsumerOptions), what it runs with
-// (ResolvedConsumerOptions), the Setting objects that state each numeric option's default
-// and range once, and the validation (resolveConsumerOptions).
+// (ResolvedConsumerOptions), the Setting objects that state each option's default and
+// range once, and the validation (resolveConsumerOptions).
+//
+// Names shared with the relay mean the same thing: `batchesInFlight` (units of work at
+// once, each on its own Postgres connection; the consumer's unit is a partition's
+// transaction) and `shutdownTimeoutMs` (the soft-stop budget).
 
 /** Options of {@link createConsumer}. */
 export interface ConsumerOptions<V = unknown> {
   /** A kafkajs client; or give `kafkaBrokers` and one is made. */
   kafka?: Kafka;
+  /** Kafka bootstrap brokers, `host:port`, when the consumer makes its own client. */
   kafkaBrokers?: string[];
   /** Kafka client id when the consumer makes the client (default `outbox-relay-consumer`). */
   clientId?: string;
   /** Kafka consumer group. Also the namespace of the idempotency keys. */
   groupId: string;
+  /** The topic, or topics, to consume. */
   topics: string | string[];
   /**
    * Postgres pool the transactions run on (left open by stop()); or give `databaseUrl`.
-   * It needs a connection per concurrently handled partition.
+   * It needs a connection per batch in flight (`batchesInFlight`).
    */
   pool?: pg.Pool;
+  /** Postgres connection string, when the consumer makes (and closes) its own pool. */
   databaseUrl?: string;
   /** Schema of processed_messages and entity_versions (default `public`). */
   schema?: string;
+  /** Handles one message inside the transaction that records it as processed. */
   handler: MessageHandler<V>;
   /** How values are decoded (default `'auto'`: JSON when content-type says so). */
   decode?: ValueDecoder;
@@ -56,7 +64,13 @@ export interface ConsumerOptions<V = unknown> {
   retryBaseDelayMs?: number;
   /** Backoff ceiling in ms (default 30000). */
   retryMaxDelayMs?: number;
-  /** Partitions handled at once (default 4). */
+  /**
+   * Batches handled at once (default 4, at most 256). A batch is one partition's
+   * transaction, so this is also how many partitions are handled at once, and each holds
+   * one Postgres connection while it works.
+   */
+  batchesInFlight?: number;
+  /** @deprecated The old name of `batchesInFlight`; still accepted. Giving both with different values is a ConfigError. */
   partitionsConcurrency?: number;
   /**
    * Messages of a partition per Postgres transaction (default 100, at most 1000). With
@@ -71,22 +85,36 @@ export interface ConsumerOptions<V = unknown> {
    * the start, one more round trip per message, handlers never rerun.
    */
   savepoints?: 'on-failure' | 'always';
-  /** Soft stop budget in ms; then transactions in flight are rolled back (default 15000). */
+  /**
+   * Soft-stop budget in ms: how long stop() lets the transactions in flight finish before
+   * it rolls them back (default 15000).
+   */
+  shutdownTimeoutMs?: number;
+  /** @deprecated The old name of `shutdownTimeoutMs`; still accepted. Giving both with different values is a ConfigError. */
   stopTimeoutMs?: number;
+  /** Kafka group session timeout in ms: a member silent this long leaves the group (default 30000). */
   sessionTimeoutMs?: number;
+  /** Kafka group heartbeat interval in ms, below sessionTimeoutMs (default 3000). */
   heartbeatIntervalMs?: number;
+  /** How long the group waits for members to rejoin during a rebalance, in ms (default 60000). */
   rebalanceTimeoutMs?: number;
+  /** Longest a fetch waits on the broker for new messages, in ms (default 500). */
   maxWaitTimeMs?: number;
   /**
    * Where a group without committed offsets starts: true (default) from the oldest
    * message still in the topic, so a new consumer misses nothing; false from new ones.
    */
   fromBeginning?: boolean;
+  /** A pino logger (default: silent). */
   logger?: Logger;
 }
 
+/** The options a Consumer runs with: validated, defaults filled in, deprecated names gone. */
 export type ResolvedConsumerOptions<V> = Required<
-  Omit<ConsumerOptions<V>, 'kafka' | 'kafkaBrokers' | 'pool' | 'databaseUrl' | 'idempotencyKey' | 'logger' | 'topics' | 'deadLetterTopic'>
+  Omit<
+    ConsumerOptions<V>,
+    'kafka' | 'kafkaBrokers' | 'pool' | 'databaseUrl' | 'idempotencyKey' | 'logger' | 'topics' | 'deadLetterTopic' | 'partitionsConcurrency' | 'stopTimeoutMs'
+  >
 > & {
   kafka: Kafka | undefined;
   kafkaBrokers: string[] | undefined;
@@ -98,128 +126,131 @@ export type ResolvedConsumerOptions<V> = Required<
   logger: Logger;
 };
 
+// The consumer runtime is a library only: it has no command line and reads no
+// environment variable (the application passes its configuration in). Its settings are
+// Setting objects so that each default and range is stated once, here, and checked by the
+// same optionValue() as the relay's options; they have no flag and no environment name.
+const NO_ENV = '';
 
-export const maxAttempts = integer({
+function libraryInteger(d: { option: string; description: string; defaultValue: number; min: number; max: number }): Setting<number> {
+  return integer({ ...d, flag: undefined, env: NO_ENV });
+}
+
+export const consumerClientId: Setting<string> = { ...clientId, flag: undefined, env: NO_ENV, defaultValue: 'outbox-relay-consumer' };
+
+export const onMissingKey = choice({
+  option: 'onMissingKey',
+  flag: undefined,
+  env: NO_ENV,
+  description: 'What happens to a message without a usable idempotency key.',
+  defaultValue: 'dead-letter',
+  choices: ['dead-letter', 'process-without-dedup'] as const,
+});
+
+export const savepoints = choice({
+  option: 'savepoints',
+  flag: undefined,
+  env: NO_ENV,
+  description: 'When a message gets its own savepoint: only after a failure in its group, or always.',
+  defaultValue: 'on-failure',
+  choices: ['on-failure', 'always'] as const,
+});
+
+export const maxAttempts = libraryInteger({
   option: 'maxAttempts',
-  flag: '--max-attempts',
-  env: 'OUTBOX_CONSUMER_MAX_ATTEMPTS',
   description: 'Attempts at a message failing with a transient error before it is dead-lettered.',
   defaultValue: 5,
   min: 1,
   max: 1_000,
 });
 
-export const retryBaseDelayMs = integer({
+export const retryBaseDelayMs = libraryInteger({
   option: 'retryBaseDelayMs',
-  flag: '--retry-base-delay-ms',
-  env: 'OUTBOX_CONSUMER_RETRY_BASE_DELAY_MS',
   description: 'Backoff ceiling of the first retry (milliseconds); it doubles per attempt, with full jitter.',
   defaultValue: 200,
   min: 1,
   max: 600_000,
 });
 
-export const consumerRetryMaxDelayMs = integer({
+export const retryMaxDelayMs = libraryInteger({
   option: 'retryMaxDelayMs',
-  flag: '--retry-max-delay-ms',
-  env: 'OUTBOX_CONSUMER_RETRY_MAX_DELAY_MS',
   description: 'Upper bound of the backoff between retries of a message (milliseconds).',
   defaultValue: 30_000,
   min: 1,
   max: 3_600_000,
 });
 
-export const partitionsConcurrency = integer({
-  option: 'partitionsConcurrency',
-  flag: '--partitions-concurrency',
-  env: 'OUTBOX_CONSUMER_PARTITIONS_CONCURRENCY',
-  description: 'Partitions handled at once (each holds one Postgres connection while it works).',
+export const batchesInFlight = libraryInteger({
+  option: 'batchesInFlight',
+  description: 'Batches (partition transactions) handled at once, each holding one Postgres connection while it works.',
   defaultValue: 4,
   min: 1,
   max: 256,
 });
 
-// A group runs as one transaction without savepoints unless a handler fails (consumer
-// option `savepoints`); with a savepoint per message at most 64 of them are used.
-export const messagesPerTransaction = integer({
+// A group runs as one transaction without savepoints unless a handler fails (option
+// `savepoints`); with a savepoint per message at most 64 of them are used.
+export const messagesPerTransaction = libraryInteger({
   option: 'messagesPerTransaction',
-  flag: '--messages-per-transaction',
-  env: 'OUTBOX_CONSUMER_MESSAGES_PER_TRANSACTION',
   description: 'Messages of one partition handled in one Postgres transaction (at most 64 with a savepoint per message).',
   defaultValue: 100,
   min: 1,
   max: 1_000,
 });
 
-export const stopTimeoutMs = integer({
-  option: 'stopTimeoutMs',
-  flag: '--stop-timeout-ms',
-  env: 'OUTBOX_CONSUMER_STOP_TIMEOUT_MS',
+export const shutdownTimeoutMs = libraryInteger({
+  option: 'shutdownTimeoutMs',
   description: 'How long stop() waits for the transactions in flight before it rolls them back (milliseconds).',
   defaultValue: 15_000,
   min: 0,
   max: 600_000,
 });
 
-export const sessionTimeoutMs = integer({
+export const sessionTimeoutMs = libraryInteger({
   option: 'sessionTimeoutMs',
-  flag: '--session-timeout-ms',
-  env: 'OUTBOX_CONSUMER_SESSION_TIMEOUT_MS',
   description: 'Kafka group session timeout: a member silent this long is removed from the group (milliseconds).',
   defaultValue: 30_000,
   min: 1_000,
   max: 3_600_000,
 });
 
-export const heartbeatIntervalMs = integer({
+export const heartbeatIntervalMs = libraryInteger({
   option: 'heartbeatIntervalMs',
-  flag: '--heartbeat-interval-ms',
-  env: 'OUTBOX_CONSUMER_HEARTBEAT_INTERVAL_MS',
   description: 'Kafka group heartbeat interval (milliseconds); keep it well below the session timeout.',
   defaultValue: 3_000,
   min: 100,
   max: 600_000,
 });
 
-export const rebalanceTimeoutMs = integer({
+export const rebalanceTimeoutMs = libraryInteger({
   option: 'rebalanceTimeoutMs',
-  flag: '--rebalance-timeout-ms',
-  env: 'OUTBOX_CONSUMER_REBALANCE_TIMEOUT_MS',
   description: 'How long the group waits for members to rejoin during a rebalance (milliseconds).',
   defaultValue: 60_000,
   min: 1_000,
   max: 3_600_000,
 });
 
-export const maxWaitTimeMs = integer({
+export const maxWaitTimeMs = libraryInteger({
   option: 'maxWaitTimeMs',
-  flag: '--max-wait-time-ms',
-  env: 'OUTBOX_CONSUMER_MAX_WAIT_TIME_MS',
   description: 'Longest a fetch waits on the broker for new messages (milliseconds).',
   defaultValue: 500,
   min: 0,
   max: 60_000,
 });
 
-export const retentionDays = integer({
-  option: 'retentionDays',
-  flag: '--retention-days',
-  env: 'OUTBOX_PROCESSED_RETENTION_DAYS',
-  description: 'Keep processed_messages rows this many days; must outlast the longest redelivery and replay horizon.',
-  defaultValue: 14,
-  min: 1,
-  max: 3_650,
-});
-
-export const purgeBatchSize = integer({
-  option: 'batchSize',
-  flag: '--batch-size',
-  env: 'OUTBOX_PURGE_BATCH_SIZE',
-  description: 'Rows deleted per purge transaction.',
-  defaultValue: 1_000,
-  min: 1,
-  max: 100_000,
-});
+/**
+ * The value of `setting`, or of its deprecated old name when only that is given, both
+ * checked by the same Setting. Both given: they must agree.
+ * @throws ConfigError naming the option whose value is bad, or the old name when the two differ
+ */
+function withDeprecatedName(setting: Setting<number>, value: number | undefined, oldName: string, oldValue: number | undefined): number {
+  if (oldValue === undefined) return optionValue(setting, value);
+  const fromOld = optionValue({ ...setting, option: oldName }, oldValue);
+  if (value !== undefined && optionValue(setting, value) !== fromOld) {
+    throw new ConfigError(oldName, `${fromOld} differs from ${setting.option} (${value}); ${oldName} is the deprecated name of ${setting.option}: give only ${setting.option}`);
+  }
+  return fromOld;
+}
 
 // Kafka accepts any group id; this rule is narrower on purpose, since the group id is also
 // the namespace of the idempotency keys and goes into dead-letter headers and logs.
@@ -247,17 +278,11 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
   if (options.idempotencyKey !== undefined && typeof options.idempotencyKey !== 'function') {
     throw new ConfigError('idempotencyKey', 'must be a function (message) => string | undefined');
   }
-  const onMissingKey = options.onMissingKey ?? 'dead-letter';
-  if (onMissingKey !== 'dead-letter' && onMissingKey !== 'process-without-dedup') {
-    throw new ConfigError('onMissingKey', `${JSON.stringify(onMissingKey)} is not 'dead-letter' or 'process-without-dedup'`);
-  }
+  const missingKey = optionValue(onMissingKey, options.onMissingKey);
   if (options.classifyError !== undefined && typeof options.classifyError !== 'function') {
     throw new ConfigError('classifyError', 'must be a function (error, message) => "transient" | "permanent"');
   }
-  const savepoints = options.savepoints ?? 'on-failure';
-  if (savepoints !== 'on-failure' && savepoints !== 'always') {
-    throw new ConfigError('savepoints', `${JSON.stringify(savepoints)} is not 'on-failure' or 'always'`);
-  }
+  const savepointsWhen = optionValue(savepoints, options.savepoints);
   const dlt = options.deadLetterTopic;
   let deadLetterTopic: (topic: string) => string;
   if (dlt === undefined) deadLetterTopic = (t) => `${t}.dead-letter`;
@@ -268,7 +293,7 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
   const resolved: ResolvedConsumerOptions<V> = {
     kafka: options.kafka,
     kafkaBrokers: options.kafkaBrokers,
-    clientId: optionValue({ ...clientId, defaultValue: 'outbox-relay-consumer' }, options.clientId),
+    clientId: optionValue(consumerClientId, options.clientId),
     groupId: options.groupId,
     topics: [...topics],
     pool: options.pool,
@@ -277,16 +302,16 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
     handler: options.handler,
     decode,
     idempotencyKey: options.idempotencyKey,
-    onMissingKey,
+    onMissingKey: missingKey,
     classifyError: options.classifyError ?? ((error: unknown) => classifyError(error)),
     deadLetterTopic,
     maxAttempts: optionValue(maxAttempts, options.maxAttempts),
     retryBaseDelayMs: optionValue(retryBaseDelayMs, options.retryBaseDelayMs),
-    retryMaxDelayMs: optionValue(consumerRetryMaxDelayMs, options.retryMaxDelayMs),
-    partitionsConcurrency: optionValue(partitionsConcurrency, options.partitionsConcurrency),
+    retryMaxDelayMs: optionValue(retryMaxDelayMs, options.retryMaxDelayMs),
+    batchesInFlight: withDeprecatedName(batchesInFlight, options.batchesInFlight, 'partitionsConcurrency', options.partitionsConcurrency),
     messagesPerTransaction: optionValue(messagesPerTransaction, options.messagesPerTransaction),
-    savepoints,
-    stopTimeoutMs: optionValue(stopTimeoutMs, options.stopTimeoutMs),
+    savepoints: savepointsWhen,
+    shutdownTimeoutMs: withDeprecatedName(shutdownTimeoutMs, options.shutdownTimeoutMs, 'stopTimeoutMs', options.stopTimeoutMs),
     sessionTimeoutMs: optionValue(sessionTimeoutMs, options.sessionTimeoutMs),
     heartbeatIntervalMs: optionValue(heartbeatIntervalMs, options.heartbeatIntervalMs),
     rebalanceTimeoutMs: optionValue(rebalanceTimeoutMs, options.rebalanceTimeoutMs),

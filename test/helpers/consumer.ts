@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Partitioners, type IHeaders } from 'kafkajs';
 import type pg from 'pg';
 import { HEADERS } from '../../src/shared/kafka.js';
-import type { ConsumedMessage, HandlerContext } from '../../src/consumer/consumer.js';
+import type { ConsumedMessage, HandlerContext } from '../../src/consumer/types.js';
 import { testKafka } from './kafka.js';
 
 /** A message as the relay would publish it. */
