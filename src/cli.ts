@@ -106,28 +106,38 @@ addSettings(
   process.stdout.write(flags.json ? `${JSON.stringify(status, null, 2)}\n` : formatStatus(status));
 });
 
-// purge-processed: the consumer runtime's retention (src/processedMessages.ts). Imported
-// here, in its own block, so the command stays one self-contained piece.
-const consumerSettings = await import('./consumer/options.js');
-const PURGE_SETTINGS = [databaseUrl, schema, consumerSettings.retentionDays, consumerSettings.purgeBatchSize, logLevel] as const;
+// purge-processed: the consumer runtime's retention (src/commands/purgeProcessed.ts).
+// Imported here, in its own block, so the command stays one self-contained piece.
+const purge = await import('./commands/purgeProcessed.js');
+const PURGE_FLAGS = [databaseUrl, schema, purge.purgeRetention, purge.purgeRetentionDays, purge.purgeBatchSize, logLevel] as const;
+// Read by resolve(); --retention and the deprecated --retention-days are read on their
+// own, since whether each was given matters.
+const PURGE_SETTINGS = [databaseUrl, schema, purge.purgeBatchSize, logLevel] as const;
 addSettings(
   program
     .command('purge-processed')
     .description('Delete processed_messages rows older than the retention, in bounded batches. Safe beside running consumers.'),
-  PURGE_SETTINGS,
+  PURGE_FLAGS,
 ).action(async (flags: Record<string, unknown>) => {
   const o = resolve(PURGE_SETTINGS, flags);
-  const { purgeProcessedMessages } = await import('./commands/purgeProcessed.js');
+  const retention = purge.resolvePurgeRetention(
+    {
+      // Without its default, so that a --retention-days given alone is not compared with it.
+      retention: readSetting({ ...purge.purgeRetention, defaultValue: undefined }, flags.retention as string | undefined, process.env),
+      retentionDays: readSetting(purge.purgeRetentionDays, flags.retentionDays as string | undefined, process.env),
+    },
+    { retention: '--retention', retentionDays: '--retention-days' },
+  );
   const logger = createLogger(o.logLevel as LogLevel);
-  const result = await purgeProcessedMessages({
+  const result = await purge.purgeProcessedMessages({
     databaseUrl: o.databaseUrl as string,
     schema: o.schema as string,
-    retentionDays: o.retentionDays as number,
+    retention,
     batchSize: o.batchSize as number,
     logger,
   });
   logger.flush();
-  process.stdout.write(`deleted ${result.deleted} processed_messages rows older than ${o.retentionDays as number} days (${result.batches} batches)\n`);
+  process.stdout.write(`deleted ${result.deleted} processed_messages rows older than ${retention} (${result.batches} batches)\n`);
 });
 
 // dead-letters and cleanup: the operator side of rows that could not be published

@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { advanceEntityVersion } from '../src/consumer/versionGate.js';
 import { lockEntity } from '../src/consumer/entityLock.js';
-import { purgeProcessedMessages } from '../src/commands/purgeProcessed.js';
+import { purgeProcessedMessages, resolvePurgeRetention } from '../src/commands/purgeProcessed.js';
+import { ConfigError } from '../src/shared/errors.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { waitFor } from './helpers/wait.js';
 
@@ -108,25 +109,65 @@ test('purge (Postgres): deletes only rows older than the retention, in bounded b
   assert.deepEqual(all, { deleted: 13, batches: 3 });
   const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}".processed_messages`);
   assert.equal(rows[0].n, 5, 'rows younger than 14 days stay');
+  await assert.rejects(purgeProcessedMessages({ pool: db.pool, schema: db.schema, retention: '12h' }), /retention: "12h" is not a duration from 1d/);
+  await assert.rejects(purgeProcessedMessages({ pool: db.pool, schema: db.schema, retention: '14' }), /retention/);
   await assert.rejects(purgeProcessedMessages({ pool: db.pool, schema: db.schema, retentionDays: 0 }), /retentionDays/);
 });
 
-test('purge (CLI): outbox-relay purge-processed --retention-days', async (t) => {
+test('purge retention: a duration (default 14d); retentionDays is its deprecated whole-days form', () => {
+  assert.equal(resolvePurgeRetention({}), '14d');
+  assert.equal(resolvePurgeRetention({ retention: '36h' }), '36h');
+  assert.equal(resolvePurgeRetention({ retentionDays: 30 }), '30d');
+  // Both, meaning the same time: fine, whichever way it is written.
+  assert.equal(resolvePurgeRetention({ retention: '2w', retentionDays: 14 }), '2w');
+  assert.throws(
+    () => resolvePurgeRetention({ retention: '7d', retentionDays: 14 }),
+    (e: unknown) => e instanceof ConfigError && e.setting === 'retentionDays' && /give only retention/.test(e.message),
+  );
+  assert.throws(() => resolvePurgeRetention({ retentionDays: 3_651 }), (e: unknown) => e instanceof ConfigError && e.setting === 'retentionDays');
+  assert.throws(() => resolvePurgeRetention({ retention: '3651d' }), (e: unknown) => e instanceof ConfigError && e.setting === 'retention');
+});
+
+test('purge (Postgres): the deprecated retentionDays still purges by days', async () => {
+  await db.pool.query(
+    `INSERT INTO "${db.schema}".processed_messages (consumer_group, key, processed_at)
+     VALUES ('days', 'days-old', now() - interval '4 days'), ('days', 'days-new', now() - interval '2 days')`,
+  );
+  const result = await purgeProcessedMessages({ pool: db.pool, schema: db.schema, retentionDays: 3, consumerGroup: 'days' });
+  assert.deepEqual(result, { deleted: 1, batches: 1 });
+  const { rows } = await db.pool.query(`SELECT key FROM "${db.schema}".processed_messages WHERE consumer_group = 'days'`);
+  assert.deepEqual(rows, [{ key: 'days-new' }]);
+});
+
+test('purge (CLI): outbox-relay purge-processed --retention, and the deprecated --retention-days', async (t) => {
   const db = await createTestSchema('purgecli');
   t.after(() => db.drop());
-  await db.pool.query(`INSERT INTO "${db.schema}".processed_messages (consumer_group, key, processed_at) VALUES ('g', 'cli-old', now() - interval '3 days'), ('g', 'cli-new', now())`);
-  const run = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'purge-processed', '--schema', db.schema, '--retention-days', '2', '--log-level', 'silent'], {
-    env: { ...process.env, DATABASE_URL: db.databaseUrl, NODE_TEST_CONTEXT: '' },
-    encoding: 'utf8',
-  });
+  const env = { ...process.env, DATABASE_URL: db.databaseUrl, NODE_TEST_CONTEXT: '' };
+  const cli = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'purge-processed', ...args], { env, encoding: 'utf8' });
+  const keys = async () => (await db.pool.query(`SELECT key FROM "${db.schema}".processed_messages WHERE consumer_group = 'g' ORDER BY key`)).rows.map((r) => r.key);
+  await db.pool.query(
+    `INSERT INTO "${db.schema}".processed_messages (consumer_group, key, processed_at)
+     VALUES ('g', 'cli-old', now() - interval '5 days'), ('g', 'cli-mid', now() - interval '3 days'), ('g', 'cli-new', now())`,
+  );
+
+  const run = cli('--schema', db.schema, '--retention', '4d', '--log-level', 'silent');
   assert.equal(run.status, 0, run.stderr);
-  assert.match(run.stdout, /deleted 1 processed_messages rows older than 2 days/);
-  const { rows } = await db.pool.query(`SELECT key FROM "${db.schema}".processed_messages WHERE consumer_group = 'g'`);
-  assert.deepEqual(rows, [{ key: 'cli-new' }]);
-  const bad = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'purge-processed', '--retention-days', '0'], {
-    env: { ...process.env, DATABASE_URL: db.databaseUrl, NODE_TEST_CONTEXT: '' },
-    encoding: 'utf8',
-  });
-  assert.equal(bad.status, 2);
-  assert.match(bad.stderr, /--retention-days/);
+  assert.match(run.stdout, /deleted 1 processed_messages rows older than 4d/);
+  assert.deepEqual(await keys(), ['cli-mid', 'cli-new']);
+
+  const old = cli('--schema', db.schema, '--retention-days', '2', '--log-level', 'silent');
+  assert.equal(old.status, 0, old.stderr);
+  assert.match(old.stdout, /deleted 1 processed_messages rows older than 2d/);
+  assert.deepEqual(await keys(), ['cli-new']);
+
+  for (const [args, flag] of [
+    [['--retention-days', '0'], /--retention-days/],
+    [['--retention', '1h'], /--retention: "1h" is not a duration/],
+    [['--retention', '7d', '--retention-days', '14'], /--retention-days: 14 days differs from --retention 7d/],
+  ] as const) {
+    const bad = cli('--schema', db.schema, ...args);
+    assert.equal(bad.status, 2, `${args.join(' ')}: ${bad.stderr}`);
+    assert.match(bad.stderr, flag);
+  }
+  assert.deepEqual(await keys(), ['cli-new'], 'a refused command deletes nothing');
 });

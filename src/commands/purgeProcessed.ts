@@ -1,25 +1,66 @@
-import type pg from 'pg';
-import { quoteIdentifier } from '../shared/identifiers.js';
-import { optionValue } from '../shared/settings.js';
-import * as consumerSettings from '../consumer/options.js';
+import { DEFAULT_SCHEMA, quoteSchema } from '../shared/identifiers.js';
+import type { DatabaseOptions } from '../shared/database.js';
+import { duration, integer, optionValue, type Setting } from '../shared/settings.js';
+import { parseDuration } from '../shared/durations.js';
 import { purgeProcessedSql } from '../consumer/sql/processedMessages.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { ConfigError } from '../shared/errors.js';
 import { openDatabase } from './openDatabase.js';
 
-export interface PurgeProcessedOptions {
-  /** Connection string; ignored when `client` or `pool` is given. */
-  databaseUrl?: string;
-  /** A pool or connection to use instead of `databaseUrl`; left open. */
-  pool?: pg.Pool;
-  client?: pg.ClientBase;
-  /** Schema of the processed_messages table (default `public`). */
-  schema?: string;
+// `outbox-relay purge-processed`: the consumer runtime's retention of processed_messages.
+// Its settings live here; the CLI (src/cli.ts) reads the same objects.
+
+const DAY_MS = 86_400_000;
+
+export const purgeRetention = duration({
+  option: 'retention',
+  flag: '--retention',
+  env: 'OUTBOX_PROCESSED_RETENTION',
+  description: 'Rows of processed_messages older than this are deleted (14d, 36h; at least 1d). Must outlast the longest redelivery and replay horizon.',
+  defaultValue: '14d',
+  minMs: DAY_MS,
+  maxMs: 3_650 * DAY_MS,
+});
+
+/**
+ * @deprecated The old, whole-days form of {@link purgeRetention}. Read only when given: it
+ * has no default of its own (the retention's default applies).
+ */
+export const purgeRetentionDays: Setting<number> = {
+  ...integer({
+    option: 'retentionDays',
+    flag: '--retention-days',
+    env: 'OUTBOX_PROCESSED_RETENTION_DAYS',
+    description: 'Deprecated: use --retention (e.g. 14d). Retention in whole days.',
+    defaultValue: 1, // replaced just below
+    min: 1,
+    max: 3_650,
+  }),
+  defaultValue: undefined,
+};
+
+export const purgeBatchSize = integer({
+  option: 'batchSize',
+  flag: '--batch-size',
+  env: 'OUTBOX_PURGE_BATCH_SIZE',
+  description: 'Rows deleted per purge transaction.',
+  defaultValue: 1_000,
+  min: 1,
+  max: 100_000,
+});
+
+/** Where the database is (`client`, `pool` or `databaseUrl`; `schema` holds processed_messages), and what to purge. */
+export interface PurgeProcessedOptions extends DatabaseOptions {
   /**
-   * Rows older than this many days are deleted (default 14). Must be longer than the
-   * longest time a message can come again: redelivery after an outage, a consumer group
-   * reset, a dead-letter replay. A key purged before its message comes back is handled
-   * again: a double effect.
+   * Rows older than this are deleted: `14d` (default), `36h`, `2w`; at least a day. Must
+   * be longer than the longest time a message can come again: redelivery after an outage,
+   * a consumer group reset, a dead-letter replay. A key purged before its message comes
+   * back is handled again: a double effect.
+   */
+  retention?: string;
+  /**
+   * @deprecated The retention in whole days; use `retention` (`'14d'`). Still accepted;
+   * giving both with different values is a ConfigError.
    */
   retentionDays?: number;
   /** Rows per delete transaction (default 1000): short transactions, short locks. */
@@ -37,14 +78,43 @@ export interface PurgeProcessedResult {
 }
 
 /**
+ * The retention from `retention` or its deprecated whole-days form, each checked by its
+ * Setting; the default when neither is given.
+ *
+ * @param names what to call the two in an error (the CLI passes its flags)
+ * @throws ConfigError when a value is out of range, or both are given and differ
+ */
+export function resolvePurgeRetention(
+  given: { retention?: string | undefined; retentionDays?: number | undefined },
+  names: { retention: string; retentionDays: string } = { retention: 'retention', retentionDays: 'retentionDays' },
+): string {
+  if (given.retentionDays === undefined) return optionValue(purgeRetention, given.retention);
+  const days = optionValue(purgeRetentionDays, given.retentionDays);
+  if (given.retention === undefined) return `${days}d`;
+  const retention = optionValue(purgeRetention, given.retention);
+  if (durationMs(retention) !== days * DAY_MS) {
+    throw new ConfigError(
+      names.retentionDays,
+      `${days} days differs from ${names.retention} ${retention}; ${names.retentionDays} is the deprecated form of ${names.retention}: give only ${names.retention}`,
+    );
+  }
+  return retention;
+}
+
+function durationMs(checked: string): number {
+  return (parseDuration(checked) as { value: number }).value;
+}
+
+/**
  * Delete processed_messages rows older than the retention, in bounded batches, oldest
  * first. Each batch is its own transaction and skips rows another transaction holds, so
  * it runs beside live consumers (and other purges) without blocking or deadlocking them.
  */
 export async function purgeProcessedMessages(options: PurgeProcessedOptions = {}): Promise<PurgeProcessedResult> {
-  const retentionDays = optionValue(consumerSettings.retentionDays, options.retentionDays);
-  const batchSize = optionValue(consumerSettings.purgeBatchSize, options.batchSize);
-  const quoted = quoteIdentifier(options.schema ?? 'public', 'schema');
+  const retention = resolvePurgeRetention(options);
+  const batchSize = optionValue(purgeBatchSize, options.batchSize);
+  const schema = options.schema ?? DEFAULT_SCHEMA;
+  const quoted = quoteSchema(schema);
   if (options.maxBatches !== undefined && !(Number.isSafeInteger(options.maxBatches) && options.maxBatches >= 1)) {
     throw new ConfigError('maxBatches', `${JSON.stringify(options.maxBatches)} is not a positive whole number`);
   }
@@ -54,7 +124,7 @@ export async function purgeProcessedMessages(options: PurgeProcessedOptions = {}
   const result: PurgeProcessedResult = { deleted: 0, batches: 0 };
   try {
     for (;;) {
-      const { rowCount } = await db.query(sql, [retentionDays * 86_400, batchSize, options.consumerGroup ?? null]);
+      const { rowCount } = await db.query(sql, [durationMs(retention) / 1000, batchSize, options.consumerGroup ?? null]);
       result.batches++;
       result.deleted += rowCount ?? 0;
       if ((rowCount ?? 0) < batchSize) break;
@@ -63,6 +133,6 @@ export async function purgeProcessedMessages(options: PurgeProcessedOptions = {}
   } finally {
     await close();
   }
-  logger.info({ ...result, retentionDays, schema: options.schema ?? 'public' }, 'purged processed messages');
+  logger.info({ ...result, retention, schema }, 'purged processed messages');
   return result;
 }
