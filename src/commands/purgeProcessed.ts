@@ -72,8 +72,11 @@ export interface PurgeProcessedOptions extends DatabaseOptions {
   logger?: Logger;
 }
 
+/** What {@link purgeProcessedMessages} did. */
 export interface PurgeProcessedResult {
+  /** Rows deleted. */
   deleted: number;
+  /** Delete transactions run (the last one found fewer rows than the batch size). */
   batches: number;
 }
 

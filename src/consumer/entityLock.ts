@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { OutboxError } from '../shared/errors.js';
 
+/** Options of {@link lockEntity} (and of `context.lockEntity` in a handler). */
 export interface EntityLockOptions {
   /** Keeps lock keys of different uses apart (default `entity`). */
   namespace?: string;

@@ -45,6 +45,7 @@ export function createConcurrencyLimit(maxConcurrent: number): ConcurrencyLimit 
   };
 }
 
+/** Options of {@link createRateLimit}. */
 export interface RateLimitOptions {
   /** Calls started per second, on average. */
   perSecond: number;
@@ -96,6 +97,7 @@ export function createRateLimit(options: RateLimitOptions): RateLimit {
   };
 }
 
+/** Options of {@link createDependencyLimit}: its name, and either limit or both. */
 export interface DependencyLimitOptions {
   /** The dependency's name, for stats and logs. */
   name: string;
@@ -105,15 +107,22 @@ export interface DependencyLimitOptions {
   perSecond?: number;
   /** Burst of the rate limit (default 1). */
   burst?: number;
+  /** Clock in milliseconds (default Date.now); for tests. */
   now?: () => number;
+  /** Waits this many milliseconds (default setTimeout); for tests. */
   sleep?: (ms: number) => Promise<void>;
 }
 
+/** A dependency's counters since its limit was created (`DependencyLimit.stats()`). */
 export interface DependencyStats {
   name: string;
+  /** Calls running now. */
   active: number;
+  /** Calls waiting for the limits now. */
   waiting: number;
+  /** Calls finished, whether they succeeded or failed. */
   calls: number;
+  /** Calls whose function threw or rejected. */
   failures: number;
   /** Total time calls spent waiting for the limits, in milliseconds. */
   waitedMs: number;

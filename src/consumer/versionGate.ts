@@ -3,6 +3,7 @@ import { quoteIdentifier } from '../shared/identifiers.js';
 import { OutboxError } from '../shared/errors.js';
 import { advanceVersionSql } from './sql/entityVersions.js';
 
+/** What {@link advanceEntityVersion} gates: which entity, in which scope, at which version. */
 export interface AdvanceVersionOptions {
   /** Schema of the entity_versions table (default `public`). */
   schema?: string;
