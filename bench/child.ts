@@ -88,7 +88,7 @@ async function main(): Promise<void> {
       topics: process.env.BENCH_TOPIC ?? 'bench',
       pool,
       schema,
-      partitionsConcurrency: partitions,
+      batchesInFlight: partitions,
       maxWaitTimeMs: 10,
       logger: createLogger('warn'),
       handler: async (message, { client }) => {

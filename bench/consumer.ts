@@ -10,7 +10,7 @@
 // KAFKA_BROKERS (default 127.0.0.1:19092), BENCH_MESSAGES (default 50000),
 // BENCH_PARTITIONS (default 4), BENCH_MESSAGES_PER_TRANSACTION (default 50),
 // BENCH_ARMS (default `<per transaction>:on-failure:<partitions>`, a comma-separated list of
-// `messagesPerTransaction:savepoints:concurrency`), BENCH_ROUNDS (default 1), BENCH_OUT
+// `messagesPerTransaction:savepoints:batchesInFlight`), BENCH_ROUNDS (default 1), BENCH_OUT
 // (default bench/results/<stamp>-consumer/).
 import { runSections } from './harness.js';
 import { resultsDir } from './report.js';
@@ -24,13 +24,13 @@ const rounds = Number(process.env.BENCH_ROUNDS ?? 1);
 const arms: ConsumerArm[] = (process.env.BENCH_ARMS ?? `${perTransaction}:on-failure:${partitions}`).split(',').map((a) => {
   const [n, sp, c] = a.split(':');
   const savepoints = sp === 'always' ? 'always' : 'on-failure';
-  const concurrency = Number(c ?? partitions);
+  const batchesInFlight = Number(c ?? partitions);
   return {
     key: a,
-    label: `consumer, dedup + one-row effect, ${n}/transaction, savepoints ${savepoints}, ${concurrency} at once`,
+    label: `consumer, dedup + one-row effect, ${n}/transaction, savepoints ${savepoints}, ${batchesInFlight} at once`,
     savepoints,
     messagesPerTransaction: Number(n),
-    concurrency,
+    batchesInFlight,
   };
 });
 let data: ConsumerData | undefined;

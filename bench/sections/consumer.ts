@@ -18,8 +18,8 @@ export interface ConsumerArm {
   label: string;
   savepoints: 'on-failure' | 'always';
   messagesPerTransaction?: number;
-  /** Partitions handled at once (default: all of them). */
-  concurrency?: number;
+  /** Batches (partitions' transactions) handled at once (default: one per partition). */
+  batchesInFlight?: number;
 }
 
 export interface ConsumerOptions {
@@ -81,7 +81,7 @@ export async function consumer(pool: pg.Pool, o: ConsumerOptions): Promise<Secti
       topics: topic,
       pool,
       schema,
-      partitionsConcurrency: arm.concurrency ?? o.partitions,
+      batchesInFlight: arm.batchesInFlight ?? o.partitions,
       maxWaitTimeMs: 100,
       savepoints: arm.savepoints,
       ...(arm.messagesPerTransaction !== undefined && { messagesPerTransaction: arm.messagesPerTransaction }),
