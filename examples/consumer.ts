@@ -19,9 +19,16 @@
 // not JSON, or an amount that is not an integer, goes to <topic>.dead-letter.
 import pg from 'pg';
 import { Registry } from 'prom-client';
-import { createConsumer, createLogger, OutboxError, quoteIdentifier } from '../src/index.js';
-import { instrumentConsumer, instrumentHandler } from '../src/metrics/metrics.js';
-import { startMetricsServer, type MetricsServer } from '../src/metrics/server.js';
+import {
+  createConsumer,
+  createLogger,
+  instrumentConsumer,
+  instrumentHandler,
+  OutboxError,
+  quoteIdentifier,
+  startMetricsServer,
+  type MetricsServer,
+} from '../src/index.js';
 import { parseMetricsAddress } from '../src/metrics/options.js';
 
 const env = process.env;
