@@ -32,14 +32,14 @@ const consumer = createConsumer({
   groupId: env.GROUP_ID as string,
   topics: (env.TOPICS as string).split(','),
   schema,
-  partitionsConcurrency: Number(env.PARTITIONS_CONCURRENCY ?? 3),
+  batchesInFlight: Number(env.PARTITIONS_CONCURRENCY ?? 3),
   messagesPerTransaction: 50,
   sessionTimeoutMs: Number(env.SESSION_TIMEOUT_MS ?? 6_000),
   heartbeatIntervalMs: 500,
   rebalanceTimeoutMs: 10_000,
   maxWaitTimeMs: 100,
   retryMaxDelayMs: 2_000,
-  stopTimeoutMs: 5_000,
+  shutdownTimeoutMs: 5_000,
   ...(dedupOff ? { idempotencyKey: () => undefined, onMissingKey: 'process-without-dedup' as const } : {}),
   handler: async (message, { client }) => {
     await client.query(insert, [message.messageId ?? null, message.key ?? '', Number(message.headers[HEADERS.outboxId]), name]);
