@@ -1,6 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createConsumer, type Consumer, type ConsumerOptions } from '../src/consumer/consumer.js';
+import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
+import type { ConsumerOptions } from '../src/consumer/options.js';
 import { DEAD_LETTER_HEADERS } from '../src/consumer/deadLetterTopic.js';
 import { OutboxError } from '../src/shared/errors.js';
 import { HEADERS } from '../src/shared/kafka.js';

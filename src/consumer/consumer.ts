@@ -25,9 +25,9 @@ import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js'
 // resume of a partition), stop. The transaction itself is in transaction.ts, the options
 // in options.ts, the types handlers and listeners see in types.ts.
 
-// For importers from before the split into options.ts, types.ts and transaction.ts.
-export { resolveConsumerOptions } from './options.js';
-export type { ConsumerOptions, ResolvedConsumerOptions } from './options.js';
+// For importers from before the split (src/index.ts, src/metrics/consumerMetrics.ts): the
+// types are defined in options.ts and types.ts; import them from there.
+export type { ConsumerOptions } from './options.js';
 export type { ConsumedMessage, ConsumerEvents, ConsumerStats, HandlerContext, MessageHandler } from './types.js';
 
 /** A Postgres or Kafka failure outside any handler: back off, never dead-letter. */
@@ -225,8 +225,8 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
    */
   private async runChunk(topic: string, partition: number, chunk: KafkaMessage[], payload: EachBatchPayload): Promise<number | 'paused'> {
     const tp = partitionKey(topic, partition);
-    const { prepared, failure: unhandleable } = this.transactions.prepareChunk(topic, partition, chunk, (offset) => this.attemptOf(tp, offset));
-    let failure: Failure | undefined = unhandleable;
+    const { prepared, failure: prepareFailure } = this.transactions.prepareChunk(topic, partition, chunk, (offset) => this.attemptOf(tp, offset));
+    let failure: Failure | undefined = prepareFailure;
 
     let committed = 0;
     if (prepared.length > 0) {
