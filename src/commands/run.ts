@@ -50,43 +50,41 @@ export async function runRelay(options: RunRelayOptions): Promise<number> {
   const address = optionValue(metricsAddress, options.metricsAddress);
   const sampleIntervalMs = optionValue(metricsSampleIntervalMs, options.metricsSampleIntervalMs);
   const logger = options.logger;
-  await relay.start();
-  const kafka = relay.kafka as Kafka;
-  logger.info({ kafka: describeKafkaSecurity(options) }, 'kafka connection security');
-  let metrics: RelayMetricsService | undefined;
-  try {
-    metrics = await serveRelayMetrics(relay, {
-      address,
-      sampleIntervalMs,
-      kafka,
-      logger,
-    });
-  } catch (error) {
-    await relay.stop();
-    throw error;
-  }
+  // Handlers go in before start(): a signal during start-up (while Postgres is slow to
+  // answer, say) must stop the relay cleanly, not kill the process with its leases held.
   let signals = 0;
+  let running = false;
   const onSignal = (name: NodeJS.Signals): void => {
     signals++;
     if (signals === 1) {
       logger.info({ signal: name }, 'stopping: finishing batches in flight (send the signal again to stop now)');
-      void relay.stop();
+      if (running) void relay.stop();
     } else {
       logger.warn({ signal: name }, 'second signal: stopping now');
-      void relay.abort();
+      if (running) void relay.abort();
     }
   };
-  if (options.handleSignals ?? true) {
-    process.on('SIGTERM', onSignal);
-    process.on('SIGINT', onSignal);
-  }
-  options.signal?.addEventListener('abort', () => void relay.stop(), { once: true });
+  const handled: NodeJS.Signals[] = options.handleSignals ?? true ? ['SIGTERM', 'SIGINT', 'SIGHUP'] : [];
+  for (const s of handled) process.on(s, onSignal);
+  let metrics: RelayMetricsService | undefined;
   try {
-    const stopped = await new Promise<{ hard: boolean }>((resolve) => relay.once('stopped', resolve));
-    return stopped.hard ? EXIT.forced : EXIT.ok;
+    await relay.start();
+    logger.info({ kafka: describeKafkaSecurity(options) }, 'kafka connection security');
+    try {
+      metrics = await serveRelayMetrics(relay, { address, sampleIntervalMs, kafka: relay.kafka as Kafka, logger });
+    } catch (error) {
+      await relay.stop();
+      throw error;
+    }
+    const stopped = new Promise<{ hard: boolean }>((resolve) => relay.once('stopped', resolve));
+    running = true;
+    options.signal?.addEventListener('abort', () => void relay.stop(), { once: true });
+    if (options.signal?.aborted || signals === 1) void relay.stop();
+    else if (signals > 1) void relay.abort();
+    const outcome = await stopped;
+    return outcome.hard ? EXIT.forced : EXIT.ok;
   } finally {
-    process.off('SIGTERM', onSignal);
-    process.off('SIGINT', onSignal);
+    for (const s of handled) process.off(s, onSignal);
     await metrics?.close();
   }
 }

@@ -2,9 +2,9 @@ import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import type { Kafka } from 'kafkajs';
 import { quoteIdentifier } from '../shared/identifiers.js';
-import { createPool, describeDatabase } from '../shared/database.js';
+import { connectionError, createPool, describeDatabase } from '../shared/database.js';
 import { assertMigrated } from '../shared/schema.js';
-import { ConnectionError, OutboxError, describeError } from '../shared/errors.js';
+import { OutboxError, describeError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { createKafka } from '../shared/kafka.js';
 import { TypedEmitter } from '../shared/events.js';
@@ -141,11 +141,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       client = await this.pool.connect();
     } catch (error) {
       await this.pool.end().catch(() => undefined);
-      throw new ConnectionError(
-        `cannot connect to Postgres at ${describeDatabase(o.databaseUrl)}: ${describeError(error)}`,
-        { database: describeDatabase(o.databaseUrl) },
-        error,
-      );
+      throw connectionError(o.databaseUrl, error);
     }
     try {
       await assertMigrated(client, o.schema);

@@ -1,6 +1,7 @@
 import { choice, type Setting } from './settings.js';
 import { LOG_LEVELS, type LogLevel } from './logger.js';
 import { DEFAULT_SCHEMA, identifierProblem } from './identifiers.js';
+import { databaseUrlProblem } from './database.js';
 
 // Settings that the relay, the consumer and the operator commands all read: where the
 // database and the brokers are, which schema, how much to log. Each role's own settings
@@ -34,19 +35,7 @@ export const databaseUrl: Setting<string> = {
     const problem = this.check(raw.trim());
     return problem ? { problem } : { value: raw.trim() };
   },
-  check(value) {
-    let url: URL;
-    try {
-      url = new URL(value);
-    } catch {
-      // Never echo the value: it may hold a password.
-      return 'is not a URL (expected postgres://user@host:port/database)';
-    }
-    if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
-      return `has scheme ${JSON.stringify(url.protocol)}; expected postgres: or postgresql:`;
-    }
-    return undefined;
-  },
+  check: databaseUrlProblem,
 };
 
 export const kafkaBrokers: Setting<string[]> = {

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { ConnectionError } from './errors.js';
+import { ConnectionError, describeError } from './errors.js';
 import type { Logger } from './logger.js';
 
 // bigint columns (ids, counts) arrive as strings by default; every bigint we read fits in
@@ -18,14 +18,67 @@ export interface DatabaseOptions {
   schema?: string;
 }
 
-/** Where a connection string points, without its password: safe to log or print. */
-export function describeDatabase(url: string): string {
+/**
+ * What is wrong with a connection string, or undefined. Never quotes the value: it may
+ * hold a password. Refuses an `@` after the host, the mark of a password with an
+ * unescaped `/`, `?` or `#`, which URL parsing (ours and pg's) would otherwise read as
+ * host and port, putting the rest of the password into the database name.
+ */
+export function databaseUrlProblem(value: string): string | undefined {
+  let url: URL;
   try {
-    const u = new URL(url);
-    return `${u.hostname || 'localhost'}:${u.port || '5432'}${u.pathname || '/'}`;
+    url = new URL(value);
   } catch {
-    return '(unparseable DATABASE_URL)';
+    return 'is not a URL (expected postgres://user@host:port/database; percent-encode a password holding / ? # @ or %)';
   }
+  if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
+    return `has scheme ${JSON.stringify(url.protocol)}; expected postgres: or postgresql:`;
+  }
+  if (/@/.test(url.pathname + url.search + url.hash)) {
+    return "has an '@' after the host: percent-encode a password holding / ? # @ or % (the value is not shown)";
+  }
+  return undefined;
+}
+
+/** Where a connection string points, without its user info: safe to log or print. */
+export function describeDatabase(url: string): string {
+  if (databaseUrlProblem(url) !== undefined) return '(malformed DATABASE_URL, not shown)';
+  const u = new URL(url);
+  return `${u.hostname || 'localhost'}:${u.port || '5432'}${u.pathname || '/'}`;
+}
+
+/**
+ * `text` with every piece of the connection string's user info blanked out, however the
+ * URL is malformed: for error messages of the driver, which may quote what it parsed as
+ * a host or a database name.
+ */
+export function redactDatabaseUrl(text: string, url: string | undefined): string {
+  if (!url) return text;
+  const start = url.indexOf('://');
+  const at = url.lastIndexOf('@');
+  if (start < 0 || at <= start) return text;
+  const userInfo = url.slice(start + 3, at);
+  const secrets = new Set<string>([userInfo]);
+  const colon = userInfo.indexOf(':');
+  if (colon >= 0) secrets.add(userInfo.slice(colon + 1));
+  for (const piece of userInfo.split(/[:/@?#]/)) if (piece.length >= 3) secrets.add(piece);
+  for (const s of [...secrets]) {
+    try {
+      secrets.add(decodeURIComponent(s));
+    } catch {
+      // not percent-encoded text: the raw piece is enough
+    }
+  }
+  let out = text;
+  for (const s of [...secrets].filter((x) => x.length > 0).sort((a, b) => b.length - a.length)) out = out.split(s).join('[redacted]');
+  return out;
+}
+
+/** A ConnectionError for `url` whose message names the server, never the user info. */
+export function connectionError(url: string | undefined, error: unknown): ConnectionError {
+  const where = url ? describeDatabase(url) : 'the given pool';
+  const why = redactDatabaseUrl(describeError(error), url);
+  return new ConnectionError(`cannot connect to Postgres at ${where}: ${why}`, { database: where }, error);
 }
 
 /** Open one connection, failing with a one-line ConnectionError that names the server. */
@@ -38,11 +91,7 @@ export async function connect(url: string, applicationName: string): Promise<pg.
     await client.connect();
   } catch (error) {
     await client.end().catch(() => undefined);
-    throw new ConnectionError(
-      `cannot connect to Postgres at ${describeDatabase(url)}: ${(error as Error).message}`,
-      { database: describeDatabase(url) },
-      error,
-    );
+    throw connectionError(url, error);
   }
   return client;
 }
