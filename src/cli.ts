@@ -141,10 +141,11 @@ addSettings(
 });
 
 // dead-letters and cleanup: the operator side of rows that could not be published
-// (src/deadLetters.ts, src/cleanup.ts, docs/operations-dead-letters.md). Imported here,
-// in its own block, so the commands stay one self-contained piece.
+// (src/commands/deadLetters.ts, src/commands/cleanup.ts, docs/operations-dead-letters.md).
+// Imported here, in its own block, so the commands stay one self-contained piece.
 const ops = await import('./commands/options.js');
 const deadLetters = await import('./commands/deadLetters.js');
+const { deadLetterJson, formatDeadLetters } = await import('./commands/deadLetterFormat.js');
 
 /** Library option name to the flag the user typed, for ConfigErrors of the filter. */
 const FILTER_FLAGS: Record<string, string> = { ids: 'id', topic: '--topic', key: '--key', reason: '--reason', since: '--since', until: '--until', policy: '--policy', all: '--all', yes: '--yes' };
@@ -202,8 +203,8 @@ addSettings(
   );
   process.stdout.write(
     flags.json
-      ? `${JSON.stringify({ total: result.total, deadLetters: result.deadLetters.map(deadLetters.deadLetterJson) }, null, 2)}\n`
-      : deadLetters.formatDeadLetters(result.deadLetters, result.total),
+      ? `${JSON.stringify({ total: result.total, deadLetters: result.deadLetters.map(deadLetterJson) }, null, 2)}\n`
+      : formatDeadLetters(result.deadLetters, result.total),
   );
 });
 
@@ -275,7 +276,7 @@ addSettings(
     }),
   );
   if (r.dryRun) {
-    process.stdout.write(deadLetters.formatDeadLetters(r.matched));
+    process.stdout.write(formatDeadLetters(r.matched));
     fail(new ConfigError('--yes', `is required to discard these ${r.matched.length} dead letters; nothing was discarded`));
   }
   const released = r.releasedKeys.length;

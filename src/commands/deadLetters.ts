@@ -8,209 +8,21 @@ import { parseTimePoint } from '../shared/durations.js';
 import { discardDeadLettersSql, listDeadLettersSql, replayDeadLettersSql } from './sql/deadLetters.js';
 import { ConfigError, OutboxError } from '../shared/errors.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
-import { openDatabase, type OpenDatabase } from './openDatabase.js';
+import {
+  dbNow,
+  openDeadLetters,
+  requireMatches,
+  requireSelection,
+  resolveFilter,
+  select,
+  type DeadLetter,
+  type DeadLetterFilter,
+} from './deadLetterSelection.js';
+
+export { DeadLetterNotFoundError, type DeadLetter, type DeadLetterFilter } from './deadLetterSelection.js';
 
 // `outbox-relay dead-letters list | replay | discard`: what the relay could not publish,
 // and the ways back out of outbox_dead_letters (see docs/operations-dead-letters.md).
-
-/** A row the relay could never publish, as it sits in outbox_dead_letters. */
-export interface DeadLetter {
-  /** Its outbox id; a replay puts it back under this id. */
-  id: number;
-  /** The message-id header; kept across replays, so consumers deduplicate a replay. */
-  messageId: string;
-  topic: string;
-  key: string;
-  payload: unknown;
-  payloadBytes: Buffer | null;
-  headers: Record<string, string> | null;
-  createdAt: Date;
-  dedupKey: string | null;
-  attempts: number;
-  /** Why it cannot be published as it is. */
-  reason: string;
-  /** Kafka's error name (MESSAGE_TOO_LARGE) or the validation that failed (validation:empty_key). */
-  errorName: string;
-  /** park: its key's later rows wait for it; skip: they went on without it. */
-  policy: 'park' | 'skip';
-  firstFailedAt: Date;
-  deadLetteredAt: Date;
-  /** This dead letter is the one its key is parked behind right now. */
-  parksKey: boolean;
-}
-
-/**
- * Which dead letters a command works on; every field narrows the selection (AND).
- * Times are a Date, an ISO 8601 text (no offset: UTC) or a duration ago (`2h`, `7d`).
- */
-export interface DeadLetterFilter {
-  ids?: readonly number[];
-  topic?: string;
-  key?: string;
-  /** Case-insensitive substring of the reason or of the error name. */
-  reason?: string;
-  /** Dead-lettered at or after. */
-  since?: Date | string;
-  /** Dead-lettered before. */
-  until?: Date | string;
-  policy?: 'park' | 'skip';
-}
-
-
-/** A filter matched nothing, or ids that are not dead letters were named. Nothing changed. */
-export class DeadLetterNotFoundError extends OutboxError {
-  constructor(message: string, context: Record<string, unknown>) {
-    super(message, { retriable: false, context });
-  }
-}
-
-const FILTER_FIELDS = ['ids', 'topic', 'key', 'reason', 'since', 'until', 'policy'] as const;
-
-interface ResolvedFilter {
-  params: [number[] | null, string | null, string | null, string | null, Date | null, Date | null, string | null];
-  text: string;
-  empty: boolean;
-}
-
-/** Check a filter up front; ConfigError names the field. Relative times count back from `now`. */
-function resolveFilter(f: DeadLetterFilter, now: Date): ResolvedFilter {
-  let ids: number[] | null = null;
-  if (f.ids !== undefined) {
-    if (!Array.isArray(f.ids) || f.ids.length === 0) throw new ConfigError('ids', 'must be a non-empty list of dead letter ids');
-    for (const id of f.ids) {
-      if (!Number.isSafeInteger(id) || id < 1) throw new ConfigError('ids', `${JSON.stringify(id)} is not a dead letter id (a positive whole number)`);
-    }
-    ids = [...new Set(f.ids)].sort((a, b) => a - b);
-  }
-  const text = (name: string, v: string | undefined): string | null => {
-    if (v === undefined) return null;
-    if (typeof v !== 'string' || v === '') throw new ConfigError(name, 'must be a non-empty string');
-    return v;
-  };
-  const time = (name: string, v: Date | string | undefined): Date | null => {
-    if (v === undefined) return null;
-    if (v instanceof Date) {
-      if (Number.isNaN(v.getTime())) throw new ConfigError(name, 'is an invalid Date');
-      return v;
-    }
-    if (typeof v !== 'string') throw new ConfigError(name, `${JSON.stringify(v)} is not a time`);
-    const parsed = parseTimePoint(v, now);
-    if ('problem' in parsed) throw new ConfigError(name, parsed.problem);
-    return parsed.value;
-  };
-  const topic = text('topic', f.topic);
-  // A key may be empty (an empty key is one of the things that gets dead-lettered).
-  if (f.key !== undefined && typeof f.key !== 'string') throw new ConfigError('key', 'must be a string');
-  const key = f.key ?? null;
-  const reason = text('reason', f.reason);
-  const since = time('since', f.since);
-  const until = time('until', f.until);
-  if (since && until && since >= until) {
-    throw new ConfigError('until', `${until.toISOString()} is not after since (${since.toISOString()})`);
-  }
-  if (f.policy !== undefined && f.policy !== 'park' && f.policy !== 'skip') {
-    throw new ConfigError('policy', `${JSON.stringify(f.policy)} is not one of park, skip`);
-  }
-  const policy = f.policy ?? null;
-  const parts: string[] = [];
-  if (ids) parts.push(`id ${ids.join(',')}`);
-  if (topic !== null) parts.push(`topic ${JSON.stringify(topic)}`);
-  if (key !== null) parts.push(`key ${JSON.stringify(key)}`);
-  if (reason !== null) parts.push(`reason ~ ${JSON.stringify(reason)}`);
-  if (since) parts.push(`since ${since.toISOString()}`);
-  if (until) parts.push(`until ${until.toISOString()}`);
-  if (policy) parts.push(`policy ${policy}`);
-  return {
-    params: [ids, topic, key, reason, since, until, policy],
-    text: parts.length ? parts.join(', ') : 'all dead letters',
-    empty: parts.length === 0,
-  };
-}
-
-function open(options: DatabaseOptions, what: string): Promise<OpenDatabase> {
-  return openDatabase(options, `outbox-relay:${what}`);
-}
-
-/** Now by the database's clock, which also stamped dead_lettered_at. */
-async function dbNow(db: pg.ClientBase | pg.Pool): Promise<Date> {
-  return (await db.query<{ now: Date }>('SELECT now() AS now')).rows[0]!.now;
-}
-
-interface DeadLetterRow {
-  id: number;
-  message_id: string;
-  topic: string;
-  key: string;
-  payload: unknown;
-  payload_bytes: Buffer | null;
-  headers: Record<string, string> | null;
-  created_at: Date;
-  dedup_key: string | null;
-  attempts: number;
-  reason: string;
-  error_name: string;
-  policy: 'park' | 'skip';
-  first_failed_at: Date;
-  dead_lettered_at: Date;
-  parks_key: boolean;
-  total: number;
-}
-
-function toDeadLetter(r: DeadLetterRow): DeadLetter {
-  return {
-    id: Number(r.id),
-    messageId: r.message_id,
-    topic: r.topic,
-    key: r.key,
-    payload: r.payload,
-    payloadBytes: r.payload_bytes,
-    headers: r.headers,
-    createdAt: r.created_at,
-    dedupKey: r.dedup_key,
-    attempts: r.attempts,
-    reason: r.reason,
-    errorName: r.error_name,
-    policy: r.policy,
-    firstFailedAt: r.first_failed_at,
-    deadLetteredAt: r.dead_lettered_at,
-    parksKey: r.parks_key,
-  };
-}
-
-async function select(db: pg.ClientBase | pg.Pool, s: string, filter: ResolvedFilter, limit: number | null): Promise<{ rows: DeadLetter[]; total: number }> {
-  const { rows } = await db.query<DeadLetterRow>(listDeadLettersSql(s), [...filter.params, limit]);
-  return { rows: rows.map(toDeadLetter), total: rows.length ? Number(rows[0]!.total) : 0 };
-}
-
-/**
- * The chosen set must be exactly what the caller named: every id given exists (and
- * matches the rest of the filter), and a filter matches something. Otherwise nothing
- * happens and the error says why.
- */
-function requireMatches(filter: ResolvedFilter, found: readonly DeadLetter[], verb: string): void {
-  const ids = filter.params[0];
-  if (ids) {
-    const have = new Set(found.map((d) => d.id));
-    const missing = ids.filter((id) => !have.has(id));
-    if (missing.length) {
-      const which = missing.length === 1 ? `dead letter ${missing[0]} does not exist` : `dead letters ${missing.join(', ')} do not exist`;
-      const extra = filter.params.slice(1).some((p) => p !== null) ? ' or do not match the filter' : '';
-      throw new DeadLetterNotFoundError(`${which}${extra}; nothing was ${verb}`, { missing });
-    }
-  }
-  if (found.length === 0) throw new DeadLetterNotFoundError(`no dead letter matches ${filter.text}; nothing was ${verb}`, { filter: filter.text });
-}
-
-function requireSelection(filter: ResolvedFilter, all: boolean | undefined, verb: string): void {
-  if (all !== undefined && typeof all !== 'boolean') throw new ConfigError('all', 'must be true or false');
-  if (filter.empty && !all) {
-    throw new ConfigError('filter', `no dead letters named: give ids, a filter (topic, key, reason, since, until, policy) or all, to ${verb}`);
-  }
-  if (!filter.empty && all) throw new ConfigError('all', 'cannot be combined with ids or a filter');
-}
-
-// ---------------------------------------------------------------------------------------
-// list
 
 /** Options of {@link listDeadLetters}: the database, a filter and a limit. */
 export interface ListDeadLettersOptions extends DatabaseOptions, DeadLetterFilter {
@@ -230,7 +42,7 @@ export async function listDeadLetters(options: ListDeadLettersOptions = {}): Pro
   const limit = optionValue(listLimit, options.limit);
   const s = quoteSchema(options.schema);
   checkFilterFields(options);
-  const { db, close } = await open(options, 'dead-letters');
+  const { db, close } = await openDeadLetters(options, 'dead-letters');
   try {
     const filter = resolveFilter(options, await dbNow(db));
     const { rows, total } = await select(db, s, filter, limit);
@@ -330,7 +142,7 @@ export async function replayDeadLetters(options: ReplayDeadLettersOptions): Prom
   const s = quoteSchema(options.schema);
   requireSelection(resolveFilter(options, new Date()), options.all, 'replay');
   const logger = options.logger ?? silentLogger();
-  const { db, close } = await open(options, 'dead-letters-replay');
+  const { db, close } = await openDeadLetters(options, 'dead-letters-replay');
   try {
     const filter = resolveFilter(options, await dbNow(db));
     const { rows } = await select(db, s, filter, options.limit ?? null);
@@ -469,7 +281,7 @@ export async function discardDeadLetters(options: DiscardDeadLettersOptions): Pr
   if (options.yes !== undefined && typeof options.yes !== 'boolean') throw new ConfigError('yes', 'must be true or false');
   const s = quoteSchema(options.schema);
   requireSelection(resolveFilter(options, new Date()), options.all, 'discard');
-  const { db, close } = await open(options, 'dead-letters-discard');
+  const { db, close } = await openDeadLetters(options, 'dead-letters-discard');
   try {
     const filter = resolveFilter(options, await dbNow(db));
     const { rows } = await select(db, s, filter, null);
@@ -489,42 +301,3 @@ export async function discardDeadLetters(options: DiscardDeadLettersOptions): Pr
     await close();
   }
 }
-
-// ---------------------------------------------------------------------------------------
-// output
-
-/** A dead letter as JSON: binary payloads as base64, times as ISO text. */
-export function deadLetterJson(d: DeadLetter): Record<string, unknown> {
-  return { ...d, payloadBytes: d.payloadBytes ? d.payloadBytes.toString('base64') : null };
-}
-
-/** Dead letters as a table for a terminal; `*` marks the dead letter a key is parked behind. */
-export function formatDeadLetters(list: readonly DeadLetter[], total = list.length): string {
-  if (list.length === 0) return 'no dead letters match\n';
-  const rows = [
-    ['id', 'dead-lettered', 'topic', 'key', 'policy', 'attempts', 'error', 'reason'],
-    ...list.map((d) => [
-      String(d.id),
-      d.deadLetteredAt.toISOString().replace(/\.\d+Z$/, 'Z'),
-      d.topic,
-      d.key,
-      d.policy + (d.parksKey ? '*' : ''),
-      String(d.attempts),
-      d.errorName,
-      oneLine(d.reason, 80),
-    ]),
-  ];
-  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
-  const lines = rows.map((r) => r.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd());
-  if (list.some((d) => d.parksKey)) lines.push('(* its key is parked: later rows of the key wait for it)');
-  if (total > list.length) lines.push(`(${list.length} of ${total} shown; raise --limit or narrow the filter)`);
-  return lines.join('\n') + '\n';
-}
-
-function oneLine(text: string, max: number): string {
-  const t = text.replace(/\s+/g, ' ').trim();
-  return t.length > max ? `${t.slice(0, max - 1)}…` : t;
-}
-
-/** The filter fields a CLI maps to flags, for error messages that name the flag. */
-export const DEAD_LETTER_FILTER_FIELDS: readonly string[] = FILTER_FIELDS;
