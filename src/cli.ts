@@ -174,7 +174,7 @@ function withFilterFlags(command: Command): Command {
     .option('--policy <policy>', 'park or skip');
 }
 
-function filterFrom(ids: string[], flags: Record<string, unknown>): import('./commands/deadLetters.js').DeadLetterFilter {
+function filterFrom(ids: string[], flags: Record<string, unknown>): import('./commands/deadLetterSelection.js').DeadLetterFilter {
   const list = ids.flatMap((a) => a.split(',')).map((a) => a.trim()).filter((a) => a !== '');
   for (const a of list) if (!/^\d+$/.test(a) || Number(a) < 1) throw new ConfigError('id', `${JSON.stringify(a)} is not a dead letter id (a positive whole number)`);
   return {

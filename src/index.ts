@@ -18,7 +18,8 @@ export { HEADERS } from './shared/kafka.js';
 
 // The consumer runtime (src/consumer/).
 export { createConsumer, Consumer } from './consumer/consumer.js';
-export type { ConsumerOptions, ConsumerEvents, ConsumerStats, ConsumedMessage, HandlerContext, MessageHandler } from './consumer/consumer.js';
+export type { ConsumerOptions } from './consumer/options.js';
+export type { ConsumerEvents, ConsumerStats, ConsumedMessage, HandlerContext, MessageHandler } from './consumer/types.js';
 export { classifyError } from './consumer/classifyError.js';
 export type { ErrorClass } from './consumer/classifyError.js';
 export { DecodeError } from './consumer/decode.js';
@@ -37,8 +38,10 @@ export { migrate, migrationScript } from './commands/migrate.js';
 export type { MigrateOptions, MigrateResult } from './commands/migrate.js';
 export { getStatus, formatStatus } from './commands/status.js';
 export type { OutboxStatus, StatusOptions } from './commands/status.js';
-export { listDeadLetters, replayDeadLetters, discardDeadLetters, DeadLetterNotFoundError } from './commands/deadLetters.js';
-export type { DeadLetter, DeadLetterFilter, ListDeadLettersOptions, ListDeadLettersResult, ReplayDeadLettersOptions, ReplayProgress, ReplayResult, DiscardDeadLettersOptions, DiscardResult } from './commands/deadLetters.js';
+export { listDeadLetters, replayDeadLetters, discardDeadLetters } from './commands/deadLetters.js';
+export { DeadLetterNotFoundError } from './commands/deadLetterSelection.js';
+export type { DeadLetter, DeadLetterFilter } from './commands/deadLetterSelection.js';
+export type { ListDeadLettersOptions, ListDeadLettersResult, ReplayDeadLettersOptions, ReplayProgress, ReplayResult, DiscardDeadLettersOptions, DiscardResult } from './commands/deadLetters.js';
 export { cleanupOutbox } from './commands/cleanup.js';
 export type { CleanupOptions, CleanupResult } from './commands/cleanup.js';
 export { purgeProcessedMessages } from './commands/purgeProcessed.js';
@@ -48,8 +51,8 @@ export type { RoleScriptOptions } from './commands/roles.js';
 export type { DatabaseOptions } from './shared/database.js';
 
 // Metrics and health (src/metrics/).
-export { instrumentConsumer, instrumentHandler } from './metrics/metrics.js';
-export type { ConsumerInstrumentation, InstrumentConsumerOptions } from './metrics/metrics.js';
+export { instrumentConsumer, instrumentHandler } from './metrics/consumerMetrics.js';
+export type { ConsumerInstrumentation, InstrumentConsumerOptions } from './metrics/consumerMetrics.js';
 export { startMetricsServer, serveRelayMetrics } from './metrics/server.js';
 export type { MetricsServer, MetricsServerOptions, RelayMetricsService } from './metrics/server.js';
 

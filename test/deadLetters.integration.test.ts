@@ -4,9 +4,9 @@ import {
   discardDeadLetters,
   listDeadLetters,
   replayDeadLetters,
-  DeadLetterNotFoundError,
   type ReplayProgress,
 } from '../src/commands/deadLetters.js';
+import { DeadLetterNotFoundError } from '../src/commands/deadLetterSelection.js';
 import { ConfigError } from '../src/shared/errors.js';
 import kafkajs from 'kafkajs';
 import { createRelay } from '../src/relay/relay.js';

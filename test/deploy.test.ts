@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse, parseAllDocuments } from 'yaml';
-import { metricNames } from '../src/metrics/metrics.js';
+import { metricNames } from '../src/metrics/metricNames.js';
 import { metricsAddress } from '../src/metrics/options.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));

@@ -8,7 +8,7 @@ import { startLocalKafka, type LocalKafka } from '../scripts/localKafka.js';
 import { createRelay } from '../src/relay/relay.js';
 import { enqueue } from '../src/enqueue.js';
 import { ConfigError } from '../src/shared/errors.js';
-import { errorClass } from '../src/metrics/metrics.js';
+import { errorLabel } from '../src/metrics/errorLabel.js';
 import { readSetting, type Setting } from '../src/shared/settings.js';
 import {
   KAFKA_SECURITY_SETTINGS,
@@ -98,7 +98,7 @@ for (const mechanism of ['scram-sha-256', 'scram-sha-512'] as const) {
     await enqueueRows(topic, 25);
     const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: [broker.saslBrokers as string], schema: db.schema, kafka: client(security), horizonMaxWaitMs: 1_000 });
     const errors: string[] = [];
-    relay.on('batchError', (e) => errors.push(`${errorClass(e.error)}: ${e.error.message}`));
+    relay.on('batchError', (e) => errors.push(`${errorLabel(e.error)}: ${e.error.message}`));
     await relay.start();
     try {
       await waitFor('25 rows sent', async () => (await unsent(topic)) === 0 || (errors.length > 0 && { errors }));
@@ -132,7 +132,7 @@ test('integration: a wrong SCRAM password fails authentication; the rows stay un
   await anonymous.disconnect().catch(() => undefined);
 
   const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: [broker.saslBrokers as string], schema: db.schema, kafka: client(wrong), retryMaxDelayMs: 100, horizonMaxWaitMs: 1_000 });
-  const failed = new Promise<string>((resolve) => relay.once('batchError', (e) => resolve(errorClass(e.error))));
+  const failed = new Promise<string>((resolve) => relay.once('batchError', (e) => resolve(errorLabel(e.error))));
   await relay.start();
   try {
     assert.equal(await failed, 'kafka_sasl_authentication_error');

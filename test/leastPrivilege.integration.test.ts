@@ -6,7 +6,7 @@ import { createRelay, type Relay } from '../src/relay/relay.js';
 import { createConsumer } from '../src/consumer/consumer.js';
 import { enqueue } from '../src/enqueue.js';
 import { getStatus } from '../src/commands/status.js';
-import { instrumentRelay, type RelayInstrumentation } from '../src/metrics/metrics.js';
+import { instrumentRelay, type RelayInstrumentation } from '../src/metrics/relayMetrics.js';
 import { roleScript } from '../src/commands/roles.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testKafka } from './helpers/kafka.js';

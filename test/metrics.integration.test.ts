@@ -7,7 +7,7 @@ import { enqueue } from '../src/enqueue.js';
 import { BREAKER_STATE, instrumentRelay, relayMetrics, type RelayInstrumentation } from '../src/metrics/relayMetrics.js';
 import { consumerMetrics } from '../src/metrics/consumerMetrics.js';
 import { errorLabel } from '../src/metrics/errorLabel.js';
-import { metricNames } from '../src/metrics/metrics.js';
+import { metricNames } from '../src/metrics/metricNames.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { metricValue } from './helpers/metrics.js';

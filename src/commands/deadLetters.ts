@@ -19,7 +19,6 @@ import {
   type DeadLetterFilter,
 } from './deadLetterSelection.js';
 
-export { DeadLetterNotFoundError, type DeadLetter, type DeadLetterFilter } from './deadLetterSelection.js';
 
 // `outbox-relay dead-letters list | replay | discard`: what the relay could not publish,
 // and the ways back out of outbox_dead_letters (see docs/operations-dead-letters.md).

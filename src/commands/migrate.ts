@@ -1,4 +1,3 @@
-export { loadMigrations, assertMigrated, type Migration } from '../shared/schema.js';
 import pg from 'pg';
 import { DEFAULT_SCHEMA, quoteIdentifier } from '../shared/identifiers.js';
 import { ConfigError, OutboxError } from '../shared/errors.js';

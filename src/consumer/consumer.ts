@@ -27,8 +27,6 @@ import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js'
 
 // For importers from before the split (src/index.ts, src/metrics/consumerMetrics.ts): the
 // types are defined in options.ts and types.ts; import them from there.
-export type { ConsumerOptions } from './options.js';
-export type { ConsumedMessage, ConsumerEvents, ConsumerStats, HandlerContext, MessageHandler } from './types.js';
 
 /** A Postgres or Kafka failure outside any handler: back off, never dead-letter. */
 class InfrastructureError extends OutboxError {

@@ -5,7 +5,8 @@
  */
 import { Registry, type Counter, type Gauge, type Histogram } from 'prom-client';
 import type { Admin, Kafka } from 'kafkajs';
-import type { Consumer, ConsumerEvents, MessageHandler } from '../consumer/consumer.js';
+import type { Consumer } from '../consumer/consumer.js';
+import type { ConsumerEvents, MessageHandler } from '../consumer/types.js';
 import { createKafka } from '../shared/kafka.js';
 import { describeError } from '../shared/errors.js';
 import { silentLogger, type Logger } from '../shared/logger.js';

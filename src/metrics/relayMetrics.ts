@@ -18,7 +18,6 @@ import { withDeadline } from './promises.js';
 import { startBacklogSampler, type RelaySample } from './backlogSampler.js';
 import type { RelayStatusEvent, RelayStatusSource } from './relayStatusSource.js';
 
-export type { RelaySample } from './backlogSampler.js';
 
 /** Breaker states as the value of outbox_relay_breaker_state. */
 export const BREAKER_STATE = { closed: 0, open: 1 } as const satisfies Record<BreakerState, number>;

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createConcurrencyLimit, createDependencyLimit, createRateLimit } from '../src/consumer/limits.js';
+import { createConcurrencyLimit, createDependencyLimit, createRateLimit } from '../../src/consumer/limits.js';
 
 /** A manual clock: sleep() resolves when the test advances time past its deadline. */
 function fakeClock() {

@@ -2,12 +2,12 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Kafka } from 'kafkajs';
 import pg from 'pg';
-import { createConsumer } from '../src/consumer/consumer.js';
-import { resolveConsumerOptions, type ConsumerOptions } from '../src/consumer/options.js';
-import { classifyError } from '../src/consumer/classifyError.js';
-import { DecodeError, decodeValue } from '../src/consumer/decode.js';
-import { deadLetterMessage } from '../src/consumer/deadLetterTopic.js';
-import { ConfigError, OutboxError } from '../src/shared/errors.js';
+import { createConsumer } from '../../src/consumer/consumer.js';
+import { resolveConsumerOptions, type ConsumerOptions } from '../../src/consumer/options.js';
+import { classifyError } from '../../src/consumer/classifyError.js';
+import { DecodeError, decodeValue } from '../../src/consumer/decode.js';
+import { deadLetterMessage } from '../../src/consumer/deadLetterTopic.js';
+import { ConfigError, OutboxError } from '../../src/shared/errors.js';
 
 const kafka = new Kafka({ brokers: ['127.0.0.1:1'] });
 const pool = new pg.Pool();

@@ -26,7 +26,7 @@ const TYPES = [
   'SaslMechanism', 'StatusOptions', 'ValueDecoder',
 ];
 
-const INDEX = fileURLToPath(new URL('../src/index.ts', import.meta.url));
+const INDEX = fileURLToPath(new URL('../../src/index.ts', import.meta.url));
 
 function exportedSymbols(): { checker: ts.TypeChecker; symbols: ts.Symbol[] } {
   const program = ts.createProgram([INDEX], { module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, strict: true, noEmit: true });
@@ -39,7 +39,7 @@ function exportedSymbols(): { checker: ts.TypeChecker; symbols: ts.Symbol[] } {
 }
 
 test('the package exports exactly the documented values', async () => {
-  const api = await import('../src/index.js');
+  const api = await import('../../src/index.js');
   assert.deepEqual(Object.keys(api).sort(), [...VALUES].sort());
 });
 

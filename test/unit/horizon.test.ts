@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Horizon } from '../src/relay/horizon.js';
+import { Horizon } from '../../src/relay/horizon.js';
 
 function clock(start = 0): { now: () => number; advance: (ms: number) => void } {
   let t = start;

@@ -1,10 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { publishBatch, PublishError, type DeadLetterPolicy } from '../src/relay/publishBatch.js';
-import { classifyPublishError } from '../src/relay/publishErrors.js';
-import { validateRow } from '../src/relay/validation.js';
-import { CircuitBreaker } from '../src/relay/breaker.js';
-import type { ClaimedRow } from '../src/relay/sql/claim.js';
+import { publishBatch, PublishError, type DeadLetterPolicy } from '../../src/relay/publishBatch.js';
+import { classifyPublishError } from '../../src/relay/publishErrors.js';
+import { validateRow } from '../../src/relay/validation.js';
+import { CircuitBreaker } from '../../src/relay/breaker.js';
+import type { ClaimedRow } from '../../src/relay/sql/claim.js';
 
 let nextId = 1;
 function row(key: string, extra: Partial<ClaimedRow> = {}): ClaimedRow {

@@ -4,9 +4,9 @@
 // so that takeover and fencing escape the faults).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { PLANTS, PROFILES, planRuns } from './faults/profiles.js';
-import { emptyTally, expectedTally, FAULT_KINDS, runsCheck, selfCheck, selfCheckFailures, type Tally } from './faults/selfCheck.js';
-import { parseChangedFiles } from './faults/snapshot.js';
+import { PLANTS, PROFILES, planRuns } from '../faults/profiles.js';
+import { emptyTally, expectedTally, FAULT_KINDS, runsCheck, selfCheck, selfCheckFailures, type Tally } from '../faults/selfCheck.js';
+import { parseChangedFiles } from '../faults/snapshot.js';
 
 const ci = PROFILES.ci!;
 

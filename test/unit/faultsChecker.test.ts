@@ -2,8 +2,8 @@
 // small hand-made inputs, no servers.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { check, violations, type CheckInput, type Delivered, type EffectRow, type OutboxRow } from './faults/checker.js';
-import { buildSchedule, mulberry32 } from './faults/schedule.js';
+import { check, violations, type CheckInput, type Delivered, type EffectRow, type OutboxRow } from '../faults/checker.js';
+import { buildSchedule, mulberry32 } from '../faults/schedule.js';
 
 const row = (messageId: string, outboxId: number, key: string, sent = true): OutboxRow => ({ messageId, outboxId, key, sent });
 const wire = (partition: number, offset: number, key: string, messageId: string, outboxId: number): Delivered => ({ partition, offset, key, messageId, outboxId });

@@ -1,9 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { RUN_SETTINGS } from '../src/commands/run.js';
+import { RUN_SETTINGS } from '../../src/commands/run.js';
 
-const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
 
 test('the README settings table lists every setting of `outbox-relay run`, with its flag and variable', () => {
   const rows = readme.split('\n').filter((l) => l.startsWith('| '));

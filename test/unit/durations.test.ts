@@ -1,9 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { formatDuration, parseDuration, parseTimePoint } from '../src/shared/durations.js';
-import { cleanupRetention, replayRate } from '../src/commands/options.js';
-import { optionValue, readSetting } from '../src/shared/settings.js';
-import { ConfigError } from '../src/shared/errors.js';
+import { formatDuration, parseDuration, parseTimePoint } from '../../src/shared/durations.js';
+import { cleanupRetention, replayRate } from '../../src/commands/options.js';
+import { optionValue, readSetting } from '../../src/shared/settings.js';
+import { ConfigError } from '../../src/shared/errors.js';
 
 test('parseDuration reads one or several <number><unit> parts', () => {
   const cases: Array<[string, number]> = [
