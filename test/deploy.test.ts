@@ -1,6 +1,7 @@
 // Checks of deploy/: the alert rules' unit tests (promtool), the Prometheus config, the
 // dashboard's queries, the compose file and the Kubernetes manifests. No Docker engine or
-// cluster is needed; promtool is (Debian's prometheus package; .ci/run installs it).
+// cluster is needed; promtool is: scripts/promtool.sh finds it on PATH or fetches Debian's
+// prometheus package into .cache/promtool (never skipped: without it these tests fail).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -18,12 +19,26 @@ const read = (path: string): string => readFileSync(join(DEPLOY, path), 'utf8');
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Any = any;
 
-function promtool(args: string[]): string {
+let promtoolPath: string | undefined;
+
+/** The promtool binary: on PATH, or fetched by scripts/promtool.sh; throws saying why not. */
+function promtoolBinary(): string {
+  if (promtoolPath) return promtoolPath;
   try {
-    return execFileSync('promtool', args, { cwd: DEPLOY, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+    promtoolPath = execFileSync(join(ROOT, 'scripts/promtool.sh'), [], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).trim();
   } catch (error) {
-    const e = error as NodeJS.ErrnoException & { stdout?: string; stderr?: string };
-    if (e.code === 'ENOENT') throw new Error('promtool is not installed: apt-get install prometheus (it provides /usr/bin/promtool)');
+    const e = error as { stderr?: string; message: string };
+    throw new Error(`promtool is needed and scripts/promtool.sh could not provide it:\n${e.stderr || e.message}`);
+  }
+  return promtoolPath;
+}
+
+function promtool(args: string[]): string {
+  const binary = promtoolBinary();
+  try {
+    return execFileSync(binary, args, { cwd: DEPLOY, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (error) {
+    const e = error as { stdout?: string; stderr?: string };
     throw new Error(`promtool ${args.join(' ')} failed:\n${e.stdout ?? ''}${e.stderr ?? ''}`);
   }
 }
@@ -112,6 +127,10 @@ test('Dockerfile: multi-stage, production dependencies only, non-root, signals r
   const text = read('Dockerfile');
   const stages = [...text.matchAll(/^FROM\s+(\S+)(?:\s+AS\s+(\S+))?/gim)].map((m) => m[2]);
   assert.ok(stages.length >= 3, 'build, deps and runtime stages');
+  // The base is a supported Node LTS (24, "Krypton"), not Node 20, past end of life since April 2026.
+  const base = /^ARG NODE_IMAGE=(\S+)$/m.exec(text)?.[1];
+  assert.match(base ?? '', /^node:24[.-]/, `NODE_IMAGE is a Node 24 LTS image (${base})`);
+  for (const m of text.matchAll(/^FROM\s+(\S+)/gim)) assert.doesNotMatch(m[1] as string, /^node:(1\d|20|21|23)\b/, `no end-of-life Node base (${m[1]})`);
   assert.match(text, /npm ci --omit=dev/);
   const runtime = text.slice(text.search(/^FROM .* AS runtime$/m));
   const user = /^USER\s+(\S+)/m.exec(runtime)?.[1];
