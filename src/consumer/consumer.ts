@@ -17,7 +17,7 @@ import { TypedEmitter } from '../shared/events.js';
 import type { ErrorClass } from './classifyError.js';
 import { publishDeadLetter } from './deadLetterTopic.js';
 import { resolveConsumerOptions, type ConsumerOptions, type ResolvedConsumerOptions } from './options.js';
-import { TransactionEngine, type Failure } from './transaction.js';
+import { TransactionEngine, type CommittedHook, type Failure, type TransactOutcome } from './transaction.js';
 import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js';
 
 // The consumer's lifecycle: start (schema check, group join), eachBatch dispatch (a chunk
@@ -61,6 +61,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     missingKey: 0,
     transactions: 0,
     infrastructureErrors: 0,
+    afterCommitErrors: 0,
   };
   /** Per partition: the message being retried and its next attempt number. */
   private readonly attempts = new Map<string, { offset: string; attempt: number }>();
@@ -228,7 +229,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
 
     let committed = 0;
     if (prepared.length > 0) {
-      let outcome: { committed: number; failure: Failure | undefined };
+      let outcome: TransactOutcome;
       try {
         outcome = await this.transactions.transact(this.pool as pg.Pool, topic, partition, prepared);
       } catch (error) {
@@ -237,6 +238,8 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       committed = outcome.committed;
       if (outcome.failure) failure = outcome.failure;
       this.infraFailures.delete(tp);
+      // After the Postgres COMMIT, before the offset commit; never undoes either.
+      await this.runAfterCommitHooks(topic, partition, outcome.hooks);
       if (committed > 0) {
         const last = chunk[committed - 1] as KafkaMessage;
         await this.commitOffset(topic, partition, last.offset, payload);
@@ -288,6 +291,22 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     await this.commitOffset(topic, partition, raw.offset, payload);
     this.attempts.delete(tp);
     return failure.index + 1;
+  }
+
+  /**
+   * Run the afterCommit hooks of committed messages, one after another in offset order. A
+   * hook's failure is logged, counted and reported; it changes nothing else.
+   */
+  private async runAfterCommitHooks(topic: string, partition: number, hooks: CommittedHook[]): Promise<void> {
+    for (const hook of hooks) {
+      try {
+        await hook.fn();
+      } catch (error) {
+        this.counters.afterCommitErrors++;
+        this.logger.error({ topic, partition, offset: hook.offset, idempotencyKey: hook.idempotencyKey, err: describeError(error) }, 'afterCommit hook failed; its transaction stays committed');
+        this.emit('afterCommitError', { topic, partition, offset: hook.offset, idempotencyKey: hook.idempotencyKey, error });
+      }
+    }
   }
 
   private classify(error: unknown, message: ConsumedMessage<V>): ErrorClass {

@@ -3,6 +3,7 @@ import type { KafkaMessage } from 'kafkajs';
 import { describeError } from '../shared/errors.js';
 import { quoteIdentifier } from '../shared/identifiers.js';
 import { HEADERS } from '../shared/kafka.js';
+import { traceHandler, traceSkipped, type HandlerFailureOutcome } from '../shared/tracing.js';
 import { DecodeError, decodeHeaders, decodeValue } from './decode.js';
 import type { DeadLetterReason } from './deadLetterTopic.js';
 import { advanceEntityVersion } from './versionGate.js';
@@ -50,6 +51,21 @@ export interface Failure {
   attempt: number;
 }
 
+/** An `afterCommit` hook of a message whose transaction committed, to run now. */
+export interface CommittedHook {
+  offset: string;
+  idempotencyKey: string | undefined;
+  fn: () => unknown;
+}
+
+/** What a transaction did: how many leading messages committed, the failure, the hooks to run. */
+export interface TransactOutcome {
+  committed: number;
+  failure: Failure | undefined;
+  /** The afterCommit hooks of the committed messages, in offset order. */
+  hooks: CommittedHook[];
+}
+
 /** Emits one of the consumer's events (the Consumer's own emit). */
 export type EmitConsumerEvent = <K extends keyof ConsumerEvents & string>(event: K, payload: ConsumerEvents[K]) => void;
 
@@ -88,7 +104,10 @@ export class TransactionEngine<V> {
     for (const [index, raw] of chunk.entries()) {
       const attempt = attemptOf(raw.offset);
       const result = this.prepare(topic, partition, raw, attempt);
-      if ('error' in result) return { prepared, failure: { index, error: result.error, reason: result.reason, attempt } };
+      if ('error' in result) {
+        void traceSkipped({ topic, partition, offset: raw.offset, key: raw.key?.toString('utf8') ?? null, headers: decodeHeaders(raw.headers) }, this.options.groupId, attempt, 'dead_letter', { 'outbox.dead_letter.reason': result.reason });
+        return { prepared, failure: { index, error: result.error, reason: result.reason, attempt } };
+      }
       prepared.push(result);
     }
     return { prepared, failure: undefined };
@@ -154,17 +173,17 @@ export class TransactionEngine<V> {
    * @returns how many leading messages are committed, and the handler failure, if any
    * @throws when a transaction itself fails (nothing committed, or unknown after a lost COMMIT)
    */
-  async transact(pool: pg.Pool, topic: string, partition: number, prepared: Prepared<V>[]): Promise<{ committed: number; failure: Failure | undefined }> {
+  async transact(pool: pg.Pool, topic: string, partition: number, prepared: Prepared<V>[]): Promise<TransactOutcome> {
     let group = prepared;
     let pending: Failure | undefined;
     if (this.options.savepoints === 'on-failure') {
       for (;;) {
         const result = await this.runTransaction(pool, topic, partition, group, false);
-        if (!('rolledBack' in result)) return result.committed === group.length && pending ? { committed: result.committed, failure: pending } : result;
+        if (!('rolledBack' in result)) return result.committed === group.length && pending ? { ...result, failure: pending } : result;
         if (!result.rolledBack) break;
         // Message `index` failed by itself: the ones before it run again, it does not.
         pending = result.rolledBack;
-        if (pending.index === 0) return { committed: 0, failure: pending };
+        if (pending.index === 0) return { committed: 0, failure: pending, hooks: [] };
         group = group.slice(0, pending.index);
       }
     }
@@ -172,7 +191,7 @@ export class TransactionEngine<V> {
     const limited = group.length > SAVEPOINT_GROUP ? group.slice(0, SAVEPOINT_GROUP) : group;
     const result = await this.runTransaction(pool, topic, partition, limited, true);
     if ('rolledBack' in result) throw new Error('unreachable: the savepoint path never rolls back a whole group');
-    return result.committed === group.length && pending ? { committed: result.committed, failure: pending } : result;
+    return result.committed === group.length && pending ? { ...result, failure: pending } : result;
   }
 
   /**
@@ -191,7 +210,7 @@ export class TransactionEngine<V> {
     partition: number,
     prepared: Prepared<V>[],
     savepoints: boolean,
-  ): Promise<{ committed: number; failure: Failure | undefined } | { rolledBack: Failure | null }> {
+  ): Promise<TransactOutcome | { rolledBack: Failure | null }> {
     const client = await pool.connect();
     let broken: Error | undefined;
     const onError = (error: Error): void => {
@@ -219,7 +238,9 @@ export class TransactionEngine<V> {
         const { rows } = await client.query<{ key: string }>(this.claimSql, [this.options.groupId, [...firstIndex.keys()]]);
         for (const row of rows) claimed.add(row.key);
       }
-      const outcomes: Array<{ duplicate: boolean; stale: boolean }> = [];
+      // A message's afterCommit hooks live in its outcome: a run that is rolled back (or a
+      // message that fails) drops them with it.
+      const outcomes: Array<{ duplicate: boolean; stale: boolean; hooks: Array<() => unknown> }> = [];
       let failure: Failure | undefined;
       // Index of the message whose savepoint is open: it is released together with the
       // next message's SAVEPOINT, in one round trip.
@@ -235,7 +256,7 @@ export class TransactionEngine<V> {
         const { message } = p;
         const key = message.idempotencyKey;
         if (key !== undefined && (!claimed.has(key) || firstIndex.get(key) !== i)) {
-          outcomes.push({ duplicate: true, stale: false });
+          outcomes.push({ duplicate: true, stale: false, hooks: [] });
           continue;
         }
         if (savepoints) {
@@ -250,13 +271,14 @@ export class TransactionEngine<V> {
           }
           open = i;
         }
-        const outcome = { duplicate: false, stale: false };
-        const context = this.context(client, p.attempt, () => {
-          outcome.stale = true;
-        });
+        const outcome = { duplicate: false, stale: false, hooks: [] as Array<() => unknown>, settled: false };
+        const context = this.context(client, p.attempt, outcome);
         try {
-          await this.options.handler(message, context);
+          // Inside a CONSUMER span when OpenTelemetry is there (src/shared/tracing.ts).
+          await traceHandler(message, this.options.groupId, p.attempt, () => this.options.handler(message, context), (error) => failureOutcome(this.options, error, message, p.attempt));
+          outcome.settled = true;
         } catch (error) {
+          outcome.settled = true;
           if (broken) throw broken;
           if (!savepoints) {
             await client.query('ROLLBACK');
@@ -293,14 +315,17 @@ export class TransactionEngine<V> {
       release();
       let processed = 0;
       let duplicates = 0;
+      const hooks: CommittedHook[] = [];
       for (let i = 0; i < committed; i++) {
-        const outcome = outcomes[i] as { duplicate: boolean; stale: boolean };
+        const outcome = outcomes[i] as { duplicate: boolean; stale: boolean; hooks: Array<() => unknown> };
         const p = prepared[i] as Prepared<V>;
         const { offset, idempotencyKey } = p.message;
+        for (const fn of outcome.hooks) hooks.push({ offset, idempotencyKey, fn });
         if (outcome.duplicate) {
           duplicates++;
           this.counters.duplicates++;
           this.emit('duplicate', { topic, partition, offset, idempotencyKey: idempotencyKey as string });
+          void traceSkipped(p.message, this.options.groupId, p.attempt, 'duplicate', { 'outbox.consumer.idempotency_key': idempotencyKey as string });
           continue;
         }
         processed++;
@@ -325,7 +350,7 @@ export class TransactionEngine<V> {
           duplicates,
         });
       }
-      return { committed, failure };
+      return { committed, failure, hooks };
     } catch (error) {
       if (this.activeClients.delete(client)) {
         // The connection's state is unknown: destroy it (the server rolls back) rather
@@ -337,8 +362,15 @@ export class TransactionEngine<V> {
     }
   }
 
-  private context(client: pg.PoolClient, attempt: number, markStale: () => void): HandlerContext {
+  /**
+   * The handler's context. `outcome` collects what the handler reported (stale, afterCommit
+   * hooks); the hooks run only when this outcome is the one that committed.
+   */
+  private context(client: pg.PoolClient, attempt: number, outcome: { stale: boolean; hooks: Array<() => unknown>; settled?: boolean }): HandlerContext {
     const { groupId, schema } = this.options;
+    const markStale = (): void => {
+      outcome.stale = true;
+    };
     return {
       client,
       attempt,
@@ -350,6 +382,11 @@ export class TransactionEngine<V> {
         return newer;
       },
       lockEntity: (key, options) => lockEntity(client, key, options),
+      afterCommit: (fn) => {
+        if (typeof fn !== 'function') throw new TypeError('afterCommit(fn): fn must be a function');
+        if (outcome.settled) throw new Error('afterCommit called after the handler returned: register hooks while the handler runs');
+        outcome.hooks.push(fn);
+      },
     };
   }
 }
@@ -362,4 +399,11 @@ function abortedByHandler(cause: unknown): Error {
   );
   error.name = 'HandlerLeftTransactionAborted';
   return error;
+}
+
+/** For the handler's span: what the consumer does with this failure (as consumer.ts decides). */
+function failureOutcome<V>(options: ResolvedConsumerOptions<V>, error: unknown, message: ConsumedMessage<V>, attempt: number): HandlerFailureOutcome {
+  const kind = options.classifyError(error, message) === 'permanent' ? 'permanent' : 'transient';
+  if (kind === 'transient' && attempt < options.maxAttempts) return { event: 'retry', attributes: { 'outbox.consumer.attempt': attempt, 'outbox.consumer.next_attempt': attempt + 1 } };
+  return { event: 'dead_letter', attributes: { 'outbox.dead_letter.reason': kind === 'transient' ? 'retries-exhausted' : 'permanent-error', 'outbox.consumer.attempt': attempt } };
 }

@@ -52,6 +52,29 @@ export interface HandlerContext {
   markStale(): void;
   /** Lock an entity until this transaction ends (see {@link lockEntity}). */
   lockEntity(key: string, options?: EntityLockOptions): Promise<void>;
+  /**
+   * Run `fn` after the Postgres COMMIT of this message's transaction: for effects that must
+   * not happen before the database change is durable and visible, such as invalidating a
+   * cache entry or notifying another service.
+   *
+   * `fn` runs only if this message's effects committed: never on rollback, never for a
+   * duplicate (its handler does not run), never when this message failed, and never for a
+   * run of the handler that was rolled back and redone (with `savepoints: 'on-failure'` a
+   * handler can run twice; only the hooks of the run that committed fire). Hooks run one
+   * after another in offset order, after the COMMIT and before the Kafka offset commit;
+   * the partition waits for them, so keep them short (give them a timeout).
+   *
+   * A hook that throws or rejects is logged, counted (`stats().afterCommitErrors`) and
+   * reported (the `afterCommitError` event); the commit stands, the message is not
+   * redelivered and the partition goes on.
+   *
+   * At least once, at most once per commit: a crash between the COMMIT and the hook skips
+   * it, and the redelivered message is a duplicate whose handler (and hooks) do not run.
+   * Make what a hook does repairable by a later event (a version-checked cache write), or
+   * record it in the transaction too (an outbox row). Do not use `client` in a hook: the
+   * transaction is over. Call `afterCommit` while the handler runs, not after it returned.
+   */
+  afterCommit(fn: () => unknown): void;
 }
 
 /** Handles one message. Throwing rolls the message's effects back (its dedup row too). */
@@ -74,6 +97,8 @@ export interface ConsumerStats {
   transactions: number;
   /** Transactions that failed for reasons outside a handler (Postgres unreachable...). */
   infrastructureErrors: number;
+  /** `afterCommit` hooks that threw or rejected (their transactions had committed). */
+  afterCommitErrors: number;
 }
 
 interface Position {
@@ -102,6 +127,8 @@ export interface ConsumerEvents {
   deadLettered: Position & { deadLetterTopic: string; reason: DeadLetterReason; error: unknown; attempts: number };
   /** A message had no usable idempotency key. */
   missingKey: Position & { outcome: 'dead-letter' | 'process-without-dedup' };
+  /** An `afterCommit` hook of a committed message threw or rejected; nothing is retried. */
+  afterCommitError: Position & { idempotencyKey: string | undefined; error: unknown };
   /** Something outside a handler failed (Postgres, the dead-letter publish, Kafka); it is retried. */
   error: { error: unknown; during: string; topic?: string; partition?: number };
   /** The group assigned partitions to this member. */
