@@ -1,0 +1,267 @@
+// OpenTelemetry trace propagation, optional and zero-cost when absent.
+//
+// `@opentelemetry/api` is an optional peer dependency: it is imported lazily, once (the
+// result, module or nothing, is cached), and every function here does nothing beyond
+// its callback when the package is not installed. With the package installed but no SDK
+// registered, the API's no-op tracer and propagator make these functions add no headers
+// and record nothing.
+//
+// The trace shape (docs/operations.md, "Tracing"):
+//   writer's span ─ enqueue writes traceparent/tracestate/baggage into the row's headers
+//     └─ publish <topic>   PRODUCER, one per message, child of the row's context; its own
+//        │                 context replaces traceparent in the Kafka message's headers
+//        └─ process <topic> CONSUMER, one per handler run, child of the producer span
+//   send                   CLIENT, one per Kafka request, linked to each publish span
+//
+// Why a PRODUCER span per message rather than one per batch: a batch mixes rows of
+// different writers, hence of different traces. A span per message can be the child of
+// its own writer's span and the parent of its own consumer's span, so one trace runs
+// unbroken from the writer to the handler; the batch (one Kafka request) is the `send`
+// span, linked to its messages, with messaging.batch.message_count.
+import type * as Otel from '@opentelemetry/api';
+
+type Api = typeof Otel;
+
+/** What the relay's spans read of a claimed outbox row. */
+export interface TracedRow {
+  id: number;
+  message_id: string;
+  topic: string;
+  key: string;
+  headers: Record<string, unknown> | null;
+}
+
+/** What the consumer's spans read of a consumed message. */
+export interface TracedMessage {
+  topic: string;
+  partition: number;
+  offset: string;
+  key: string | null;
+  headers: Readonly<Record<string, string>>;
+  messageId?: string | undefined;
+}
+
+/** Instrumentation scope of every span this package records. */
+export const TRACER_NAME = 'outbox-relay';
+
+let loading: Promise<Api | undefined> | undefined;
+let loaded: Api | undefined;
+
+/** The OpenTelemetry API if installed, imported on first use only; undefined otherwise. */
+export function loadTracingApi(): Promise<Api | undefined> {
+  loading ??= import('@opentelemetry/api').then(
+    (m) => {
+      // An ESM namespace, or a CommonJS module seen through `default`.
+      const api = ((m as unknown as { propagation?: unknown }).propagation ? m : (m as unknown as { default?: Api }).default) as Api | undefined;
+      loaded = api;
+      return api;
+    },
+    () => undefined,
+  );
+  return loading;
+}
+
+async function api(): Promise<Api | undefined> {
+  return loaded ?? (await loadTracingApi());
+}
+
+function tracer(otel: Api): Otel.Tracer {
+  return otel.trace.getTracer(TRACER_NAME);
+}
+
+// ---------------------------------------------------------------------------------------
+// enqueue
+
+/**
+ * The active trace context as headers (`traceparent`, `tracestate`, `baggage`), through
+ * the globally registered propagator; undefined when there is none to write.
+ */
+export async function activeContextHeaders(): Promise<Record<string, string> | undefined> {
+  const otel = await api();
+  if (!otel) return undefined;
+  const carrier: Record<string, string> = {};
+  otel.propagation.inject(otel.context.active(), carrier);
+  return Object.keys(carrier).length > 0 ? carrier : undefined;
+}
+
+/**
+ * A row's headers: the user's, plus the trace context headers the user did not set
+ * (compared case-insensitively; the user's always win).
+ */
+export function withContextHeaders(
+  user: Record<string, string> | undefined,
+  trace: Record<string, string> | undefined,
+): Record<string, string> | undefined {
+  if (!trace) return user;
+  if (!user) return { ...trace };
+  const taken = new Set(Object.keys(user).map((k) => k.toLowerCase()));
+  const out = { ...user };
+  for (const [name, value] of Object.entries(trace)) if (!taken.has(name.toLowerCase())) out[name] = value;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// relay
+
+function rowCarrier(headers: Record<string, unknown> | null): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (headers) for (const [k, v] of Object.entries(headers)) if (typeof v === 'string') out[k] = v;
+  return out;
+}
+
+/**
+ * Send rows in one Kafka request inside the spans of the trace shape above: a PRODUCER
+ * span `publish <topic>` per row, child of the context in the row's headers, whose own
+ * context goes into the message's headers; and a CLIENT span `send` for the request,
+ * linked to them. Spans of a request Kafka refused end with status ERROR.
+ */
+export async function tracePublish<R extends TracedRow>(rows: R[], send: (rows: R[]) => Promise<void>): Promise<void> {
+  const otel = await api();
+  if (!otel) return send(rows);
+  const t = tracer(otel);
+  const spans: Otel.Span[] = [];
+  const traced = rows.map((row) => {
+    const parent = otel.propagation.extract(otel.ROOT_CONTEXT, rowCarrier(row.headers));
+    const span = t.startSpan(
+      `publish ${row.topic}`,
+      {
+        kind: otel.SpanKind.PRODUCER,
+        attributes: {
+          'messaging.system': 'kafka',
+          'messaging.operation.type': 'send',
+          'messaging.operation.name': 'publish',
+          'messaging.destination.name': row.topic,
+          'messaging.message.id': row.message_id,
+          'messaging.kafka.message.key': row.key,
+          'outbox.id': row.id,
+        },
+      },
+      parent,
+    );
+    spans.push(span);
+    if (!span.isRecording() && !otel.trace.getSpanContext(parent)) return row;
+    const carrier: Record<string, string> = {};
+    otel.propagation.inject(otel.trace.setSpan(parent, span), carrier);
+    return Object.keys(carrier).length > 0 ? { ...row, headers: { ...(row.headers ?? {}), ...carrier } } : row;
+  });
+  const topics = new Set(rows.map((r) => r.topic));
+  const request = t.startSpan('send', {
+    kind: otel.SpanKind.CLIENT,
+    links: spans.filter((s) => s.isRecording()).map((s) => ({ context: s.spanContext() })),
+    attributes: {
+      'messaging.system': 'kafka',
+      'messaging.operation.type': 'send',
+      'messaging.operation.name': 'send',
+      'messaging.batch.message_count': rows.length,
+      ...(topics.size === 1 ? { 'messaging.destination.name': rows[0]!.topic } : {}),
+    },
+  });
+  try {
+    await send(traced);
+  } catch (error) {
+    for (const span of [...spans, request]) {
+      span.recordException(error instanceof Error ? error : String(error));
+      span.setStatus({ code: otel.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+      span.end();
+    }
+    throw error;
+  }
+  for (const span of spans) span.end();
+  request.end();
+}
+
+// ---------------------------------------------------------------------------------------
+// consumer
+
+/** What became of a failed handler run, for the span's event. */
+export interface HandlerFailureOutcome {
+  /** `retry`: the message is tried again; `dead_letter`: it goes to the dead-letter topic. */
+  event: 'retry' | 'dead_letter';
+  attributes?: Record<string, string | number | boolean>;
+}
+
+function consumerAttributes(message: TracedMessage, groupId: string, attempt: number): Otel.Attributes {
+  return {
+    'messaging.system': 'kafka',
+    'messaging.operation.type': 'process',
+    'messaging.operation.name': 'process',
+    'messaging.destination.name': message.topic,
+    'messaging.destination.partition.id': String(message.partition),
+    'messaging.kafka.destination.partition': message.partition,
+    'messaging.kafka.message.offset': Number(message.offset),
+    'messaging.consumer.group.name': groupId,
+    'messaging.kafka.consumer.group': groupId,
+    ...(message.messageId ? { 'messaging.message.id': message.messageId } : {}),
+    ...(message.key !== null ? { 'messaging.kafka.message.key': message.key } : {}),
+    'outbox.consumer.attempt': attempt,
+  };
+}
+
+function startConsumerSpan(otel: Api, message: TracedMessage, groupId: string, attempt: number): { span: Otel.Span; context: Otel.Context } {
+  const parent = otel.propagation.extract(otel.ROOT_CONTEXT, message.headers);
+  const span = tracer(otel).startSpan(
+    `process ${message.topic}`,
+    { kind: otel.SpanKind.CONSUMER, attributes: consumerAttributes(message, groupId, attempt) },
+    parent,
+  );
+  if (attempt > 1) span.addEvent('retry', { 'outbox.consumer.attempt': attempt });
+  return { span, context: otel.trace.setSpan(parent, span) };
+}
+
+/**
+ * Run a message's handler inside a CONSUMER span `process <topic>`, child of the context
+ * in the message's headers (the relay's PRODUCER span), and active while the handler
+ * runs so its own spans nest under it. A failure is recorded on the span (exception,
+ * status ERROR) with what comes of it, from `outcomeOf` (asked only when recording).
+ */
+export async function traceHandler<T>(
+  message: TracedMessage,
+  groupId: string,
+  attempt: number,
+  run: () => Promise<T>,
+  outcomeOf: (error: unknown) => HandlerFailureOutcome,
+): Promise<T> {
+  const otel = await api();
+  if (!otel) return run();
+  const { span, context } = startConsumerSpan(otel, message, groupId, attempt);
+  try {
+    const result = await otel.context.with(context, run);
+    span.end();
+    return result;
+  } catch (error) {
+    if (span.isRecording()) {
+      span.recordException(error instanceof Error ? error : String(error));
+      span.setStatus({ code: otel.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+      try {
+        const outcome = outcomeOf(error);
+        span.addEvent(outcome.event, outcome.attributes);
+      } catch {
+        // The outcome is informational; a classifier that throws changes nothing here.
+      }
+    }
+    span.end();
+    throw error;
+  }
+}
+
+/**
+ * A message its handler does not see: a dedup hit (`duplicate`, status unset) or one
+ * that goes straight to the dead-letter topic (`dead_letter`, status ERROR), as a
+ * CONSUMER span of its own, child of the producer's, with that event.
+ */
+export async function traceSkipped(
+  message: TracedMessage,
+  groupId: string,
+  attempt: number,
+  event: 'duplicate' | 'dead_letter',
+  attributes: Record<string, string | number | boolean> = {},
+): Promise<void> {
+  const otel = await api();
+  if (!otel) return;
+  const { span } = startConsumerSpan(otel, message, groupId, attempt);
+  if (!span.isRecording()) return void span.end();
+  span.addEvent(event, attributes);
+  if (event === 'duplicate') span.setAttribute('outbox.consumer.duplicate', true);
+  else span.setStatus({ code: otel.SpanStatusCode.ERROR, message: String(attributes['outbox.dead_letter.reason'] ?? 'dead letter') });
+  span.end();
+}
