@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { quoteSchema } from './shared/identifiers.js';
 import { OutboxError } from './shared/errors.js';
+import { activeContextHeaders, withContextHeaders } from './shared/tracing.js';
 
 /** An event to enqueue. */
 export interface OutboxMessage {
@@ -85,6 +86,9 @@ export async function enqueue(
   const messageIds: string[] = [];
   const firstWithKey = new Map<string, number>();
   const sameCallDuplicate: boolean[] = [];
+  // The active OpenTelemetry context, if the API is installed and a propagator registered;
+  // added to each row's headers without overriding the caller's.
+  const traceHeaders = await activeContextHeaders();
   for (const [i, m] of list.entries()) {
     if (typeof m.topic !== 'string' || m.topic === '') throw invalid(i, 'topic must be a non-empty string');
     if (typeof m.key !== 'string') throw invalid(i, 'key must be a string');
@@ -108,7 +112,8 @@ export async function enqueue(
       payloads.push(m.payload === undefined || m.payload === null ? null : JSON.stringify(m.payload));
       bytes.push(null);
     }
-    headers.push(m.headers ? JSON.stringify(m.headers) : null);
+    const rowHeaders = withContextHeaders(m.headers, traceHeaders);
+    headers.push(rowHeaders ? JSON.stringify(rowHeaders) : null);
   }
   // One statement for the whole list; unnest keeps the rows in list order, and each row
   // takes its id in that order. A repeat of a dedup key within the list is left out here

@@ -22,13 +22,18 @@ import type * as Otel from '@opentelemetry/api';
 
 type Api = typeof Otel;
 
-/** What the relay's spans read of a claimed outbox row. */
+/**
+ * What the relay's spans read of a message it publishes: a claimed outbox row, or the
+ * message made of it (the message id from `message_id` or the `message-id` header, the
+ * partition when the relay chose it).
+ */
 export interface TracedRow {
-  id: number;
-  message_id: string;
   topic: string;
-  key: string;
+  key: string | null;
   headers: Record<string, unknown> | null;
+  message_id?: string;
+  id?: number;
+  partition?: number;
 }
 
 /** What the consumer's spans read of a consumed message. */
@@ -109,65 +114,90 @@ function rowCarrier(headers: Record<string, unknown> | null): Record<string, str
   return out;
 }
 
+/** A per-message send result that says Kafka refused the message (`acknowledged: false`). */
+function refusal(result: unknown): { error: unknown } | undefined {
+  const r = result as { acknowledged?: unknown; error?: unknown } | null | undefined;
+  return r && typeof r === 'object' && r.acknowledged === false ? { error: r.error } : undefined;
+}
+
+function fail(otel: Api, span: Otel.Span, error: unknown): void {
+  span.recordException(error instanceof Error ? error : String(error));
+  span.setStatus({ code: otel.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+}
+
 /**
- * Send rows in one Kafka request inside the spans of the trace shape above: a PRODUCER
- * span `publish <topic>` per row, child of the context in the row's headers, whose own
- * context goes into the message's headers; and a CLIENT span `send` for the request,
- * linked to them. Spans of a request Kafka refused end with status ERROR.
+ * Send messages in one Kafka request inside the spans of the trace shape above: a
+ * PRODUCER span `publish <topic>` per message, child of the context in its headers (the
+ * writer's), whose own context replaces it in the headers sent; and a CLIENT span `send`
+ * for the request, linked to them. A rejected send, or a per-message result with
+ * `acknowledged: false`, ends the spans concerned with status ERROR.
  */
-export async function tracePublish<R extends TracedRow>(rows: R[], send: (rows: R[]) => Promise<void>): Promise<void> {
+export async function tracePublish<M extends TracedRow, R>(messages: M[], send: (messages: M[]) => Promise<R>): Promise<R> {
   const otel = await api();
-  if (!otel) return send(rows);
+  if (!otel) return send(messages);
   const t = tracer(otel);
   const spans: Otel.Span[] = [];
-  const traced = rows.map((row) => {
-    const parent = otel.propagation.extract(otel.ROOT_CONTEXT, rowCarrier(row.headers));
+  const traced = messages.map((m) => {
+    const carrierIn = rowCarrier(m.headers);
+    const parent = otel.propagation.extract(otel.ROOT_CONTEXT, carrierIn);
+    const messageId = m.message_id ?? carrierIn['message-id'];
     const span = t.startSpan(
-      `publish ${row.topic}`,
+      `publish ${m.topic}`,
       {
         kind: otel.SpanKind.PRODUCER,
         attributes: {
           'messaging.system': 'kafka',
           'messaging.operation.type': 'send',
           'messaging.operation.name': 'publish',
-          'messaging.destination.name': row.topic,
-          'messaging.message.id': row.message_id,
-          'messaging.kafka.message.key': row.key,
-          'outbox.id': row.id,
+          'messaging.destination.name': m.topic,
+          ...(messageId !== undefined ? { 'messaging.message.id': messageId } : {}),
+          ...(m.key !== null ? { 'messaging.kafka.message.key': m.key } : {}),
+          ...(typeof m.partition === 'number' ? { 'messaging.kafka.destination.partition': m.partition, 'messaging.destination.partition.id': String(m.partition) } : {}),
+          ...(m.id !== undefined ? { 'outbox.id': m.id } : {}),
         },
       },
       parent,
     );
     spans.push(span);
-    if (!span.isRecording() && !otel.trace.getSpanContext(parent)) return row;
     const carrier: Record<string, string> = {};
     otel.propagation.inject(otel.trace.setSpan(parent, span), carrier);
-    return Object.keys(carrier).length > 0 ? { ...row, headers: { ...(row.headers ?? {}), ...carrier } } : row;
+    return Object.keys(carrier).length > 0 ? { ...m, headers: { ...(m.headers ?? {}), ...carrier } } : m;
   });
-  const topics = new Set(rows.map((r) => r.topic));
+  const topics = new Set(messages.map((m) => m.topic));
+  const recording = spans.filter((s) => s.isRecording());
   const request = t.startSpan('send', {
     kind: otel.SpanKind.CLIENT,
-    links: spans.filter((s) => s.isRecording()).map((s) => ({ context: s.spanContext() })),
+    links: recording.map((s) => ({ context: s.spanContext() })),
     attributes: {
       'messaging.system': 'kafka',
       'messaging.operation.type': 'send',
       'messaging.operation.name': 'send',
-      'messaging.batch.message_count': rows.length,
-      ...(topics.size === 1 ? { 'messaging.destination.name': rows[0]!.topic } : {}),
+      'messaging.batch.message_count': messages.length,
+      ...(topics.size === 1 ? { 'messaging.destination.name': messages[0]!.topic } : {}),
     },
   });
+  let result: R;
   try {
-    await send(traced);
+    result = await send(traced);
   } catch (error) {
     for (const span of [...spans, request]) {
-      span.recordException(error instanceof Error ? error : String(error));
-      span.setStatus({ code: otel.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+      fail(otel, span, error);
       span.end();
     }
     throw error;
   }
-  for (const span of spans) span.end();
+  let refused = 0;
+  spans.forEach((span, i) => {
+    const r = Array.isArray(result) ? refusal(result[i]) : undefined;
+    if (r) {
+      refused++;
+      fail(otel, span, r.error);
+    }
+    span.end();
+  });
+  if (refused > 0) request.setAttribute('outbox.refused_message_count', refused);
   request.end();
+  return result;
 }
 
 // ---------------------------------------------------------------------------------------
