@@ -1,0 +1,130 @@
+/**
+ * createCache: the cache helper for services (typically Kafka consumers) that keep a
+ * Redis cache of what their database holds. It ties the pieces of src/cache/ together:
+ * options.ts (validated up front), entry.ts (how an entry lies in Redis), versionedWrite.ts
+ * (setIfNewer and invalidate, atomic scripts), lock.ts (the rebuild lock), getOrLoad.ts
+ * (single flight, stale serving, bounded waits), metrics.ts (prom-client). It depends on
+ * nothing of the relay or the consumer, and the consumer nothing of it.
+ */
+import { CacheRedisError } from './errors.js';
+import { readEntry } from './entry.js';
+import { getOrLoad, SingleFlight, type CacheLoader, type LoadContext } from './getOrLoad.js';
+import { cacheRecorder } from './metrics.js';
+import { resolveCacheOptions, resolveGetOrLoadOptions, versionText, type CacheOptions, type CacheVersion, type GetOrLoadOptions } from './options.js';
+import { deleteEntry, invalidateEntry, writeEntry } from './versionedWrite.js';
+
+/** What {@link Cache.peek} finds at a key. */
+export interface CacheEntry<T = unknown> {
+  /** The value; undefined for a tombstone (the key was invalidated at `version`). */
+  value: T | undefined;
+  /** The entry's version; undefined for an unversioned fill. */
+  version: bigint | undefined;
+  /** False in the stale window. */
+  fresh: boolean;
+  /** Milliseconds until Redis drops the entry (-1: never). */
+  pttlMs: number;
+}
+
+/** A Redis cache with versioned writes and stampede-proof reads. Made by {@link createCache}. */
+export interface Cache {
+  /**
+   * The value at `key`: from the cache when fresh (or stale, within `staleForMs`, while
+   * one caller rebuilds it), else from `loader`, called once per key across all callers
+   * of this process and, through a short Redis lock, of every process. Options override
+   * the cache's defaults for this call.
+   */
+  getOrLoad<T>(key: string, loader: CacheLoader<T>, options?: GetOrLoadOptions<T>): Promise<T>;
+  /**
+   * Writes `value` at `key` unless the key holds the same or a newer version, atomically
+   * in Redis; true when it wrote. Fresh for `ttlMs` (default: the cache's `ttlMs`), then
+   * stale for the cache's `staleForMs`. A redelivered or out-of-order older event writes
+   * nothing.
+   */
+  setIfNewer<T>(key: string, value: T, version: CacheVersion, ttlMs?: number): Promise<boolean>;
+  /**
+   * Drops the value at `key`. With a version, leaves a tombstone that remembers it for
+   * `tombstoneTtlMs`, so no older value (a late event, a reader that loaded before the
+   * change) can be written back; an entry already at that version or newer stays. True
+   * when it removed something or left a tombstone.
+   */
+  invalidate(key: string, version?: CacheVersion): Promise<boolean>;
+  /** The entry at `key` without loading or counting anything; undefined when there is none. */
+  peek<T = unknown>(key: string): Promise<CacheEntry<T> | undefined>;
+  /** Resolves once no load or background refresh of this cache is in flight. */
+  whenIdle(): Promise<void>;
+}
+
+/**
+ * Makes a {@link Cache} on a connected node-redis client. Throws ConfigError for a bad
+ * option. Several caches may share a client and a registry (give them different `name`s
+ * and `prefix`es).
+ */
+export function createCache(options: CacheOptions): Cache {
+  const o = resolveCacheOptions(options);
+  const metrics = cacheRecorder(o.registry, o.name);
+  const flights = new SingleFlight();
+  const context: LoadContext = {
+    client: o.client,
+    codec: o.codec,
+    metrics,
+    flights,
+    dataKey: (key) => `${o.prefix}${key}`,
+    lockKey: (key) => `${o.prefix}${key}:rebuild-lock`,
+  };
+  const checkKey = (key: unknown): string => {
+    if (typeof key !== 'string' || key.length === 0) throw new TypeError('cache: a key must be a non-empty string');
+    return key;
+  };
+  return {
+    async getOrLoad<T>(key: string, loader: CacheLoader<T>, callOptions?: GetOrLoadOptions<T>): Promise<T> {
+      checkKey(key);
+      if (typeof loader !== 'function') throw new TypeError('cache: loader must be a function');
+      const resolved = callOptions === undefined ? o.defaults : resolveGetOrLoadOptions(callOptions as GetOrLoadOptions<never>, o.defaults);
+      return getOrLoad(context, key, loader, resolved);
+    },
+    async setIfNewer<T>(key: string, value: T, version: CacheVersion, ttlMs?: number): Promise<boolean> {
+      checkKey(key);
+      const ver = versionText(version);
+      const freshMs = ttlMs === undefined ? o.defaults.ttlMs : resolveGetOrLoadOptions({ ttlMs }, o.defaults, 'setIfNewer').ttlMs;
+      const text = o.codec.encode(value);
+      try {
+        const written = await writeEntry(o.client, context.dataKey(key), { value: text, version: ver, freshMs, staleMs: o.defaults.staleForMs, mode: 'set' });
+        metrics.write('set', written);
+        return written;
+      } catch (error) {
+        metrics.error('write');
+        throw new CacheRedisError('setIfNewer', key, error);
+      }
+    },
+    async invalidate(key: string, version?: CacheVersion): Promise<boolean> {
+      checkKey(key);
+      const ver = version === undefined ? undefined : versionText(version);
+      try {
+        const done = ver === undefined ? await deleteEntry(o.client, context.dataKey(key)) : await invalidateEntry(o.client, context.dataKey(key), ver, o.tombstoneTtlMs);
+        metrics.write('invalidate', done);
+        return done;
+      } catch (error) {
+        metrics.error('invalidate');
+        throw new CacheRedisError('invalidate', key, error);
+      }
+    },
+    async peek<T = unknown>(key: string): Promise<CacheEntry<T> | undefined> {
+      checkKey(key);
+      let entry;
+      try {
+        entry = await readEntry(o.client, context.dataKey(key));
+      } catch (error) {
+        metrics.error('read');
+        throw new CacheRedisError('read', key, error);
+      }
+      if (!entry) return undefined;
+      return {
+        value: entry.value === undefined ? undefined : (o.codec.decode(entry.value) as T),
+        version: entry.version === undefined ? undefined : BigInt(entry.version),
+        fresh: entry.fresh,
+        pttlMs: entry.pttlMs,
+      };
+    },
+    whenIdle: () => flights.idle(),
+  };
+}

@@ -1,0 +1,99 @@
+/**
+ * The cache's metrics (prom-client), on the registry given to createCache, as the rest of
+ * outbox-relay does it: names prefixed `outbox_cache_`, bounded labels only (`cache`, the
+ * cache's name; a result or an operation from a fixed list), never a key or a value.
+ * Without a registry every recording is a no-op.
+ */
+import { Counter, Histogram, type Registry } from 'prom-client';
+
+/** Results of outbox_cache_requests_total. */
+export const CACHE_REQUEST_RESULTS = ['hit', 'miss', 'stale'] as const;
+/** Operations of outbox_cache_errors_total. */
+export const CACHE_ERROR_OPERATIONS = ['read', 'write', 'lock', 'unlock', 'invalidate', 'loader'] as const;
+
+type Table = Record<string, { type: 'counter' | 'histogram'; name: string; help: string; labelNames: string[]; buckets?: number[] }>;
+
+/** Every cache metric: name, help, labels. */
+export const CACHE_METRICS = {
+  requests: {
+    type: 'counter',
+    name: 'outbox_cache_requests_total',
+    help: 'getOrLoad calls by result: hit (fresh value), stale (served in its stale window while one caller rebuilds), miss (no value: loaded, waited for or joined).',
+    labelNames: ['cache', 'result'],
+  },
+  rebuilds: {
+    type: 'counter',
+    name: 'outbox_cache_rebuilds_total',
+    help: 'Loader calls by outcome: ok, error (the loader threw), timeout (it overran loadTimeoutMs).',
+    labelNames: ['cache', 'outcome'],
+  },
+  rebuildDuration: {
+    type: 'histogram',
+    name: 'outbox_cache_rebuild_duration_seconds',
+    help: 'Time in the loader per rebuild.',
+    labelNames: ['cache'],
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+  },
+  lockWaits: {
+    type: 'counter',
+    name: 'outbox_cache_lock_waits_total',
+    help: "Waits for another process's rebuild of a missing key, by outcome: value (its value arrived), took_over (its lock went and this caller rebuilt), timeout (waitMs passed).",
+    labelNames: ['cache', 'outcome'],
+  },
+  writes: {
+    type: 'counter',
+    name: 'outbox_cache_writes_total',
+    help: 'Versioned writes (setIfNewer, fills) and invalidations by result: written, or skipped because a newer version is held.',
+    labelNames: ['cache', 'operation', 'result'],
+  },
+  errors: {
+    type: 'counter',
+    name: 'outbox_cache_errors_total',
+    help: 'Failures by operation: Redis read, write, lock, unlock, invalidate; loader (threw or timed out).',
+    labelNames: ['cache', 'operation'],
+  },
+} satisfies Table;
+
+/** Names of every cache metric, for alerts and dashboards. */
+export function cacheMetricNames(): string[] {
+  return Object.values(CACHE_METRICS).map((m) => m.name);
+}
+
+/** What the cache records; bound to one cache's name. */
+export interface CacheRecorder {
+  request(result: (typeof CACHE_REQUEST_RESULTS)[number]): void;
+  rebuild(outcome: 'ok' | 'error' | 'timeout', seconds: number): void;
+  lockWait(outcome: 'value' | 'took_over' | 'timeout'): void;
+  write(operation: 'set' | 'fill' | 'invalidate', written: boolean): void;
+  error(operation: (typeof CACHE_ERROR_OPERATIONS)[number]): void;
+}
+
+const NOOP: CacheRecorder = { request() {}, rebuild() {}, lockWait() {}, write() {}, error() {} };
+
+function metric(registry: Registry, d: Table[string]): Counter<string> | Histogram<string> {
+  const existing = registry.getSingleMetric(d.name);
+  if (existing) return existing as Counter<string> | Histogram<string>;
+  const common = { name: d.name, help: d.help, labelNames: d.labelNames, registers: [registry] };
+  return d.type === 'histogram' ? new Histogram({ ...common, buckets: d.buckets ?? [] }) : new Counter(common);
+}
+
+/** The recorder of cache `name` on `registry` (no-op without one). Several caches may share a registry. */
+export function cacheRecorder(registry: Registry | undefined, name: string): CacheRecorder {
+  if (!registry) return NOOP;
+  const requests = metric(registry, CACHE_METRICS.requests) as Counter<string>;
+  const rebuilds = metric(registry, CACHE_METRICS.rebuilds) as Counter<string>;
+  const rebuildDuration = metric(registry, CACHE_METRICS.rebuildDuration) as Histogram<string>;
+  const lockWaits = metric(registry, CACHE_METRICS.lockWaits) as Counter<string>;
+  const writes = metric(registry, CACHE_METRICS.writes) as Counter<string>;
+  const errors = metric(registry, CACHE_METRICS.errors) as Counter<string>;
+  return {
+    request: (result) => requests.inc({ cache: name, result }),
+    rebuild: (outcome, seconds) => {
+      rebuilds.inc({ cache: name, outcome });
+      rebuildDuration.observe({ cache: name }, seconds);
+    },
+    lockWait: (outcome) => lockWaits.inc({ cache: name, outcome }),
+    write: (operation, written) => writes.inc({ cache: name, operation, result: written ? 'written' : 'skipped' }),
+    error: (operation) => errors.inc({ cache: name, operation }),
+  };
+}

@@ -1,0 +1,241 @@
+// The cache helper (src/cache/) on a real Redis: versioned writes under reordering and
+// redelivery, single flight in one process, stale serving, and loaders that fail or hang.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Registry } from 'prom-client';
+import { createCache } from '../src/cache/cache.js';
+import { CacheLoadTimeoutError, CacheWaitTimeoutError } from '../src/cache/errors.js';
+import type { CacheRedisClient } from '../src/cache/redisClient.js';
+import { useRedis, type TestRedis } from './helpers/redis.js';
+
+let redis: TestRedis;
+before(async () => {
+  redis = await useRedis();
+});
+after(async () => {
+  await redis?.stop();
+});
+
+/** A seeded generator (mulberry32), so a failing schedule can be replayed. */
+function random(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function shuffle<T>(items: T[], rnd: () => number): T[] {
+  const a = [...items];
+  for (let i = a.length - 1; i > 0; i--) {
+    const j = Math.floor(rnd() * (i + 1));
+    [a[i], a[j]] = [a[j]!, a[i]!];
+  }
+  return a;
+}
+
+/** A promise and its resolver, for loaders the test releases when it chooses. */
+function gate<T = void>(): { promise: Promise<T>; open(value: T): void } {
+  let open!: (value: T) => void;
+  const promise = new Promise<T>((resolve) => (open = resolve));
+  return { promise, open };
+}
+
+test('setIfNewer: out-of-order and redelivered versioned writes keep the newest', async () => {
+  for (const seed of [1, 2, 3, 42, 1234]) {
+    const rnd = random(seed);
+    const cache = createCache({ client: redis.client, prefix: redis.prefix(`order${seed}`) });
+    // Versions 1..40, each delivered 1-3 times, in a shuffled order, one after another.
+    const deliveries = shuffle(Array.from({ length: 40 }, (_, i) => i + 1).flatMap((v) => Array(1 + Math.floor(rnd() * 3)).fill(v) as number[]), rnd);
+    let newest = 0;
+    for (const v of deliveries) {
+      const wrote = await cache.setIfNewer('entity', { v }, v, 60_000);
+      assert.equal(wrote, v > newest, `seed ${seed}: version ${v} after ${newest}`);
+      newest = Math.max(newest, v);
+      const e = await cache.peek<{ v: number }>('entity');
+      assert.equal(e?.value?.v, newest);
+      assert.equal(e?.version, BigInt(newest));
+    }
+    // And all at once: concurrent writers, the newest wins.
+    const concurrent = shuffle(Array.from({ length: 60 }, (_, i) => 100 + i), rnd);
+    await Promise.all(concurrent.map((v) => cache.setIfNewer('burst', { v }, v, 60_000)));
+    assert.equal((await cache.peek<{ v: number }>('burst'))?.value?.v, 159, `seed ${seed}`);
+  }
+});
+
+test('setIfNewer compares versions beyond 2^53 exactly, and refuses versions that are not non-negative integers', async () => {
+  const cache = createCache({ client: redis.client, prefix: redis.prefix('big') });
+  const base = 2n ** 63n - 10n;
+  assert.equal(await cache.setIfNewer('k', 'b', base + 1n), true);
+  assert.equal(await cache.setIfNewer('k', 'a', base), false);
+  assert.equal(await cache.setIfNewer('k', 'c', base + 2n), true);
+  assert.equal(await cache.setIfNewer('k', 'x', 9), false);
+  assert.equal((await cache.peek('k'))?.value, 'c');
+  await assert.rejects(cache.setIfNewer('k', 'x', -1), { name: 'ConfigError', retriable: false });
+  await assert.rejects(cache.setIfNewer('k', 'x', 1.5), { name: 'ConfigError' });
+});
+
+test('invalidate(key, version) leaves a tombstone: no older write comes back, the same or a newer version does', async () => {
+  const cache = createCache({ client: redis.client, prefix: redis.prefix('tomb') });
+  await cache.setIfNewer('row', { v: 4 }, 4);
+  assert.equal(await cache.invalidate('row', 5), true);
+  assert.equal((await cache.peek('row'))?.value, undefined);
+  assert.equal((await cache.peek('row'))?.version, 5n);
+  // A late event (v4) and a reader that loaded the row before the change (v4) cannot write it back.
+  assert.equal(await cache.setIfNewer('row', { v: 4 }, 4), false);
+  const loaded = await cache.getOrLoad('row', () => ({ v: 4 }), { versionOf: (x) => x.v });
+  assert.deepEqual(loaded, { v: 4 });
+  assert.equal((await cache.peek('row'))?.value, undefined, 'the older fill was not written');
+  // An unversioned fill does not replace a versioned tombstone either.
+  await cache.getOrLoad('row', () => ({ v: 4 }));
+  assert.equal((await cache.peek('row'))?.value, undefined);
+  // The row at version 5, loaded after the change, fills it.
+  await cache.getOrLoad('row', () => ({ v: 5 }), { versionOf: (x) => x.v });
+  assert.deepEqual((await cache.peek('row'))?.value, { v: 5 });
+  // An invalidation older than what is cached changes nothing; one without a version deletes.
+  assert.equal(await cache.invalidate('row', 3), false);
+  assert.equal(await cache.invalidate('row', 5), false, 'the value of version 5 is current');
+  assert.equal(await cache.invalidate('row'), true);
+  assert.equal(await cache.peek('row'), undefined);
+});
+
+test('200 concurrent getOrLoad on an expired hot key call the loader once in the process', async () => {
+  const registry = new Registry();
+  const cache = createCache({ client: redis.client, prefix: redis.prefix('hot'), registry, name: 'hot' });
+  await cache.setIfNewer('hot', { n: 0 }, 1, 60_000);
+  // Expire it, as its TTL would.
+  await cache.invalidate('hot');
+  let loads = 0;
+  const release = gate();
+  const results = Promise.all(
+    Array.from({ length: 200 }, () =>
+      cache.getOrLoad('hot', async () => {
+        loads++;
+        await release.promise;
+        return { n: loads };
+      }),
+    ),
+  );
+  release.open();
+  const values = await results;
+  assert.equal(loads, 1);
+  assert.ok(values.every((v) => v.n === 1));
+  assert.notEqual(values[0], values[1], 'each caller gets its own copy');
+  // Afterwards it is a hit.
+  assert.deepEqual(await cache.getOrLoad('hot', () => assert.fail('loaded again')), { n: 1 });
+  const text = await registry.metrics();
+  assert.match(text, /outbox_cache_requests_total\{cache="hot",result="miss"\} 200/);
+  assert.match(text, /outbox_cache_requests_total\{cache="hot",result="hit"\} 1/);
+  assert.match(text, /outbox_cache_rebuilds_total\{cache="hot",outcome="ok"\} 1/);
+});
+
+test('stale while revalidate: every caller gets the stale value at once, one caller rebuilds it', async () => {
+  const registry = new Registry();
+  const prefix = redis.prefix('stale');
+  const cache = createCache({ client: redis.client, prefix, registry, name: 'stale', defaults: { ttlMs: 60_000, staleForMs: 60_000, jitter: 0 } });
+  await cache.getOrLoad('profile', () => ({ version: 1 }));
+  // Move it into its stale window: its remaining lifetime below the stale window.
+  await redis.client.pExpire(`${prefix}profile`, 30_000);
+  assert.equal((await cache.peek('profile'))?.fresh, false);
+  let loads = 0;
+  const release = gate();
+  const values = await Promise.all(
+    Array.from({ length: 200 }, () =>
+      cache.getOrLoad('profile', async () => {
+        loads++;
+        await release.promise;
+        return { version: 2 };
+      }),
+    ),
+  );
+  assert.ok(values.every((v) => v.version === 1), 'stale value served without waiting for the loader');
+  release.open();
+  await cache.whenIdle();
+  assert.equal(loads, 1);
+  const e = await cache.peek<{ version: number }>('profile');
+  assert.deepEqual(e?.value, { version: 2 });
+  assert.equal(e?.fresh, true);
+  assert.ok(e!.pttlMs > 60_000 && e!.pttlMs <= 120_000, `kept for ttl + staleFor (${e!.pttlMs} ms)`);
+  assert.match(await registry.metrics(), /outbox_cache_requests_total\{cache="stale",result="stale"\} 200/);
+});
+
+test('a loader that fails does not wedge the key: its callers get its error, the lock is released, the next call loads', async () => {
+  const prefix = redis.prefix('fail');
+  const cache = createCache({ client: redis.client, prefix });
+  let calls = 0;
+  const failing = Promise.allSettled(
+    Array.from({ length: 50 }, () =>
+      cache.getOrLoad('k', async () => {
+        calls++;
+        throw new Error('database down');
+      }),
+    ),
+  );
+  const settled = await failing;
+  assert.equal(calls, 1);
+  assert.ok(settled.every((r) => r.status === 'rejected' && (r.reason as Error).message === 'database down'));
+  assert.equal(await redis.client.exists(`${prefix}k:rebuild-lock`), 0, 'lock released');
+  assert.equal(await cache.getOrLoad('k', () => 'ok'), 'ok');
+});
+
+test('a loader that hangs does not wedge the key: it is aborted after loadTimeoutMs, the next call loads', async () => {
+  const prefix = redis.prefix('hang');
+  const cache = createCache({ client: redis.client, prefix });
+  let aborted: unknown;
+  const hung = cache.getOrLoad(
+    'k',
+    ({ signal }) =>
+      new Promise<string>((_, reject) => {
+        signal.addEventListener('abort', () => {
+          aborted = signal.reason;
+          reject(signal.reason as Error);
+        });
+      }),
+    { loadTimeoutMs: 200, lockTtlMs: 5_000 },
+  );
+  await assert.rejects(hung, (e: unknown) => e instanceof CacheLoadTimeoutError && e.retriable === true);
+  assert.ok(aborted instanceof CacheLoadTimeoutError, 'the loader saw its signal abort');
+  assert.equal(await redis.client.exists(`${prefix}k:rebuild-lock`), 0, 'lock released');
+  // A loader that ignores its signal is abandoned just the same.
+  await assert.rejects(cache.getOrLoad('k', () => new Promise<string>(() => undefined), { loadTimeoutMs: 100 }), CacheLoadTimeoutError);
+  assert.equal(await cache.getOrLoad('k', () => 'ok'), 'ok');
+});
+
+test('a lock left by a dead process: waiters give up after waitMs (retriable), or take over once it expires', async () => {
+  const registry = new Registry();
+  const prefix = redis.prefix('dead');
+  const cache = createCache({ client: redis.client, prefix, registry, name: 'dead' });
+  // Another process took the lock and died without releasing it.
+  await redis.client.set(`${prefix}k:rebuild-lock`, 'someone-else', { PX: 400 });
+  await assert.rejects(
+    cache.getOrLoad('k', () => 'mine', { waitMs: 50 }),
+    (e: unknown) => e instanceof CacheWaitTimeoutError && e.retriable === true,
+  );
+  assert.equal(await cache.getOrLoad('k', () => 'unlocked', { waitMs: 50, onWaitTimeout: 'load' }), 'unlocked');
+  assert.equal(await cache.peek('k'), undefined, 'a load without the lock does not write');
+  // Waiting longer than the lock lives: the lock expires and this caller rebuilds.
+  const started = Date.now();
+  assert.equal(await cache.getOrLoad('k', () => 'took over', { waitMs: 5_000 }), 'took over');
+  assert.ok(Date.now() - started < 5_000);
+  assert.equal((await cache.peek('k'))?.value, 'took over');
+  const text = await registry.metrics();
+  assert.match(text, /outbox_cache_lock_waits_total\{cache="dead",outcome="timeout"\} 2/);
+  assert.match(text, /outbox_cache_lock_waits_total\{cache="dead",outcome="took_over"\} 1/);
+});
+
+test('Redis failing: getOrLoad still answers from the loader, once per key in the process; writes throw a retriable error', async () => {
+  const down: CacheRedisClient = { sendCommand: () => Promise.reject(new Error('connect ECONNREFUSED')) };
+  const registry = new Registry();
+  const cache = createCache({ client: down, registry, name: 'down' });
+  let loads = 0;
+  const release = gate();
+  const all = Promise.all(Array.from({ length: 20 }, () => cache.getOrLoad('k', async () => (loads++, await release.promise, 'v'))));
+  release.open();
+  assert.deepEqual(new Set(await all), new Set(['v']));
+  assert.equal(loads, 1);
+  await assert.rejects(cache.setIfNewer('k', 'v', 1), { name: 'CacheRedisError', retriable: true });
+  assert.match(await registry.metrics(), /outbox_cache_errors_total\{cache="down",operation="read"\} 20/);
+});
