@@ -1,11 +1,16 @@
 /**
- * A real single-node Apache Kafka broker (KRaft, combined broker and controller) on
- * 127.0.0.1, started from the jars scripts/kafka-fetch.sh downloads. Used by the tests,
+ * A real Apache Kafka broker (KRaft, combined broker and controller; one node, or a cluster
+ * of several) on 127.0.0.1, started from the jars scripts/kafka-fetch.sh downloads. Used by the tests,
  * the demo and the benchmarks; never by the relay itself.
  *
  * As a command:
  *   tsx scripts/localKafka.ts start [--dir DIR] [--port N]   prints the broker address
+ *   tsx scripts/localKafka.ts start --nodes 3 [--dir DIR]     a 3-node cluster; prints the addresses
  *   tsx scripts/localKafka.ts stop  [--dir DIR]
+ *
+ * startLocalKafkaCluster() runs N combined broker+controller nodes (KRaft quorum of N
+ * voters, replication factor 3, min.insync.replicas 2, unclean leader election off), with
+ * kill/stop/start of one node by id for the fault suite.
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -69,12 +74,21 @@ export async function freePort(): Promise<number> {
   });
 }
 
-function serverProperties(dir: string, port: number, controllerPort: number, saslPort?: number): string {
+/** A node of a cluster: its id, the quorum's voters, and the replication of internal and default topics. */
+interface NodeRole {
+  nodeId: number;
+  voters: string;
+  replication: number;
+  minInsync: number;
+}
+
+function serverProperties(dir: string, port: number, controllerPort: number, saslPort?: number, role?: NodeRole): string {
   const sasl = saslPort === undefined ? '' : `,SASL_PLAINTEXT://127.0.0.1:${saslPort}`;
+  const rf = role?.replication ?? 1;
   return [
     'process.roles=broker,controller',
-    'node.id=1',
-    `controller.quorum.voters=1@127.0.0.1:${controllerPort}`,
+    `node.id=${role?.nodeId ?? 1}`,
+    `controller.quorum.voters=${role?.voters ?? `1@127.0.0.1:${controllerPort}`}`,
     `listeners=PLAINTEXT://127.0.0.1:${port},CONTROLLER://127.0.0.1:${controllerPort}${sasl}`,
     `advertised.listeners=PLAINTEXT://127.0.0.1:${port}${sasl}`,
     'controller.listener.names=CONTROLLER',
@@ -89,12 +103,13 @@ function serverProperties(dir: string, port: number, controllerPort: number, sas
     'inter.broker.listener.name=PLAINTEXT',
     `log.dirs=${join(dir, 'data')}`,
     'num.partitions=1',
-    'offsets.topic.replication.factor=1',
+    `offsets.topic.replication.factor=${rf}`,
     'offsets.topic.num.partitions=1',
-    'transaction.state.log.replication.factor=1',
-    'transaction.state.log.min.isr=1',
+    `transaction.state.log.replication.factor=${rf}`,
+    `transaction.state.log.min.isr=${role?.minInsync ?? 1}`,
     'transaction.state.log.num.partitions=1',
-    'min.insync.replicas=1',
+    `min.insync.replicas=${role?.minInsync ?? 1}`,
+    ...(role ? [`default.replication.factor=${rf}`, 'unclean.leader.election.enable=false'] : []),
     'group.initial.rebalance.delay.ms=0',
     'auto.create.topics.enable=true',
     'log.flush.interval.messages=9223372036854775807',
@@ -130,8 +145,8 @@ function java(args: string[], dir: string, detached: boolean): ChildProcess {
   );
 }
 
-async function waitUntilReady(brokers: string, timeoutMs: number, child: ChildProcess | undefined): Promise<void> {
-  const kafka = new Kafka({ clientId: 'local-kafka-ready', brokers: [brokers], logLevel: logLevel.NOTHING, retry: { retries: 0 }, connectionTimeout: 1000 });
+async function waitUntilReady(brokers: string, timeoutMs: number, child: ChildProcess | undefined, expectBrokers = 1): Promise<void> {
+  const kafka = new Kafka({ clientId: 'local-kafka-ready', brokers: brokers.split(','), logLevel: logLevel.NOTHING, retry: { retries: 0 }, connectionTimeout: 1000 });
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   while (Date.now() < deadline) {
@@ -139,10 +154,14 @@ async function waitUntilReady(brokers: string, timeoutMs: number, child: ChildPr
     const admin = kafka.admin();
     try {
       await admin.connect();
-      // A metadata round trip, not just an open port: the broker is serving requests.
-      await admin.describeCluster();
+      // A metadata round trip, not just an open port: the broker is serving requests
+      // (and, for a cluster, every node has registered with the controller).
+      const seen = (await admin.describeCluster()).brokers.length;
       await admin.disconnect();
-      return;
+      if (seen >= expectBrokers) return;
+      lastError = new Error(`${seen} of ${expectBrokers} brokers registered`);
+      await new Promise((r) => setTimeout(r, 250));
+      continue;
     } catch (error) {
       lastError = error;
       await admin.disconnect().catch(() => undefined);
@@ -240,6 +259,180 @@ export async function stopLocalKafka(dir: string): Promise<void> {
   rmSync(file, { force: true });
 }
 
+/** Options of a local cluster of combined broker+controller nodes. */
+export interface LocalKafkaClusterOptions {
+  /** Directory for every node's config, data and logs (`node-<id>/`); wiped at start. */
+  dir?: string;
+  /** Nodes, each a broker and a controller voter (default 3). */
+  nodes?: number;
+  /** Milliseconds to wait for every node to register and answer metadata requests. */
+  readyTimeoutMs?: number;
+  /** Detach the JVMs so they outlive this process (the `start --nodes N` command). */
+  detached?: boolean;
+}
+
+/** One node of a local cluster. */
+export interface LocalKafkaNode {
+  /** KRaft node id, 1..N (the broker id kafkajs metadata reports). */
+  readonly id: number;
+  readonly port: number;
+  /** `127.0.0.1:PORT`. */
+  readonly address: string;
+  readonly dir: string;
+  /** Pid of its JVM, or 0 while it is down. */
+  pid(): number;
+}
+
+/**
+ * A running local cluster: N nodes on 127.0.0.1, replication factor N (at most 3) for the
+ * internal topics and for topics created without one, `min.insync.replicas` N-1 (at least
+ * 1), unclean leader election off. The LocalKafka methods act on every node; the *Node
+ * methods on one.
+ */
+export interface LocalKafkaCluster extends LocalKafka {
+  readonly nodes: readonly LocalKafkaNode[];
+  /** SIGKILL one node and wait until its process is gone. */
+  killNode(id: number): Promise<void>;
+  /** SIGTERM one node (SIGKILL after 30 s) and wait until it is gone. */
+  stopNode(id: number): Promise<void>;
+  /** Start a stopped node on its port and data; resolves when it answers metadata requests
+   *  itself and the cluster lists every node. */
+  startNode(id: number): Promise<void>;
+  restartNode(id: number): Promise<void>;
+}
+
+/** Format N nodes of one cluster and start them; resolves when the cluster lists N brokers. */
+export async function startLocalKafkaCluster(options: LocalKafkaClusterOptions = {}): Promise<LocalKafkaCluster> {
+  fetchKafkaJars();
+  const count = options.nodes ?? 3;
+  if (!Number.isInteger(count) || count < 1 || count > 9) throw new Error(`nodes must be 1-9, not ${count}`);
+  const dir = resolve(options.dir ?? join(ROOT, '.cache/kafka/run', `cluster-${process.pid}-${Date.now()}`));
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  const ids = Array.from({ length: count }, (_, i) => i + 1);
+  const ports = await Promise.all(ids.map(() => freePort()));
+  const controllerPorts = await Promise.all(ids.map(() => freePort()));
+  const voters = ids.map((id, i) => `${id}@127.0.0.1:${controllerPorts[i]}`).join(',');
+  const replication = Math.min(3, count);
+  const minInsync = Math.max(1, replication - 1);
+  const clusterId = execFileSync('java', ['-cp', CLASSPATH, 'kafka.tools.StorageTool', 'random-uuid'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  const readyTimeoutMs = options.readyTimeoutMs ?? 180_000;
+  const brokers = ports.map((p) => `127.0.0.1:${p}`).join(',');
+
+  const nodes = ids.map((id, i) => {
+    const nodeDir = join(dir, `node-${id}`);
+    mkdirSync(nodeDir, { recursive: true });
+    const props = join(nodeDir, 'server.properties');
+    const port = ports[i] as number;
+    writeFileSync(props, serverProperties(nodeDir, port, controllerPorts[i] as number, undefined, { nodeId: id, voters, replication, minInsync }));
+    writeFileSync(join(nodeDir, 'log4j.properties'), LOG4J);
+    execFileSync('java', ['-cp', CLASSPATH, 'kafka.tools.StorageTool', 'format', '-t', clusterId, '-c', props], { stdio: 'ignore' });
+    let child: ChildProcess | undefined;
+    let pid = 0;
+    return {
+      id,
+      port,
+      address: `127.0.0.1:${port}`,
+      dir: nodeDir,
+      pid: () => pid,
+      child: () => child,
+      spawn(): void {
+        child = java(['kafka.Kafka', props], nodeDir, options.detached ?? false);
+        pid = child.pid ?? 0;
+        writeFileSync(join(nodeDir, 'broker.pid'), String(pid));
+        if (options.detached) child.unref();
+        const mine = child;
+        mine.on('exit', () => {
+          if (child === mine) pid = 0;
+        });
+      },
+      async kill(signal: 'SIGKILL' | 'SIGTERM'): Promise<void> {
+        if (!pid || !alive(pid)) {
+          pid = 0;
+          return;
+        }
+        if (signal === 'SIGKILL') {
+          process.kill(pid, 'SIGKILL');
+          await waitForExit(pid, 10_000);
+        } else await killPid(pid);
+        pid = 0;
+      },
+    };
+  });
+  const node = (id: number): (typeof nodes)[number] => {
+    const n = nodes.find((x) => x.id === id);
+    if (!n) throw new Error(`no node ${id} in a cluster of ${count}`);
+    return n;
+  };
+  const startNode = async (id: number): Promise<void> => {
+    const n = node(id);
+    if (n.pid() && alive(n.pid())) return;
+    n.spawn();
+    // It serves requests itself, and the controller lists every node again.
+    await waitUntilReady(n.address, readyTimeoutMs, n.child());
+    await waitUntilReady(n.address, readyTimeoutMs, n.child(), count);
+  };
+  const startAll = async (): Promise<void> => {
+    // The quorum needs a majority of voters: start them all at once.
+    for (const n of nodes) if (!n.pid() || !alive(n.pid())) n.spawn();
+    await Promise.all(nodes.map((n) => waitUntilReady(n.address, readyTimeoutMs, n.child(), count)));
+  };
+  const stopAll = async (): Promise<void> => {
+    await Promise.all(nodes.map((n) => n.kill('SIGTERM')));
+  };
+  await startAll();
+  return {
+    brokers,
+    port: ports[0] as number,
+    dir,
+    nodes: nodes.map(({ id, port, address, dir: nodeDir, pid }) => ({ id, port, address, dir: nodeDir, pid })),
+    start: startAll,
+    stop: stopAll,
+    restart: async () => {
+      await stopAll();
+      await startAll();
+    },
+    destroy: async () => {
+      await stopAll();
+      rmSync(dir, { recursive: true, force: true });
+    },
+    killNode: (id) => node(id).kill('SIGKILL'),
+    stopNode: (id) => node(id).kill('SIGTERM'),
+    startNode,
+    restartNode: async (id) => {
+      await node(id).kill('SIGTERM');
+      await startNode(id);
+    },
+  };
+}
+
+/** Pids of every node of a cluster started detached in `dir` (their pid files). */
+function clusterPids(dir: string): number[] {
+  const pids: number[] = [];
+  for (let id = 1; id <= 9; id++) {
+    const file = join(resolve(dir), `node-${id}`, 'broker.pid');
+    if (existsSync(file)) pids.push(Number(readFileSync(file, 'utf8')));
+  }
+  return pids;
+}
+
+/** Stop a cluster started detached in `dir`. */
+export async function stopLocalKafkaCluster(dir: string): Promise<void> {
+  await Promise.all(clusterPids(dir).map((pid) => killPid(pid)));
+  for (let id = 1; id <= 9; id++) rmSync(join(resolve(dir), `node-${id}`, 'broker.pid'), { force: true });
+}
+
+/** SIGKILL every node of a cluster in `dir` at once (synchronous: for process exit handlers). */
+export function killLocalKafkaClusterSync(dir: string): void {
+  for (const pid of clusterPids(dir)) {
+    try {
+      if (pid) process.kill(pid, 'SIGKILL');
+    } catch {
+      // not running
+    }
+  }
+}
+
 async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   const flag = (name: string): string | undefined => {
@@ -247,14 +440,19 @@ async function main(argv: string[]): Promise<void> {
     return i >= 0 ? rest[i + 1] : undefined;
   };
   const dir = flag('--dir') ?? join(ROOT, '.cache/kafka/run/default');
-  if (command === 'start') {
+  const nodes = flag('--nodes');
+  if (command === 'start' && nodes !== undefined && nodes !== '1') {
+    const kafka = await startLocalKafkaCluster({ dir, nodes: Number(nodes), detached: true });
+    process.stdout.write(`${kafka.brokers}\n`);
+  } else if (command === 'start') {
     const port = flag('--port');
     const kafka = await startLocalKafka({ dir, port: port ? Number(port) : undefined, detached: true });
     process.stdout.write(`${kafka.brokers}\n`);
   } else if (command === 'stop') {
     await stopLocalKafka(dir);
+    await stopLocalKafkaCluster(dir);
   } else {
-    process.stderr.write('usage: localKafka.ts start|stop [--dir DIR] [--port N]\n');
+    process.stderr.write('usage: localKafka.ts start|stop [--dir DIR] [--port N | --nodes N]\n');
     process.exit(2);
   }
 }

@@ -43,7 +43,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   mkdirSync(logs, { recursive: true });
   const { servers, codeDir } = ctx;
   const url = servers.postgres.url;
-  const brokers = [servers.kafka.brokers];
+  const brokers = servers.kafka.brokers.split(',');
 
   log(`run ${cfg.name}: seed ${cfg.seed}, ${p.rows} rows, ${p.writers} writers, ${p.keys} keys (+${p.hotKeys} hot), ${p.relays} relays, ${p.consumers} consumers, ${p.partitions} partitions`);
   log(`reproduce: ${cfg.command}`);
@@ -66,7 +66,19 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   await admin.connect();
   // The cluster's own answer, not our configuration's, for the self-check.
   const brokersInCluster = (await admin.describeCluster()).brokers.length;
-  await admin.createTopics({ topics: [{ topic, numPartitions: p.partitions, replicationFactor: 1 }], waitForLeaders: true });
+  // On a cluster, every partition on 3 replicas (min.insync.replicas=2 from the brokers).
+  await admin.createTopics({ topics: [{ topic, numPartitions: p.partitions, replicationFactor: Math.min(3, p.brokers) }], waitForLeaders: false });
+  // Every broker must know it, every partition led and fully replicated: a node that has
+  // not caught up on the metadata yet answers UNKNOWN_TOPIC_OR_PARTITION meanwhile.
+  await waitFor(
+    `topic ${topic} led and in sync on every partition`,
+    async () => {
+      const md = await admin.fetchTopicMetadata({ topics: [topic] }).catch(() => undefined);
+      const parts = md?.topics[0]?.partitions ?? [];
+      return parts.length === p.partitions && parts.every((x) => x.leader >= 0 && x.isr.length === Math.min(3, p.brokers));
+    },
+    { timeoutMs: 60_000, intervalMs: 100 },
+  );
   await admin.disconnect();
 
   const faults = buildSchedule({
@@ -77,6 +89,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     relays: p.relays,
     consumers: p.consumers,
     leaseTtlMs: p.leaseTtlMs,
+    brokers: p.brokers,
+    partitions: p.partitions,
   });
   const schedule = faults.map(describeFault);
   log(`fault schedule (${faults.length} faults):`);
@@ -135,6 +149,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
       return slot;
     },
     log,
+    topic,
   });
   const relaysSeen = new RelaySightings(pool, schema, p.relays);
   let workloadStats: WorkloadStats | undefined;
@@ -200,6 +215,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     }
   } finally {
     await relaysSeen.stop();
+    await injector.close();
     await Promise.all(allSlots().map((s) => s.stop(15_000)));
   }
 
@@ -228,7 +244,9 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     relays: `started ${relaySlots.reduce((n, s) => n + s.starts, 0)} times; seen heartbeating in outbox_relays: ${[...relaysSeen.seen].sort().join(', ') || 'none'}`,
     relaysLiveAtOnce: `sampled every ${RelaySightings.intervalMs} ms`,
     consumers: 'reported themselves started and were assigned partitions',
-    brokers: 'as the cluster describes itself',
+    brokers: `describeCluster at the start of the run${ctx.servers.cluster ? `; nodes ${ctx.servers.cluster.nodes.map((n) => n.id).join(", ")}` : ""}`,
+    'broker-kill': injector.brokerKills.filter((k) => k.ledPartition === undefined).map((k) => `node ${k.node}, back in sync after ${k.recoveredMs} ms`).join('; ') || undefined,
+    'leader-kill': injector.brokerKills.filter((k) => k.ledPartition !== undefined).map((k) => `node ${k.node} leading partition ${k.ledPartition}, new leader after ${k.failoverMs} ms, back in sync after ${k.recoveredMs} ms`).join('; ') || undefined,
     'consumer-kill': `${injector.worstMomentKills} killed themselves between the Postgres commit and the offset commit`,
     'consumer-join': 'counted once the joining consumer was assigned partitions',
   } satisfies Partial<Record<FaultKind | 'relays' | 'relaysLiveAtOnce' | 'consumers' | 'brokers', string>>);
@@ -251,6 +269,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     schedule,
     faultsInjected: injector.injected,
     faultsFailed: injector.failed,
+    brokerKills: injector.brokerKills,
     workload: { ...workloadRest, committed: committed.length, rolledBack: rolledBack.length, unknown: unknown.length },
     drained: drainedAt !== undefined,
     drainAfterLastFaultMs: drainedAt === undefined ? null : drainedAt - injector.lastFaultEndAt,

@@ -28,7 +28,8 @@ export interface Profile {
   relays: number;
   /** Consumer processes of the group (besides the extra ones joining as faults). */
   consumers: number;
-  /** Kafka brokers of the cluster (the local broker is a single node). */
+  /** Kafka brokers: 1 (a single node) or a cluster of that many nodes (replication
+   *  factor 3, min.insync.replicas 2, unclean leader election off). */
   brokers: number;
   partitions: number;
   leaseTtlMs: number;
@@ -63,7 +64,7 @@ export const PROFILES: Record<string, Profile> = {
     rows: 1_500,
     writeMs: 20_000,
     relays: 2,
-    counts: { relayKills: 1, relayPauses: 1, brokerRestarts: 1, postgresRestarts: 1, consumerKills: 1, consumerJoins: 1 },
+    counts: { relayKills: 1, relayPauses: 1, brokerRestarts: 1, postgresRestarts: 1, consumerKills: 1, consumerJoins: 1, brokerKills: 0, leaderKills: 0 },
     drainTimeoutMs: 60_000,
   },
   ci: {
@@ -71,7 +72,29 @@ export const PROFILES: Record<string, Profile> = {
     rows: 6_000,
     writeMs: 50_000,
     relays: 2,
-    counts: { relayKills: 5, relayPauses: 2, brokerRestarts: 1, postgresRestarts: 1, consumerKills: 3, consumerJoins: 1 },
+    counts: { relayKills: 5, relayPauses: 2, brokerRestarts: 1, postgresRestarts: 1, consumerKills: 3, consumerJoins: 1, brokerKills: 0, leaderKills: 0 },
+    drainTimeoutMs: 90_000,
+  },
+  // A 3-node cluster whose nodes are SIGKILLed, partition leaders included, one at a
+  // time, under 3 relays and 2 consumers. No broker restarts or Postgres restarts: the
+  // single-node profiles cover those.
+  cluster: {
+    ...BASE,
+    rows: 12_000,
+    writeMs: 150_000,
+    relays: 3,
+    brokers: 3,
+    counts: { relayKills: 3, relayPauses: 1, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 2, consumerJoins: 1, brokerKills: 3, leaderKills: 3 },
+    drainTimeoutMs: 120_000,
+  },
+  // The bounded cluster run CI makes (npm run test:faults runs it after the ci profile).
+  'cluster-ci': {
+    ...BASE,
+    rows: 4_000,
+    writeMs: 60_000,
+    relays: 2,
+    brokers: 3,
+    counts: { relayKills: 2, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 2, consumerJoins: 0, brokerKills: 1, leaderKills: 2 },
     drainTimeoutMs: 90_000,
   },
   long: {
@@ -82,7 +105,7 @@ export const PROFILES: Record<string, Profile> = {
     hotKeys: 16,
     hotShare: 0.15,
     partitions: 12,
-    counts: { relayKills: 20, relayPauses: 5, brokerRestarts: 3, postgresRestarts: 2, consumerKills: 10, consumerJoins: 4 },
+    counts: { relayKills: 20, relayPauses: 5, brokerRestarts: 3, postgresRestarts: 2, consumerKills: 10, consumerJoins: 4, brokerKills: 0, leaderKills: 0 },
     drainTimeoutMs: 300_000,
   },
 };
@@ -94,14 +117,14 @@ export const PLANTED: Record<PlantedBug, Partial<Profile>> = {
   'dedup-off': {
     rows: 2_500,
     writeMs: 22_000,
-    counts: { relayKills: 4, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 3, consumerJoins: 2 },
+    counts: { relayKills: 4, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 3, consumerJoins: 2, brokerKills: 0, leaderKills: 0 },
     drainTimeoutMs: 60_000,
   },
   // Reorderings need nothing but the held-open transactions of shared keys.
   'horizon-off': {
     rows: 2_500,
     writeMs: 15_000,
-    counts: { relayKills: 0, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 0, consumerJoins: 0 },
+    counts: { relayKills: 0, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 0, consumerJoins: 0, brokerKills: 0, leaderKills: 0 },
     drainTimeoutMs: 60_000,
   },
 };

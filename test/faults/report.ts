@@ -27,6 +27,8 @@ export interface RunReport {
   schedule: string[];
   faultsInjected: Record<string, number>;
   faultsFailed: string[];
+  /** Cluster nodes SIGKILLed (leaders marked with the partition they led). */
+  brokerKills?: Array<{ node: number; ledPartition?: number; failoverMs?: number; recoveredMs: number }>;
   workload: Omit<WorkloadStats, 'committed' | 'rolledBack' | 'unknown'> & { committed: number; rolledBack: number; unknown: number };
   drained: boolean;
   /** From the end of the last fault (restart done, pause over) to every committed row applied. */

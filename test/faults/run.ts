@@ -2,8 +2,9 @@
  * The fault-injection suite: proves, by running it, that the relay and the consumer
  * runtime lose nothing, apply nothing twice and reorder no key under faults.
  *
- *   tsx test/faults/run.ts --profile smoke|ci|long [--seed N] [--rows N] [--relays N]
+ *   tsx test/faults/run.ts --profile smoke|ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N]
  *                          [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot]
+ *                          [--committed-src]   (src/ and sql/ from HEAD, not the working tree)
  *
  * This file parses the arguments and runs. The rest, by concept: profiles.ts (what a run
  * runs), snapshot.ts (the code under test), servers.ts (Postgres and Kafka of our own),
@@ -26,10 +27,12 @@ import { readCodeVersion, removeSnapshot, ROOT, snapshotCode } from './snapshot.
 
 interface Args extends RunRequest {
   snapshot: boolean;
+  /** src/ and sql/ as committed (HEAD), not the working tree's. */
+  committedSrc: boolean;
 }
 
 function parseArgs(argv: string[]): Args {
-  const args: Args = { profile: 'ci', seed: Math.floor(Math.random() * 2 ** 31), plant: 'none', verifyPlanted: false, snapshot: true };
+  const args: Args = { profile: 'ci', seed: Math.floor(Math.random() * 2 ** 31), plant: 'none', verifyPlanted: false, snapshot: true, committedSrc: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const value = (): string => {
@@ -44,6 +47,7 @@ function parseArgs(argv: string[]): Args {
     else if (a === '--plant') args.plant = value() as Plant;
     else if (a === '--verify-planted') args.verifyPlanted = true;
     else if (a === '--no-snapshot') args.snapshot = false;
+    else if (a === '--committed-src') args.committedSrc = true;
     else usage(`unknown argument ${a}`);
   }
   if (!PROFILES[args.profile]) usage(`unknown profile ${args.profile}`);
@@ -57,7 +61,7 @@ function parseArgs(argv: string[]): Args {
 
 function usage(problem: string): never {
   process.stderr.write(
-    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot]\n`,
+    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot] [--committed-src]\n`,
   );
   process.exit(2);
 }
@@ -67,16 +71,20 @@ async function main(): Promise<number> {
   const runs = planRuns(args);
 
   // Everything we start is stopped on the way out, whatever the way.
-  const code = readCodeVersion();
-  const codeDir = args.snapshot ? snapshotCode() : ROOT;
+  if (args.committedSrc && !args.snapshot) usage('--committed-src needs the snapshot');
+  const version = readCodeVersion();
+  const code = args.committedSrc ? { commit: version.commit, uncommitted: [] } : version;
+  const codeDir = args.snapshot ? snapshotCode(ROOT, args.committedSrc) : ROOT;
   onEmergency(() => removeSnapshot(codeDir));
   onEmergency(killAllChildren);
 
   const reports: RunReport[] = [];
   let servers: Servers | undefined;
   try {
-    log('starting a Postgres instance and a Kafka broker of our own');
-    servers = await startServers();
+    // Every run of one command has the same profile, so the same number of brokers.
+    const brokers = runs[0]?.profile.brokers ?? 1;
+    log(`starting a Postgres instance and ${brokers > 1 ? `a ${brokers}-node Kafka cluster` : 'a Kafka broker'} of our own`);
+    servers = await startServers(brokers);
     log(`Postgres ${servers.postgres.url} (${servers.postgres.dir}), Kafka ${servers.kafka.brokers}; code under test: ${codeDir}`);
     for (const cfg of runs) {
       try {

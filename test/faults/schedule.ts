@@ -44,6 +44,11 @@ export type Fault =
   | { kind: 'relay-pause'; atMs: number; relay: number; pauseMs: number }
   /** Stop the Kafka broker (SIGTERM), start it again. */
   | { kind: 'broker-restart'; atMs: number }
+  /** SIGKILL one node of the Kafka cluster (by node id), start it again `downMs` later. */
+  | { kind: 'broker-kill'; atMs: number; node: number; downMs: number }
+  /** SIGKILL the node that leads `partition` of the run's topic at that moment (asked of
+   *  the cluster's metadata), start it again `downMs` later. */
+  | { kind: 'leader-kill'; atMs: number; partition: number; downMs: number }
   /** Restart Postgres: `fast` (clean) or `immediate` (a crash, WAL replay). */
   | { kind: 'postgres-restart'; atMs: number; mode: 'fast' | 'immediate' }
   /** SIGKILL a consumer process, start it again `downMs` later. `after-db-commit`: at
@@ -61,6 +66,10 @@ export interface FaultCounts {
   postgresRestarts: number;
   consumerKills: number;
   consumerJoins: number;
+  /** SIGKILLs of a cluster node picked at random (cluster profiles only). */
+  brokerKills: number;
+  /** SIGKILLs of a partition's leader (cluster profiles only). */
+  leaderKills: number;
 }
 
 export interface ScheduleOptions {
@@ -74,6 +83,10 @@ export interface ScheduleOptions {
   consumers: number;
   /** A pause lasts longer than this (the relays' lease TTL). */
   leaseTtlMs: number;
+  /** Kafka nodes (broker kills pick one of 1..brokers). */
+  brokers?: number;
+  /** Partitions of the topic (leader kills pick one). */
+  partitions?: number;
 }
 
 /**
@@ -88,20 +101,27 @@ export function buildSchedule(o: ScheduleOptions): Fault[] {
   const faults: Fault[] = [];
 
   // Infrastructure restarts: evenly spaced slots, jittered within each slot.
-  const infra: Array<'broker' | 'postgres'> = [
+  // Broker kills and leader kills are infrastructure faults too: one at a time, so a
+  // 3-node cluster never has two nodes down (it keeps min.insync.replicas=2).
+  type Infra = 'broker' | 'postgres' | 'broker-kill' | 'leader-kill';
+  const infra: Infra[] = [
     ...Array.from({ length: o.counts.brokerRestarts }, () => 'broker' as const),
     ...Array.from({ length: o.counts.postgresRestarts }, () => 'postgres' as const),
+    ...Array.from({ length: o.counts.brokerKills }, () => 'broker-kill' as const),
+    ...Array.from({ length: o.counts.leaderKills }, () => 'leader-kill' as const),
   ];
   // Shuffle (Fisher-Yates) so the kinds interleave.
   for (let i = infra.length - 1; i > 0; i--) {
     const j = Math.floor(rnd.next() * (i + 1));
-    [infra[i], infra[j]] = [infra[j] as 'broker' | 'postgres', infra[i] as 'broker' | 'postgres'];
+    [infra[i], infra[j]] = [infra[j] as Infra, infra[i] as Infra];
   }
   const slot = span / Math.max(1, infra.length);
   let postgresIndex = 0;
   infra.forEach((kind, i) => {
     const atMs = Math.floor(o.startMs + slot * i + slot * (0.15 + 0.5 * rnd.next()));
     if (kind === 'broker') faults.push({ kind: 'broker-restart', atMs });
+    else if (kind === 'broker-kill') faults.push({ kind: 'broker-kill', atMs, node: rnd.int(1, o.brokers ?? 1), downMs: rnd.int(500, 5_000) });
+    else if (kind === 'leader-kill') faults.push({ kind: 'leader-kill', atMs, partition: rnd.int(0, (o.partitions ?? 1) - 1), downMs: rnd.int(500, 5_000) });
     else {
       // Alternate, starting with the crash: both kinds happen as soon as there are two.
       faults.push({ kind: 'postgres-restart', atMs, mode: postgresIndex++ % 2 === 0 ? 'immediate' : 'fast' });
@@ -134,6 +154,10 @@ export function describeFault(f: Fault): string {
       return `${t} relay ${f.relay} SIGSTOP for ${f.pauseMs} ms, then SIGCONT`;
     case 'broker-restart':
       return `${t} Kafka broker restart`;
+    case 'broker-kill':
+      return `${t} Kafka node ${f.node} SIGKILL, restarted after ${f.downMs} ms`;
+    case 'leader-kill':
+      return `${t} Kafka leader of partition ${f.partition} SIGKILL, restarted after ${f.downMs} ms`;
     case 'postgres-restart':
       return `${t} Postgres restart (${f.mode === 'immediate' ? 'crash: stop -m immediate' : 'clean: stop -m fast'})`;
     case 'consumer-kill':

@@ -18,6 +18,8 @@ export const FAULT_KINDS: ReadonlyArray<{ kind: FaultKind; count: keyof Profile[
   { kind: 'postgres-restart', count: 'postgresRestarts' },
   { kind: 'consumer-kill', count: 'consumerKills' },
   { kind: 'consumer-join', count: 'consumerJoins' },
+  { kind: 'broker-kill', count: 'brokerKills' },
+  { kind: 'leader-kill', count: 'leaderKills' },
 ];
 
 /** What ran in one run, or what should have. */

@@ -6,13 +6,15 @@
  */
 import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { startLocalKafka, type LocalKafka } from '../../scripts/localKafka.js';
+import { killLocalKafkaClusterSync, startLocalKafka, startLocalKafkaCluster, type LocalKafka, type LocalKafkaCluster } from '../../scripts/localKafka.js';
 import { destroyLocalPostgresSync, startLocalPostgres, type LocalPostgres, type LocalPostgresOptions } from '../../scripts/localPostgres.js';
 import { ROOT } from './snapshot.js';
 
 export interface Servers {
   postgres: LocalPostgres;
+  /** A single broker, or a cluster (then `cluster` is the same object, with its nodes). */
   kafka: LocalKafka;
+  cluster?: LocalKafkaCluster;
 }
 
 /** Synchronous clean-ups, run on process exit and on a fatal signal. */
@@ -80,10 +82,37 @@ export async function startOwnKafka(): Promise<LocalKafka> {
   };
 }
 
-/** Both servers, started at once. */
-export async function startServers(): Promise<Servers> {
-  const [postgres, kafka] = await Promise.allSettled([startOwnPostgres(), startOwnKafka()]);
-  if (postgres.status === 'fulfilled' && kafka.status === 'fulfilled') return { postgres: postgres.value, kafka: kafka.value };
+/** A Kafka cluster of our own (`nodes` combined broker+controller nodes), killed and deleted on the way out. */
+export async function startOwnKafkaCluster(nodes: number): Promise<LocalKafkaCluster> {
+  const dir = join(ROOT, '.cache/kafka/run', `faults-cluster-${process.pid}`);
+  const guard = onEmergency(() => {
+    killLocalKafkaClusterSync(dir);
+    rmSync(dir, { recursive: true, force: true });
+  });
+  let cluster: LocalKafkaCluster;
+  try {
+    cluster = await startLocalKafkaCluster({ dir, nodes });
+  } catch (error) {
+    killLocalKafkaClusterSync(dir);
+    throw error;
+  }
+  return {
+    ...cluster, // a plain object of closures
+    destroy: async (): Promise<void> => {
+      await cluster.destroy();
+      guard.remove();
+    },
+  };
+}
+
+/** Both servers, started at once: a single broker, or a cluster of `brokers` nodes. */
+export async function startServers(brokers = 1): Promise<Servers> {
+  let cluster: LocalKafkaCluster | undefined;
+  const [postgres, kafka] = await Promise.allSettled([
+    startOwnPostgres(),
+    brokers > 1 ? startOwnKafkaCluster(brokers).then((c) => (cluster = c)) : startOwnKafka(),
+  ]);
+  if (postgres.status === 'fulfilled' && kafka.status === 'fulfilled') return { postgres: postgres.value, kafka: kafka.value, ...(cluster ? { cluster } : {}) };
   if (postgres.status === 'fulfilled') await postgres.value.destroy().catch(() => undefined);
   if (kafka.status === 'fulfilled') await kafka.value.destroy().catch(() => undefined);
   throw (postgres.status === 'rejected' ? postgres.reason : (kafka as PromiseRejectedResult).reason) as Error;

@@ -15,10 +15,16 @@ export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 /** What the snapshot holds (everything a relay, a consumer and the migration need). */
 const SNAPSHOT_ENTRIES = ['src', 'sql', 'scripts', 'test', 'package.json', 'tsconfig.json'];
 
-/** Copy the code under test to /tmp so that edits made during a run do not reach it. */
-export function snapshotCode(root = ROOT): string {
+/** Copy the code under test to /tmp so that edits made during a run do not reach it.
+ *  With `committedSrc`, src/ and sql/ come from the commit (HEAD), not the working tree:
+ *  a run that must not pick up others' half-made edits. */
+export function snapshotCode(root = ROOT, committedSrc = false): string {
   const dir = mkdtempSync('/tmp/outbox-faults-code-');
-  for (const entry of SNAPSHOT_ENTRIES) cpSync(join(root, entry), join(dir, entry), { recursive: true });
+  for (const entry of SNAPSHOT_ENTRIES) {
+    if (committedSrc && (entry === 'src' || entry === 'sql')) {
+      execFileSync('sh', ['-c', `git archive HEAD ${entry} | tar -x -C "$0"`, dir], { cwd: root, stdio: ['ignore', 'ignore', 'inherit'] });
+    } else cpSync(join(root, entry), join(dir, entry), { recursive: true });
+  }
   symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'));
   return dir;
 }

@@ -128,7 +128,7 @@ test('checker: effects applied out of order are counted, for information only', 
 test('schedule: the same seed gives the same faults; counts and bounds hold', () => {
   const options = {
     seed: 42,
-    counts: { relayKills: 20, relayPauses: 5, brokerRestarts: 3, postgresRestarts: 2, consumerKills: 10, consumerJoins: 4 },
+    counts: { relayKills: 20, relayPauses: 5, brokerRestarts: 3, postgresRestarts: 2, consumerKills: 10, consumerJoins: 4, brokerKills: 0, leaderKills: 0 },
     startMs: 3_000,
     endMs: 300_000,
     relays: 3,

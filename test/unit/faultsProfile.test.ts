@@ -101,3 +101,30 @@ test('snapshot: changed src/ and sql/ files are listed at any depth, renames wit
   assert.deepEqual(parseChangedFiles(porcelain), [' M src/relay/relay.ts', 'R  src/consumer.ts -> src/consumer/consumer.ts', '?? src/metrics/sql/new.ts', 'A  sql/005_x.sql']);
   assert.deepEqual(parseChangedFiles(''), []);
 });
+
+test('profiles: the cluster profiles run on 3 brokers, kill leaders and other nodes one at a time, and the self-check counts both', async () => {
+  const { buildSchedule } = await import('../faults/schedule.js');
+  for (const name of ['cluster', 'cluster-ci']) {
+    const p = PROFILES[name]!;
+    assert.equal(p.brokers, 3, name);
+    assert.ok(p.relays >= 2 && p.consumers >= 2, `${name}: two or more relays and consumers`);
+    assert.ok(p.counts.leaderKills > 0 && p.counts.brokerKills > 0, name);
+    const t = expectedTally(p);
+    assert.equal(t.brokers, 3);
+    assert.equal(t.faults['leader-kill'], p.counts.leaderKills);
+    assert.equal(t.faults['broker-kill'], p.counts.brokerKills);
+    // A single broker, or one leader kill fewer, fails the run.
+    assert.deepEqual(selfCheckFailures(selfCheck(t, { ...t, brokers: 1 })), ['self-check: Kafka brokers 1 of 3']);
+    const fewer = { ...t, faults: { ...t.faults, 'leader-kill': t.faults['leader-kill'] - 1 } };
+    assert.deepEqual(selfCheckFailures(selfCheck(t, fewer)), [`self-check: fault leader-kill ${p.counts.leaderKills - 1} of ${p.counts.leaderKills}`]);
+    const faults = buildSchedule({ seed: 3, counts: p.counts, startMs: 3_000, endMs: p.writeMs - 3_000, relays: p.relays, consumers: p.consumers, leaseTtlMs: p.leaseTtlMs, brokers: p.brokers, partitions: p.partitions });
+    const kills = faults.filter((f) => f.kind === 'broker-kill' || f.kind === 'leader-kill');
+    assert.equal(kills.length, p.counts.brokerKills + p.counts.leaderKills);
+    for (const f of kills) {
+      if (f.kind === 'broker-kill') assert.ok(f.node >= 1 && f.node <= 3);
+      if (f.kind === 'leader-kill') assert.ok(f.partition >= 0 && f.partition < p.partitions);
+    }
+  }
+  // The single-broker profiles schedule no broker kills: their seeds still give the same schedule.
+  assert.equal(ci.counts.brokerKills + ci.counts.leaderKills, 0);
+});
