@@ -2,7 +2,7 @@
 import { Command, CommanderError, Option } from 'commander';
 import { ConfigError, describeError } from './shared/errors.js';
 import { createLogger, type LogLevel } from './shared/logger.js';
-import { readSetting, type Setting } from './shared/settings.js';
+import { formatSettingValue, readSetting, type Setting } from './shared/settings.js';
 import { databaseUrl, logLevel, schema } from './shared/commonSettings.js';
 import { runRelay, EXIT, RUN_SETTINGS, type RunRelayOptions } from './commands/run.js';
 import { migrate, migrationScript } from './commands/migrate.js';
@@ -17,11 +17,27 @@ function addSettings(command: Command, list: readonly AnySetting[]): Command {
     if (!s.flag) continue;
     // The default is in the text, not option.default(): a flag left unset must stay
     // undefined so that the environment variable can still win over the default.
-    const fallback = s.defaultValue === undefined ? '' : `, default ${String(s.defaultValue)}`;
+    const shown = formatSettingValue(s.defaultValue);
+    const fallback = shown === undefined ? '' : `, default ${shown}`;
     const option = new Option(`${s.flag} <value>`, `${s.description} [env ${s.env}${fallback}]`);
     command.addOption(option);
   }
   return command;
+}
+
+/**
+ * Where each resolved option's value came from, as the user would name it: the flag or
+ * variable they set, or (for a default) the flag and the variable that would set it.
+ * Library errors name options (`kafkaSaslUsername`); fail() renames them with this.
+ */
+const optionSources = new Map<string, string>();
+
+function sourceOf(s: AnySetting, flagValue: string | undefined): string {
+  if (flagValue !== undefined && s.flag) return s.flag;
+  if (process.env[s.env] !== undefined && process.env[s.env] !== '') return s.env;
+  if (s.secret && process.env[`${s.env}_FILE`]) return `${s.env}_FILE`;
+  if (s.flag) return `${s.flag} or ${s.env}`;
+  return s.secret ? `${s.env} or ${s.env}_FILE` : s.env;
 }
 
 /** Flag, then environment, then default, for each setting; checked as it is read. */
@@ -29,6 +45,7 @@ function resolve(list: readonly AnySetting[], flags: Record<string, unknown>): R
   const out: Record<string, unknown> = {};
   for (const s of list) {
     const flagValue = s.flag ? (flags[camel(s.flag)] as string | undefined) : undefined;
+    optionSources.set(s.option, sourceOf(s, flagValue));
     const value = readSetting(s, flagValue, process.env);
     if (value === undefined) {
       const where = s.flag ? `${s.flag} or ${s.env}` : s.secret ? `${s.env} or ${s.env}_FILE` : s.env;
@@ -43,7 +60,16 @@ function camel(flag: string): string {
   return flag.replace(/^--/, '').replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
 }
 
+/** A ConfigError naming a library option, renamed after the flag or variable the user set. */
+function userNamed(error: unknown): unknown {
+  if (!(error instanceof ConfigError)) return error;
+  const source = optionSources.get(error.setting);
+  if (source === undefined) return error;
+  return new ConfigError(source, error.message.slice(error.setting.length + 2));
+}
+
 function fail(error: unknown): never {
+  error = userNamed(error);
   process.stderr.write(`outbox-relay: ${describeError(error)}\n`);
   process.exit(error instanceof ConfigError ? EXIT.usage : EXIT.failure);
 }

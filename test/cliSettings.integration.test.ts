@@ -3,7 +3,9 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { DATABASE_URL, uniqueName } from './helpers/db.js';
 import { spawnCli } from './helpers/processes.js';
-import { testBrokers } from './helpers/kafka.js';
+import { createTopic, testBrokers } from './helpers/kafka.js';
+import { createTestSchema } from './helpers/db.js';
+import { waitFor } from './helpers/wait.js';
 
 // Bad settings must exit non-zero with one line that names the setting, and touch nothing.
 const sentinel = uniqueName('sentinel');
@@ -71,4 +73,89 @@ test('integration: migrate --print needs no database and shows the SQL with the 
   assert.match(text, /CREATE TABLE "app_events"\.outbox \(/);
   assert.match(text, /INSERT INTO "app_events"\.outbox_migrations/);
   assert.doesNotMatch(text, /:"schema"/);
+});
+
+// Library errors name options (kafkaSaslUsername); the CLI names what the user set.
+const namingCases: Array<{ name: string; args: string[]; env: Record<string, string>; pattern: RegExp }> = [
+  { name: 'a mechanism without a user name (environment)', args: ['run'], env: { KAFKA_SASL_MECHANISM: 'scram-sha-512' }, pattern: /^outbox-relay: --kafka-sasl-username or KAFKA_SASL_USERNAME: is required with SASL mechanism scram-sha-512$/ },
+  { name: 'a user name without a mechanism (environment)', args: ['run'], env: { KAFKA_SASL_USERNAME: 'bob' }, pattern: /^outbox-relay: KAFKA_SASL_USERNAME: is set but no SASL mechanism is/ },
+  { name: 'a user name without a mechanism (flag)', args: ['run', '--kafka-sasl-username', 'bob'], env: {}, pattern: /^outbox-relay: --kafka-sasl-username: is set but no SASL mechanism is/ },
+  { name: 'a mechanism without a password', args: ['run', '--kafka-sasl-mechanism', 'plain'], env: { KAFKA_SASL_USERNAME: 'bob' }, pattern: /^outbox-relay: KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE: is required with SASL mechanism plain/ },
+  { name: 'a client certificate without its key', args: ['run', '--kafka-ssl-cert-file', '/nonexistent/cert.pem'], env: {}, pattern: /^outbox-relay: --kafka-ssl-key-file or KAFKA_SSL_KEY_FILE: a client certificate needs both/ },
+  { name: 'a CA file that cannot be read', args: ['run'], env: { KAFKA_SSL_CA_FILE: '/nonexistent/ca.pem' }, pattern: /^outbox-relay: KAFKA_SSL_CA_FILE: cannot read \/nonexistent\/ca\.pem: ENOENT$/ },
+];
+
+for (const c of namingCases) {
+  test(`integration: ${c.name}: the error names the flag or variable, not the library option`, async () => {
+    const { code, lines } = await runCli(c.args, c.env);
+    assert.equal(code, 2, lines.join('\n'));
+    assert.equal(lines.length, 1, lines.join('\n'));
+    assert.match(lines[0]!, c.pattern);
+    assert.doesNotMatch(lines[0]!, /\bkafka[A-Z]\w*:/, 'no camelCase option name');
+  });
+}
+
+test('integration: --help shows every default as the user would write it (no [object Object], no empty default)', async () => {
+  for (const command of [['run'], ['migrate'], ['status'], ['cleanup'], ['purge-processed'], ['dead-letters', 'list'], ['dead-letters', 'replay']]) {
+    const p = spawnCli([...command, '--help'], {});
+    assert.equal(await p.exited, 0);
+    const help = p.output();
+    assert.doesNotMatch(help, /\[object Object\]/, `${command.join(' ')} --help`);
+    assert.doesNotMatch(help.replace(/\s+/g, ' '), /default \]/, `${command.join(' ')} --help shows an empty default`);
+  }
+});
+
+test('integration: dead-letters list <unknown id> exits 1 naming the id; a known id lists it with exit 0', async () => {
+  const t = await createTestSchema('cli_dl');
+  try {
+    await t.pool.query(
+      `INSERT INTO "${t.schema}".outbox_dead_letters (id, message_id, topic, key, payload, created_at, attempts, reason, error_name, policy)
+       VALUES (7, gen_random_uuid(), 'orders', 'k1', '{}', now(), 1, 'too large', 'MESSAGE_TOO_LARGE', 'skip')`,
+    );
+    const unknown = await runCli(['dead-letters', 'list', '99'], { OUTBOX_SCHEMA: t.schema });
+    assert.equal(unknown.code, 1, unknown.lines.join('\n'));
+    assert.deepEqual(unknown.lines, ['outbox-relay: dead letter 99 does not exist; nothing was listed']);
+    const mixed = await runCli(['dead-letters', 'list', '7', '98', '--json'], { OUTBOX_SCHEMA: t.schema });
+    assert.equal(mixed.code, 1, mixed.lines.join('\n'));
+    assert.equal(mixed.lines.length, 1);
+    assert.match(mixed.lines[0]!, /dead letter 98 does not exist/);
+    const known = await runCli(['dead-letters', 'list', '7', '--json'], { OUTBOX_SCHEMA: t.schema });
+    assert.equal(known.code, 0, known.lines.join('\n'));
+    assert.equal(JSON.parse(known.lines.join('\n')).deadLetters[0].id, 7);
+    const nothing = await runCli(['dead-letters', 'list', '--topic', 'nope'], { OUTBOX_SCHEMA: t.schema });
+    assert.equal(nothing.code, 0, 'a filter that matches nothing is an empty list');
+    assert.deepEqual(nothing.lines, ['no dead letters match']);
+    const { rows } = await t.pool.query(`SELECT count(*)::int AS n FROM "${t.schema}".outbox_dead_letters`);
+    assert.equal(rows[0].n, 1, 'list changed nothing');
+  } finally {
+    await t.drop();
+  }
+});
+
+test('integration: SIGHUP stops the relay cleanly like SIGTERM: exit 0, logged, leases released at once, rows sent', async () => {
+  const t = await createTestSchema('cli_hup');
+  const topic = await createTopic(2);
+  try {
+    await t.pool.query(`INSERT INTO "${t.schema}".outbox (topic, key, payload) SELECT $1, 'k' || g, '{}' FROM generate_series(1, 20) g`, [topic]);
+    const relay = spawnCli(['run'], { DATABASE_URL, KAFKA_BROKERS: testBrokers().join(','), OUTBOX_SCHEMA: t.schema, OUTBOX_LEASE_TTL_MS: '60000' });
+    await waitFor('rows sent and shards owned', async () => {
+      const { rows } = await t.pool.query(
+        `SELECT (SELECT count(*) FROM "${t.schema}".outbox WHERE sent_at IS NULL)::int AS unsent,
+                (SELECT count(*) FROM "${t.schema}".outbox_shard_leases WHERE owner IS NOT NULL)::int AS owned`,
+      );
+      return rows[0].unsent === 0 && rows[0].owned > 0;
+    }, { timeoutMs: 60_000 });
+    relay.child.kill('SIGHUP');
+    assert.equal(await relay.exited, 0, relay.output());
+    assert.match(relay.output(), /"signal":"SIGHUP"/, 'the signal is logged');
+    // Released on the way out, not left to expire (the TTL is a minute).
+    const { rows } = await t.pool.query(
+      `SELECT (SELECT count(*) FROM "${t.schema}".outbox_shard_leases WHERE owner IS NOT NULL AND expires_at > now())::int AS held,
+              (SELECT count(*) FROM "${t.schema}".outbox_relays)::int AS members,
+              (SELECT count(*) FROM "${t.schema}".outbox WHERE sent_at IS NULL)::int AS unsent`,
+    );
+    assert.deepEqual(rows[0], { held: 0, members: 0, unsent: 0 });
+  } finally {
+    await t.drop();
+  }
 });

@@ -36,7 +36,12 @@ export interface ListDeadLettersResult {
   total: number;
 }
 
-/** `outbox-relay dead-letters list`: dead letters matching a filter, lowest id first. Read-only. */
+/**
+ * `outbox-relay dead-letters list`: dead letters matching a filter, lowest id first. Read-only.
+ *
+ * @throws DeadLetterNotFoundError when ids are given and one of them is not a dead letter
+ *   (or does not match the rest of the filter); the CLI exits 1
+ */
 export async function listDeadLetters(options: ListDeadLettersOptions = {}): Promise<ListDeadLettersResult> {
   const limit = optionValue(listLimit, options.limit);
   const s = quoteSchema(options.schema);
@@ -45,6 +50,9 @@ export async function listDeadLetters(options: ListDeadLettersOptions = {}): Pro
   try {
     const filter = resolveFilter(options, await dbNow(db));
     const { rows, total } = await select(db, s, filter, limit);
+    // Named ids must exist (docs/operations-dead-letters.md: an unknown id exits 1); a
+    // filter without ids that matches nothing is an empty list, not an error.
+    if (filter.params[0]) requireMatches(filter, total > rows.length ? (await select(db, s, filter, null)).rows : rows, 'listed');
     return { deadLetters: rows, total };
   } finally {
     await close();

@@ -152,7 +152,8 @@ export function kafkaSecurityConfig(options: KafkaSecurityOptions): Pick<KafkaCo
 
   if (mechanism === 'none') {
     if (username !== '' || password !== '') {
-      throw new ConfigError('kafkaSaslMechanism', 'a SASL user name or password is set but no mechanism (KAFKA_SASL_MECHANISM=scram-sha-512, for example)');
+      // Blame what was set: that is the setting the user typed.
+      throw new ConfigError(username !== '' ? 'kafkaSaslUsername' : 'kafkaSaslPassword', 'is set but no SASL mechanism is (KAFKA_SASL_MECHANISM=scram-sha-512, for example)');
     }
     return out;
   }

@@ -146,6 +146,22 @@ export function positiveNumber(d: SettingDescriptor & { defaultValue: number; ma
 }
 
 /**
+ * A setting's default as the user would write it (for help texts): lists joined by
+ * commas, maps as `key=value,...`, and undefined for "no default" (undefined, '', an
+ * empty list or map).
+ */
+export function formatSettingValue(value: unknown): string | undefined {
+  if (value === undefined || value === null || value === '') return undefined;
+  if (Array.isArray(value)) return value.length ? value.map((v) => formatSettingValue(v) ?? '').join(',') : undefined;
+  if (value instanceof Map) value = Object.fromEntries(value);
+  if (typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>);
+    return entries.length ? entries.map(([k, v]) => `${k}=${formatSettingValue(v) ?? ''}`).join(',') : undefined;
+  }
+  return String(value);
+}
+
+/**
  * Read one setting: flag, then environment (then `${env}_FILE` for secrets), then default.
  *
  * @returns the value, or undefined when unset and without default
