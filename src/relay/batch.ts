@@ -5,6 +5,7 @@ import { markSentSql } from './sql/markSent.js';
 import { deadLetterSql, recordAttemptSql } from './sql/deadLetter.js';
 import { publishBatch, PublishError, type DeadLetterPlan } from './publishBatch.js';
 import type { ResolvedRelayOptions } from './options.js';
+import { tracePublish } from '../shared/tracing.js';
 
 // One batch of one worker, as one Postgres transaction:
 //   BEGIN → claim (FOR UPDATE SKIP LOCKED, below the horizon, on owned shards)
@@ -102,7 +103,8 @@ export async function runBatch(
       outcome = await publishBatch(rows, {
         maxMessageBytes: ctx.options.maxMessageBytes,
         policyOf: (topic) => ctx.options.deadLetterPolicyByTopic[topic] ?? ctx.options.deadLetterPolicy,
-        send: (batch) => ctx.send(batch),
+        // A PRODUCER span per message when OpenTelemetry is there (src/shared/tracing.ts).
+        send: (batch) => tracePublish(batch, (traced) => ctx.send(traced)),
       });
     } catch (error) {
       if (error instanceof PublishError) failedIds = rows.map((r) => r.id);
