@@ -141,6 +141,7 @@ export async function tracePublish<M extends TracedRow, R>(messages: M[], send: 
     const carrierIn = rowCarrier(m.headers);
     const parent = otel.propagation.extract(otel.ROOT_CONTEXT, carrierIn);
     const messageId = m.message_id ?? carrierIn['message-id'];
+    const outboxId = m.id ?? (carrierIn['outbox-id'] !== undefined ? Number(carrierIn['outbox-id']) : undefined);
     const span = t.startSpan(
       `publish ${m.topic}`,
       {
@@ -153,7 +154,7 @@ export async function tracePublish<M extends TracedRow, R>(messages: M[], send: 
           ...(messageId !== undefined ? { 'messaging.message.id': messageId } : {}),
           ...(m.key !== null ? { 'messaging.kafka.message.key': m.key } : {}),
           ...(typeof m.partition === 'number' ? { 'messaging.kafka.destination.partition': m.partition, 'messaging.destination.partition.id': String(m.partition) } : {}),
-          ...(m.id !== undefined ? { 'outbox.id': m.id } : {}),
+          ...(outboxId !== undefined ? { 'outbox.id': outboxId } : {}),
         },
       },
       parent,
