@@ -38,6 +38,8 @@ export interface LocalKafkaOptions {
    * the storage is formatted. The PLAINTEXT listener stays as it is.
    */
   scram?: { username: string; password: string };
+  /** Broker properties to set on top of the defaults, e.g. `{ 'auto.create.topics.enable': 'false' }`. */
+  properties?: Record<string, string>;
 }
 
 /** A running local broker. */
@@ -208,7 +210,9 @@ export async function startLocalKafka(options: LocalKafkaOptions = {}): Promise<
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   const props = join(dir, 'server.properties');
-  writeFileSync(props, serverProperties(dir, port, controllerPort, saslPort));
+  // Later lines of a properties file win: the overrides go last.
+  const overrides = Object.entries(options.properties ?? {}).map(([name, value]) => `${name}=${value}\n`).join('');
+  writeFileSync(props, serverProperties(dir, port, controllerPort, saslPort) + overrides);
   writeFileSync(join(dir, 'log4j.properties'), LOG4J);
   const clusterId = execFileSync('java', ['-cp', CLASSPATH, 'kafka.tools.StorageTool', 'random-uuid'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
   const scram = options.scram
