@@ -9,6 +9,7 @@ import type { DeadLetterReason } from './deadLetterTopic.js';
 import { advanceEntityVersion } from './versionGate.js';
 import { lockEntity } from './entityLock.js';
 import { claimKeysSql, unclaimKeysSql } from './sql/processedMessages.js';
+import { HandlerEndedTransaction, MESSAGE_SAVEPOINT, beginSql, guardClient, newTransactionMarker } from './clientGuard.js';
 import type { ResolvedConsumerOptions } from './options.js';
 import type { ConsumedMessage, ConsumerEvents, ConsumerStats, HandlerContext } from './types.js';
 
@@ -76,6 +77,8 @@ export type EmitConsumerEvent = <K extends keyof ConsumerEvents & string>(event:
 export class TransactionEngine<V> {
   private readonly claimSql: string;
   private readonly unclaimSql: string;
+  /** Per partition: keys to take back (see giveBack) that could not be yet. */
+  private readonly pendingGiveBacks = new Map<string, string[]>();
 
   constructor(
     private readonly options: ResolvedConsumerOptions<V>,
@@ -174,6 +177,7 @@ export class TransactionEngine<V> {
    * @throws when a transaction itself fails (nothing committed, or unknown after a lost COMMIT)
    */
   async transact(pool: pg.Pool, topic: string, partition: number, prepared: Prepared<V>[]): Promise<TransactOutcome> {
+    await this.giveBack(pool, topic, partition, []);
     let group = prepared;
     let pending: Failure | undefined;
     if (this.options.savepoints === 'on-failure') {
@@ -188,10 +192,16 @@ export class TransactionEngine<V> {
       }
     }
     // A savepoint per message; at most SAVEPOINT_GROUP of them (subtransaction cache).
-    const limited = group.length > SAVEPOINT_GROUP ? group.slice(0, SAVEPOINT_GROUP) : group;
-    const result = await this.runTransaction(pool, topic, partition, limited, true);
-    if ('rolledBack' in result) throw new Error('unreachable: the savepoint path never rolls back a whole group');
-    return result.committed === group.length && pending ? { ...result, failure: pending } : result;
+    for (;;) {
+      const limited = group.length > SAVEPOINT_GROUP ? group.slice(0, SAVEPOINT_GROUP) : group;
+      const result = await this.runTransaction(pool, topic, partition, limited, true);
+      if (!('rolledBack' in result)) return result.committed === group.length && pending ? { ...result, failure: pending } : result;
+      // Here only a handler that ended the transaction rolls back a whole group.
+      if (!result.rolledBack) throw new Error('unreachable: the savepoint path rolls back a whole group only for a handler that ended it');
+      pending = result.rolledBack;
+      if (pending.index === 0) return { committed: 0, failure: pending, hooks: [] };
+      group = group.slice(0, pending.index);
+    }
   }
 
   /**
@@ -218,14 +228,17 @@ export class TransactionEngine<V> {
     };
     client.on('error', onError);
     this.activeClients.add(client);
-    const release = (): void => {
+    /** Back to the pool, or destroyed when `destroyWith` is given. */
+    const release = (destroyWith?: Error): void => {
       if (this.activeClients.delete(client)) {
         client.off('error', onError);
-        client.release();
+        client.release(destroyWith);
       }
     };
     try {
-      await client.query('BEGIN');
+      // The marker tells, after a handler, that this transaction is still the one open.
+      const marker = newTransactionMarker();
+      await client.query(beginSql(marker));
       // The first occurrence of a key in offset order is the one that runs; a later one in
       // the same group (a relay that published twice) is a duplicate like any other.
       const firstIndex = new Map<string, number>();
@@ -245,12 +258,15 @@ export class TransactionEngine<V> {
       // Index of the message whose savepoint is open: it is released together with the
       // next message's SAVEPOINT, in one round trip.
       let open = -1;
-      const fail = async (index: number, error: unknown): Promise<void> => {
-        await client.query('ROLLBACK TO SAVEPOINT message');
-        failure = { index, error, attempt: (prepared[index] as Prepared<V>).attempt };
+      const fail = async (index: number, error: unknown, reason?: DeadLetterReason): Promise<void> => {
+        await client.query(`ROLLBACK TO SAVEPOINT ${MESSAGE_SAVEPOINT}`);
+        failure = { index, error, attempt: (prepared[index] as Prepared<V>).attempt, reason };
         const giveBack = [...claimed].filter((k) => (firstIndex.get(k) as number) >= index);
         if (giveBack.length > 0) await client.query(this.unclaimSql, [this.options.groupId, giveBack]);
       };
+      // Handler `index` ended the transaction (clientGuard.ts): nothing here holds any more.
+      const ended = (index: number, how: string): Promise<{ rolledBack: Failure }> =>
+        this.endedByHandler(pool, client, release, topic, partition, prepared[index] as Prepared<V>, index, how, [...claimed].filter((k) => (firstIndex.get(k) as number) >= index));
       for (let i = 0; i < prepared.length; i++) {
         const p = prepared[i] as Prepared<V>;
         const { message } = p;
@@ -261,9 +277,10 @@ export class TransactionEngine<V> {
         }
         if (savepoints) {
           try {
-            await client.query(open >= 0 ? 'RELEASE SAVEPOINT message; SAVEPOINT message' : 'SAVEPOINT message');
+            await client.query(open >= 0 ? `RELEASE SAVEPOINT ${MESSAGE_SAVEPOINT}; SAVEPOINT ${MESSAGE_SAVEPOINT}` : `SAVEPOINT ${MESSAGE_SAVEPOINT}`);
           } catch (error) {
             if (broken || open < 0) throw broken ?? error;
+            if (savepointGone(client, error)) return await ended(open, 'the savepoint the consumer opened for it was gone after it');
             // The RELEASE failed, so the SAVEPOINT did not run: the previous handler returned
             // with the transaction aborted (it caught a database error and went on).
             await fail(open, abortedByHandler(error));
@@ -272,30 +289,42 @@ export class TransactionEngine<V> {
           open = i;
         }
         const outcome = { duplicate: false, stale: false, hooks: [] as Array<() => unknown>, settled: false };
-        const context = this.context(client, p.attempt, outcome);
+        // The handler's client refuses COMMIT, ROLLBACK, BEGIN... (clientGuard.ts).
+        const guard = guardClient(client);
+        const context = this.context(client, p.attempt, outcome, guard.client);
+        let thrown: { error: unknown } | undefined;
         try {
           // Inside a CONSUMER span when OpenTelemetry is there (src/shared/tracing.ts).
           await traceHandler(message, this.options.groupId, p.attempt, () => this.options.handler(message, context), (error) => failureOutcome(this.options, error, message, p.attempt));
-          outcome.settled = true;
         } catch (error) {
-          outcome.settled = true;
-          if (broken) throw broken;
+          thrown = { error };
+        }
+        outcome.settled = true;
+        if (thrown && broken) throw broken;
+        // Whatever the handler did, the transaction must still be this one, open.
+        const how = await guard.endedBy(marker);
+        if (how !== undefined) return await ended(i, how);
+        if (thrown || guard.refused) {
+          // A refused statement fails its message for good, even when the handler caught it.
+          const error = guard.refused ?? thrown?.error;
+          const reason: DeadLetterReason | undefined = guard.refused ? 'permanent-error' : undefined;
           if (!savepoints) {
             await client.query('ROLLBACK');
             release();
             // 25P02: the transaction was already aborted, maybe by an earlier handler.
-            return { rolledBack: (error as { code?: unknown })?.code === '25P02' ? null : { index: i, error, attempt: p.attempt } };
+            return { rolledBack: !guard.refused && (error as { code?: unknown })?.code === '25P02' ? null : { index: i, error, attempt: p.attempt, reason } };
           }
-          await fail(i, error);
+          await fail(i, error, reason);
           break;
         }
         outcomes.push(outcome);
       }
       if (savepoints && !failure && open >= 0) {
         try {
-          await client.query('RELEASE SAVEPOINT message');
+          await client.query(`RELEASE SAVEPOINT ${MESSAGE_SAVEPOINT}`);
         } catch (error) {
           if (broken) throw broken;
+          if (savepointGone(client, error)) return await ended(open, 'the savepoint the consumer opened for it was gone after it');
           await fail(open, abortedByHandler(error));
         }
       }
@@ -363,16 +392,57 @@ export class TransactionEngine<V> {
   }
 
   /**
+   * Handler `index` ended the consumer's transaction: it committed or rolled back (maybe
+   * then began another). What it committed cannot be taken back, and that may include the
+   * idempotency keys of the whole group. So: roll back whatever is open now, destroy the
+   * connection (its session may have been changed outside any transaction), take back the
+   * keys of this message and the ones after it (their handlers did not run here), and
+   * report this message failed for good. The caller runs the messages before it again:
+   * duplicates if the handler committed them, handled anew if it rolled them back.
+   */
+  private async endedByHandler(
+    pool: pg.Pool,
+    client: pg.PoolClient,
+    release: (destroyWith?: Error) => void,
+    topic: string,
+    partition: number,
+    p: Prepared<V>,
+    index: number,
+    how: string,
+    keys: string[],
+  ): Promise<{ rolledBack: Failure }> {
+    const error = new HandlerEndedTransaction(how);
+    await client.query('ROLLBACK').catch(() => undefined);
+    release(error);
+    await this.giveBack(pool, topic, partition, keys);
+    return { rolledBack: { index, error, attempt: p.attempt, reason: 'permanent-error' } };
+  }
+
+  /**
+   * Delete claimed keys in a transaction of their own, after a handler ended the one that
+   * claimed them. Until it worked they are remembered and deleted before the partition's
+   * next transaction: left there, they would make their messages duplicates.
+   */
+  private async giveBack(pool: pg.Pool, topic: string, partition: number, keys: string[]): Promise<void> {
+    const tp = `${topic}\u0000${partition}`;
+    const all = [...(this.pendingGiveBacks.get(tp) ?? []), ...keys];
+    if (all.length === 0) return;
+    this.pendingGiveBacks.set(tp, all);
+    await pool.query(this.unclaimSql, [this.options.groupId, all]);
+    this.pendingGiveBacks.delete(tp);
+  }
+
+  /**
    * The handler's context. `outcome` collects what the handler reported (stale, afterCommit
    * hooks); the hooks run only when this outcome is the one that committed.
    */
-  private context(client: pg.PoolClient, attempt: number, outcome: { stale: boolean; hooks: Array<() => unknown>; settled?: boolean }): HandlerContext {
+  private context(client: pg.PoolClient, attempt: number, outcome: { stale: boolean; hooks: Array<() => unknown>; settled?: boolean }, handlerClient: pg.PoolClient): HandlerContext {
     const { groupId, schema } = this.options;
     const markStale = (): void => {
       outcome.stale = true;
     };
     return {
-      client,
+      client: handlerClient,
       attempt,
       groupId,
       markStale,
@@ -389,6 +459,16 @@ export class TransactionEngine<V> {
       },
     };
   }
+}
+
+/**
+ * A savepoint statement of the consumer failed because its savepoint, or the whole
+ * transaction, is gone: the handler before it ended the transaction, or released or
+ * rolled back past the consumer's savepoint.
+ */
+function savepointGone(client: pg.PoolClient, error: unknown): boolean {
+  const code = (error as { code?: unknown })?.code;
+  return code === '3B001' || code === '25P01' || client.getTransactionStatus() === 'I';
 }
 
 /** The error of a handler that returned normally with its transaction aborted. */

@@ -34,8 +34,12 @@ export interface ConsumedMessage<V = unknown> {
 export interface HandlerContext {
   /**
    * A Postgres connection inside the open transaction that also records the message as
-   * processed. Do all database effects on it, and never COMMIT or ROLLBACK on it: the
-   * consumer does that (a savepoint scopes each message).
+   * processed. Do all database effects on it. The consumer alone begins, commits and rolls
+   * back: this client refuses BEGIN, COMMIT, ROLLBACK, END, ABORT, START TRANSACTION,
+   * PREPARE TRANSACTION and their AND CHAIN forms (TransactionControlRefused) and
+   * `release()`, and a handler that ended the transaction anyway is caught after it returns
+   * (HandlerEndedTransaction); either fails the message for good. Savepoints of your own
+   * are allowed (names starting with `outbox_relay` are the consumer's).
    */
   client: pg.PoolClient;
   /** 1 on the first attempt at this message, 2 on the first retry, and so on. */
