@@ -44,6 +44,8 @@ GRANT SELECT, UPDATE ON :"schema".outbox_shard_leases TO :"relay_role";
 -- Dead letters and parked keys (migration 004).
 GRANT SELECT, INSERT, DELETE ON :"schema".outbox_dead_letters TO :"relay_role";
 GRANT SELECT, INSERT, DELETE ON :"schema".outbox_parked_keys TO :"relay_role";
+-- Where claims may start (migration 005; its triggers bump it as the table owner).
+GRANT SELECT ON :"schema".outbox_claim_floors TO :"relay_role";
 
 -- The consumer runtime. Grants on the handler's own tables are the application's.
 GRANT USAGE ON SCHEMA :"schema" TO :"consumer_role";

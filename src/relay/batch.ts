@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { OutboxError, describeError } from '../shared/errors.js';
-import { claimSql, type ClaimedRow } from './sql/claim.js';
+import { beginClaimSql, claimSql, type ClaimedRow } from './sql/claim.js';
 import { markSentSql } from './sql/markSent.js';
 import { deadLetterSql, recordAttemptSql } from './sql/deadLetter.js';
 import { publishBatch, PublishError, type DeadLetterPlan } from './publishBatch.js';
@@ -27,6 +27,10 @@ export interface Worker {
   failures: number;
   /** The connection of the batch in flight, so a hard stop can destroy it. */
   client: pg.PoolClient | undefined;
+  /** Set by runBatch for the claim floor (floor.ts): the generation read at BEGIN (undefined
+   *  when the batch failed before it) and the rows claimed, in id order. */
+  claimGeneration: string | undefined;
+  claimedRows: ClaimedRow[];
 }
 
 /** What a batch needs from the relay that runs it. */
@@ -68,9 +72,12 @@ export async function runBatch(
   watermark: number,
   incarnation: string | undefined,
   shards: number[],
+  from: { floor: number; generation: string } = { floor: 0, generation: '-1' },
 ): Promise<BatchResult> {
   const startedAtMs = Date.now();
   worker.lastClaimAtMs = startedAtMs;
+  worker.claimGeneration = undefined;
+  worker.claimedRows = [];
   const client = await ctx.pool.connect();
   worker.client = client;
   let broken: Error | undefined;
@@ -83,7 +90,9 @@ export async function runBatch(
   };
   client.on('error', onError);
   try {
-    await client.query('BEGIN');
+    // BEGIN, the plan settings and the floor generation in one round trip (see beginClaimSql).
+    const begun = (await client.query(beginClaimSql(ctx.quotedSchema))) as unknown as Array<pg.QueryResult<{ generation: string }>>;
+    const generation = begun[begun.length - 1]!.rows[0]!.generation;
     const claimStarted = Date.now();
     const { rows } = await client.query<ClaimedRow>(claimSql(ctx.quotedSchema), [
       watermark,
@@ -91,7 +100,11 @@ export async function runBatch(
       ctx.options.batchSize,
       ctx.instanceId,
       incarnation ?? '-infinity',
+      from.floor,
+      from.generation,
     ]);
+    worker.claimGeneration = generation;
+    worker.claimedRows = rows;
     if (rows.length === 0) {
       await client.query('COMMIT');
       return { claimed: 0, published: [], deadLetters: [], startedAtMs, ackedAtMs: 0, claimMs: 0, publishMs: 0, markMs: 0 };

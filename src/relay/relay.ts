@@ -18,6 +18,7 @@ import { PublishError, type DeadLetterPolicy } from './publishBatch.js';
 import { CircuitBreaker, type BreakerState } from './breaker.js';
 import { BatchProducer } from './producer.js';
 import { runBatch, type BatchResult, type Worker } from './batch.js';
+import { advanceFloor, floorForClaim, newClaimFloor, type ClaimFloor } from './floor.js';
 
 /** Payloads of the relay's events. */
 export interface RelayEvents {
@@ -57,6 +58,17 @@ export interface RelayEvents {
  *  rows that a failed batch or another transaction's lock left behind. */
 const RECHECK_MS = 1_000;
 const RETRY_BASE_MS = 100;
+/**
+ * Idle backoff of the horizon probe: after this many probes in a row that found nothing
+ * new (no new id, nothing waiting), the interval doubles, up to IDLE_PROBE_MAX_MS (or
+ * the poll interval when that is longer), and drops back to the poll interval as soon as
+ * a probe finds a new id. At the default 10 ms that is 200 ms of silence before it backs
+ * off: traffic of a few rows a second keeps the fast interval; a relay idle for longer
+ * probes 20 times a second instead of 100, and the first row after the silence waits up to
+ * 50 ms instead of 10.
+ */
+const IDLE_PROBES_BEFORE_BACKOFF = 20;
+const IDLE_PROBE_MAX_MS = 50;
 
 /**
  * The relay: moves committed outbox rows to Kafka in id order per key.
@@ -83,6 +95,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private pool: pg.Pool | undefined;
   private producer: BatchProducer | undefined;
   private workers: Worker[] = [];
+  /** Where each worker's next claim starts (floor.ts). */
+  private readonly floors = new Map<Worker, ClaimFloor>();
   private loops: Promise<void>[] = [];
   private stopping = false;
   private aborted = false;
@@ -163,7 +177,10 @@ export class Relay extends TypedEmitter<RelayEvents> {
       lastClaimAtMs: 0,
       failures: 0,
       client: undefined,
+      claimGeneration: undefined,
+      claimedRows: [],
     }));
+    for (const w of this.workers) this.floors.set(w, newClaimFloor());
     this.loops = [this.horizonLoop(), this.membershipLoop(), this.breakerLoop(), ...this.workers.map((w) => this.workerLoop(w))];
     this.logger.info(
       { database: describeDatabase(o.databaseUrl), brokers: o.kafkaBrokers, schema: o.schema, batchSize: o.batchSize, batchesInFlight: o.batchesInFlight },
@@ -233,12 +250,18 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private async horizonLoop(): Promise<void> {
     let failures = 0;
     let client: pg.Client | undefined;
+    let idleProbes = 0;
     while (!this.stopping) {
-      let delay = this.options.pollIntervalMs;
+      const poll = this.options.pollIntervalMs;
+      let delay =
+        idleProbes < IDLE_PROBES_BEFORE_BACKOFF
+          ? poll
+          : Math.max(poll, Math.min(IDLE_PROBE_MAX_MS, poll * 2 ** Math.min(10, idleProbes - IDLE_PROBES_BEFORE_BACKOFF + 1)));
       try {
         client ??= await this.connectProbe();
         const forcedBefore = this.horizon.forcedAdvances;
         const resetsBefore = this.horizon.resets;
+        const pairedBefore = this.horizon.pairedUpTo;
         let moved = await this.horizon.probe(client);
         // New ids were just paired: a second probe right away usually finds their
         // transactions done and releases them now rather than one interval later.
@@ -258,6 +281,10 @@ export class Relay extends TypedEmitter<RelayEvents> {
           this.emit('horizon', { watermark: this.horizon.watermark, forced });
           this.workAvailable.notify();
         }
+        // Something may change soon only when a new id appeared or a pair still waits.
+        const quiet = !moved && !this.horizon.hasPending && this.horizon.pairedUpTo === pairedBefore;
+        idleProbes = quiet ? idleProbes + 1 : 0;
+        if (!quiet) delay = poll;
         failures = 0;
       } catch (error) {
         await client?.end().catch(() => undefined);
@@ -348,7 +375,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
   private async workerLoop(worker: Worker): Promise<void> {
     while (!this.stopping) {
-      const { watermark, incarnation } = this.horizon;
+      const { watermark, incarnation, settled, resets } = this.horizon;
       const shards = worker.shards.filter((s) => this.membership.owned.has(s));
       const unwanted = shards.filter((s) => !this.membership.wanted.has(s));
       if (unwanted.length > 0) {
@@ -369,8 +396,9 @@ export class Relay extends TypedEmitter<RelayEvents> {
         continue;
       }
       let result: BatchResult;
+      const floor = this.floors.get(worker) as ClaimFloor;
       try {
-        result = await runBatch(this.batchContext, worker, watermark, incarnation, shards);
+        result = await runBatch(this.batchContext, worker, watermark, incarnation, shards, floorForClaim(floor, shards, resets, Date.now()));
       } catch (error) {
         if (this.aborted) break;
         if (error instanceof PublishError && this.breaker.failure()) {
@@ -392,6 +420,17 @@ export class Relay extends TypedEmitter<RelayEvents> {
         continue;
       }
       worker.failures = 0;
+      advanceFloor(floor, {
+        shards,
+        horizonResets: resets,
+        generation: worker.claimGeneration,
+        watermark,
+        settled,
+        batchSize: this.options.batchSize,
+        claimed: worker.claimedRows,
+        done: new Set([...result.published.map((r) => r.id), ...result.deadLetters.map((d) => d.row.id)]),
+        parkedKeys: new Set(result.deadLetters.filter((d) => d.policy === 'park').map((d) => `${d.row.topic}\u0000${d.row.key}`)),
+      });
       if (result.claimed < this.options.batchSize) worker.drainedTo = watermark;
       if (result.claimed > 0) this.batchCommitted(worker, result);
     }

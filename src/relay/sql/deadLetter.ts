@@ -7,6 +7,10 @@
  * $5 text     relay id
  *
  * Returns how many rows moved (fewer than given means the lease was lost: roll back).
+ *
+ * The outbox is reached only by primary-key lookups (`id = ANY`) under a lease array
+ * computed once, never joined: no plan here depends on the outbox's size or statistics
+ * (the reasons are joined to the few moved rows afterwards).
  */
 export function deadLetterSql(s: string): string {
   return `
@@ -14,18 +18,18 @@ WITH failed AS (
   SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS f(id, reason, error_name, policy)
 ), moved AS (
   DELETE FROM ${s}.outbox AS o
-   USING failed AS f
-   WHERE o.id = f.id
-     AND o.shard IN (SELECT shard FROM ${s}.outbox_shard_leases WHERE owner = $5 AND expires_at > now())
+   WHERE o.id = ANY($1::bigint[])
+     AND o.shard = ANY (ARRAY(SELECT shard FROM ${s}.outbox_shard_leases WHERE owner = $5 AND expires_at > now()))
   RETURNING o.id, o.message_id, o.topic, o.key, o.payload, o.payload_bytes, o.headers, o.created_at,
-            o.dedup_key, o.attempts, f.reason, f.error_name, f.policy
+            o.dedup_key, o.attempts
 ), dead AS (
   INSERT INTO ${s}.outbox_dead_letters
          (id, message_id, topic, key, payload, payload_bytes, headers, created_at, dedup_key,
           attempts, reason, error_name, policy)
-  SELECT id, message_id, topic, key, payload, payload_bytes, headers, created_at, dedup_key,
-         attempts + 1, reason, error_name, policy
-    FROM moved
+  SELECT m.id, m.message_id, m.topic, m.key, m.payload, m.payload_bytes, m.headers, m.created_at, m.dedup_key,
+         m.attempts + 1, f.reason, f.error_name, f.policy
+    FROM moved AS m
+    JOIN failed AS f ON f.id = m.id
   RETURNING id, topic, key, policy
 ), parked AS (
   INSERT INTO ${s}.outbox_parked_keys (topic, key, dead_letter_id)

@@ -2,10 +2,16 @@
  * Probe for the visibility horizon (src/horizon.ts explains how the answers are used).
  *
  * $1 bigint  the highest outbox id already paired with a transaction id
+ * $2 text    (xid8) the newest transaction id a pair waits for, or NULL when none waits
  *
  * Returns, in this order of events:
  *   xmin     the statement snapshot's xmin: every transaction id below it has finished
  *            (taken when the statement starts);
+ *   others_xmin  only when a pair waits ($2) and xmin is below it: the same bound, but
+ *            ignoring the transactions of relay backends, which never insert outbox rows
+ *            (src/relay/horizon.ts has the argument): the lowest xid in the snapshot's
+ *            running list that no relay backend of this outbox runs, or the snapshot's
+ *            xmax when there is none;
  *   flushed  how far the WAL is on disk now;
  *   last_id  the outbox sequence's last value, read after the snapshot (sequences are
  *            not subject to MVCC, so this is the live value);
@@ -26,6 +32,18 @@
 export function horizonProbeSql(quotedSchema: string): string {
   return `
 SELECT snap.xmin::text AS xmin,
+       CASE WHEN $2::text IS NOT NULL AND snap.xmin < $2::text::xid8 THEN
+         (SELECT coalesce(min(x), pg_snapshot_xmax(snap.s))::text
+            FROM pg_snapshot_xip(snap.s) AS x
+           WHERE NOT EXISTS (
+                   SELECT 1
+                     FROM pg_stat_activity AS a
+                     JOIN ${quotedSchema}.outbox_relays AS r
+                       ON a.application_name = r.application_name
+                       OR left(a.application_name, length(r.application_name) + 1) = r.application_name || ':'
+                    WHERE a.backend_xid IS NOT NULL
+                      AND a.backend_xid::text::numeric = x::text::numeric % 4294967296))
+       END AS others_xmin,
        pg_current_wal_flush_lsn()::text AS flushed,
        seq.last_id,
        CASE WHEN seq.last_id > $1
@@ -33,13 +51,14 @@ SELECT snap.xmin::text AS xmin,
        END AS xid,
        CASE WHEN seq.last_id > $1 THEN pg_current_wal_insert_lsn()::text END AS lsn,
        pg_postmaster_start_time()::text AS started
-  FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) AS snap,
+  FROM (SELECT pg_snapshot_xmin(s) AS xmin, s FROM pg_current_snapshot() AS s) AS snap,
        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last_id
           FROM ${quotedSchema}.outbox_id_seq) AS seq`;
 }
 
 export interface HorizonProbeRow {
   xmin: string;
+  others_xmin: string | null;
   flushed: string;
   last_id: number;
   xid: string | null;

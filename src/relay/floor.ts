@@ -1,0 +1,120 @@
+// Claim floors: where a worker's next claim may start scanning the unsent-row index.
+//
+// Why. A claim walks the unsent-row index in id order from its lower bound. A row
+// published (marked or deleted) leaves a dead entry there that Postgres may not remove
+// while any snapshot older than the change is open (a REPEATABLE READ report, a pg_dump:
+// such a reader takes no transaction id, so the horizon does not wait for it). Scanning
+// from the lowest id, each claim walked every entry published since that snapshot, and a
+// 1,000,000-row drain ran at 0.30 x its speed without the reader. Starting past what the
+// worker has already dealt with keeps each claim's walk about one batch long.
+//
+// The invariant. For a worker, a floor F with generation G and shard set S means: every
+// row of a shard in S with id <= F is sent or deleted, moved to the dead letters, or
+// belongs to a parked key; so a claim may look only at ids above F. Why it holds:
+//
+// - The claim returns the lowest eligible ids in (F, watermark] in id order. When it
+//   returns a full batch ending at id M, every eligible row in (F, M] is in it; when it
+//   returns fewer, every eligible row up to the watermark is. After COMMIT each of those
+//   rows is sent, deleted, dead-lettered, or behind a key the batch parked. So the new
+//   floor is M (full batch) or the watermark, lowered below every claimed row that none
+//   of that covers (rows left unsent for a reason that may pass, rows held behind a key
+//   that is not parked). A batch that fails moves nothing.
+// - Rows below the floor that commit late: the claim's snapshot sees every row at or
+//   below Horizon.settled (all their transactions had finished before the probe that
+//   settled them, and the claim's snapshot is later). The floor never rises above the
+//   settled id read before the claim. After a forced release (--horizon-max-wait-ms) the
+//   watermark runs ahead of `settled`, and rows between them may still appear: the floor
+//   stays below them until their transactions are gone.
+// - Rows that come back under an old id (a replayed dead letter) and keys released from
+//   parking (replay, discard, or any delete on the two tables): the triggers of
+//   sql/005_claim_floors.sql bump the generation in that same transaction, and a claim
+//   under another generation than its floor's scans from 0. The claim compares the
+//   generation in its own statement snapshot, the one it reads rows in: it sees both the
+//   released key and the bump, or neither. The floor it produces carries the generation
+//   read when its transaction began, never a newer one, so at worst one more rescan.
+// - Another shard set (shards acquired, taken over, released), a horizon reset (a
+//   Postgres restart, a sequence set back), a relay restart (floors live in memory): the
+//   floor starts over at 0.
+// - Rows skipped because another transaction held their lock (SKIP LOCKED, the safety net
+//   under fencing) would sit below the floor: every FLOOR_RESCAN_MS the floor starts over
+//   at 0, as the old code did on every claim.
+
+/** How often a worker's floor starts over at 0 anyway (see above: rows skipped as locked). */
+export const FLOOR_RESCAN_MS = 10_000;
+
+/** A generation no claim ever reads: the claim then scans from 0. */
+const NO_GENERATION = '-1';
+
+export interface ClaimFloor {
+  /** Rows of `shardsKey`'s shards with id <= floor need no claim. */
+  floor: number;
+  /** outbox_claim_floors.generation the floor holds under. */
+  generation: string;
+  /** The shards it holds for, sorted and joined. */
+  shardsKey: string;
+  /** Horizon.resets when it was computed. */
+  horizonResets: number;
+  /** When it last started over at 0 (ms since epoch). */
+  startedOverAtMs: number;
+}
+
+export function newClaimFloor(): ClaimFloor {
+  return { floor: 0, generation: NO_GENERATION, shardsKey: '', horizonResets: -1, startedOverAtMs: 0 };
+}
+
+const keyOf = (shards: readonly number[]): string => [...shards].sort((a, b) => a - b).join(',');
+
+/**
+ * The floor and generation to pass to the next claim on `shards`; starts the floor over
+ * at 0 when the shard set or the horizon changed, or FLOOR_RESCAN_MS passed.
+ */
+export function floorForClaim(
+  f: ClaimFloor,
+  shards: readonly number[],
+  horizonResets: number,
+  nowMs: number,
+): { floor: number; generation: string } {
+  const shardsKey = keyOf(shards);
+  if (f.shardsKey !== shardsKey || f.horizonResets !== horizonResets || nowMs - f.startedOverAtMs >= FLOOR_RESCAN_MS) {
+    f.floor = 0;
+    f.generation = NO_GENERATION;
+    f.shardsKey = shardsKey;
+    f.horizonResets = horizonResets;
+    f.startedOverAtMs = nowMs;
+  }
+  return { floor: f.floor, generation: f.generation };
+}
+
+/** What a committed batch tells the floor. Ids are those of the claim, in id order. */
+export interface CommittedClaim {
+  shards: readonly number[];
+  horizonResets: number;
+  /** Generation read when the batch's transaction began. */
+  generation: string | undefined;
+  watermark: number;
+  /** Horizon.settled read before the claim. */
+  settled: number;
+  batchSize: number;
+  claimed: ReadonlyArray<{ id: number; topic: string; key: string }>;
+  /** Ids sent (marked or deleted) and ids moved to the dead letters. */
+  done: ReadonlySet<number>;
+  /** `topic\0key` of the keys this batch parked. */
+  parkedKeys: ReadonlySet<string>;
+}
+
+/** Raise the floor after a committed batch (see the invariant at the top). */
+export function advanceFloor(f: ClaimFloor, c: CommittedClaim): void {
+  // A change since the claim started the floor over; this claim's result is for another set.
+  if (c.generation === undefined || f.shardsKey !== keyOf(c.shards) || f.horizonResets !== c.horizonResets) return;
+  let next = c.claimed.length >= c.batchSize ? c.claimed[c.claimed.length - 1]!.id : c.watermark;
+  for (const row of c.claimed) {
+    if (row.id > next) break;
+    if (!c.done.has(row.id) && !c.parkedKeys.has(`${row.topic}\u0000${row.key}`)) {
+      next = row.id - 1;
+      break;
+    }
+  }
+  // Lower is always safe (a longer walk); the claim itself checked the floor it started from.
+  f.floor = Math.min(next, c.settled);
+  f.generation = c.generation;
+}
