@@ -25,8 +25,9 @@ import { drain } from './sections/drain.js';
 import { latency } from './sections/latency.js';
 import { peer } from './sections/peer.js';
 import { scale } from './sections/scale.js';
+import { stampede } from './sections/stampede.js';
 
-const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost'] as const;
+const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
@@ -93,6 +94,8 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
   { name: 'scale', title: '5. scale', run: (pool) => scale(pool, { rows: P.scaleRows, rounds: P.scaleRounds, backlogs: { small: P.smallBacklog, big: P.bigBacklog } }) },
   { name: 'peer', title: '6. peer', run: (pool) => peer(pool, { rows: P.peerRows, seconds: P.peerSeconds }) },
   { name: 'cost', title: '7. cost to the application', run: (pool) => cost(pool, { seconds: P.pgbenchSeconds, rounds: P.pgbenchRounds }) },
+  // N readers of a hot key at the moment it expires: the cache helper against a naive cache-aside (needs Redis: 6379, or a private redis-server).
+  { name: 'stampede', title: '8. cache stampede', run: (pool) => stampede(pool, { readers: args.quick ? 200 : 1_000, workers: 4, rounds: args.quick ? 3 : 10, loaderMs: 20 }) },
 ];
 
 // The selected sections and those they need, in the order of the list.
