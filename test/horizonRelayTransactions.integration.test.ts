@@ -1,0 +1,137 @@
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { Kafka, logLevel, type ISocketFactory } from 'kafkajs';
+import type pg from 'pg';
+import { createRelay } from '../src/relay/relay.js';
+import { Horizon, openProbeConnection } from '../src/relay/horizon.js';
+import { enqueue } from '../src/enqueue.js';
+import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
+import { createTopic, readTopic, testBrokers } from './helpers/kafka.js';
+import { waitFor } from './helpers/wait.js';
+
+// The horizon ignores the relay's own transactions (they never insert outbox rows), and
+// only those: src/relay/horizon.ts has the argument.
+
+let db: TestSchema;
+before(async () => {
+  db = await createTestSchema('horizonrelay');
+});
+after(async () => {
+  await db.drop();
+});
+
+async function insertRow(key: string, topic = 'horizon-relay'): Promise<number> {
+  const client = await db.pool.connect();
+  try {
+    await client.query('BEGIN');
+    const [row] = await enqueue(client, [{ topic, key, payload: { key } }], { schema: db.schema });
+    await client.query('COMMIT');
+    return row!.id as number;
+  } finally {
+    client.release();
+  }
+}
+
+/**
+ * A kafkajs socket factory whose sockets stop writing while `paused` (the broker sees
+ * nothing, so a produce request waits for its answer): a slow broker, on the real one.
+ */
+function pausableSockets(): { factory: ISocketFactory; pause(): void; resume(): void } {
+  let paused = false;
+  const held: Array<() => void> = [];
+  const factory: ISocketFactory = ({ host, port, onConnect }) => {
+    const socket = net.connect({ host, port }, onConnect);
+    const write = socket.write.bind(socket) as (...args: unknown[]) => boolean;
+    socket.write = ((...args: unknown[]) => {
+      if (!paused) return write(...args);
+      held.push(() => write(...args));
+      return true;
+    }) as typeof socket.write;
+    return socket;
+  };
+  return {
+    factory,
+    pause: () => {
+      paused = true;
+    },
+    resume: () => {
+      paused = false;
+      for (const flush of held.splice(0)) flush();
+    },
+  };
+}
+
+async function relayBatchXid(applicationName: string): Promise<string | null> {
+  const { rows } = await db.pool.query<{ xid: string | null }>(
+    `SELECT backend_xid::text AS xid FROM pg_stat_activity WHERE application_name = $1 AND backend_xid IS NOT NULL AND state = 'idle in transaction'`,
+    [applicationName],
+  );
+  return rows[0]?.xid ?? null;
+}
+
+test('integration: a relay batch held open (its Kafka send stalled) does not hold the horizon back: rows other writers commit meanwhile are released', async () => {
+  const topic = await createTopic(2);
+  const sockets = pausableSockets();
+  const kafka = new Kafka({ clientId: uniqueName('held'), brokers: testBrokers(), logLevel: logLevel.NOTHING, socketFactory: sockets.factory });
+  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, kafka, batchesInFlight: 1 });
+  await relay.start();
+  try {
+    const first = await insertRow('warm-up', topic);
+    await readTopic(topic, (m) => m.length >= 1);
+    assert.ok(relay.watermark >= first);
+
+    sockets.pause();
+    const stalled = await insertRow('stalled', topic);
+    // The relay claimed it (FOR UPDATE: its transaction has an xid) and waits for Kafka.
+    const xid = await waitFor('the relay batch holding a transaction id', () => relayBatchXid(relay.applicationName));
+    const later = await insertRow('later', topic);
+    assert.ok(later > stalled);
+    await waitFor(`the watermark passes ${later} while the relay batch is open`, () => relay.watermark >= later);
+    assert.equal(await relayBatchXid(relay.applicationName), xid, 'the batch was still open when the horizon passed it');
+    sockets.resume();
+    const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.key)).size >= 3);
+    assert.deepEqual([...new Set(messages.map((m) => m.key))].sort(), ['later', 'stalled', 'warm-up']);
+  } finally {
+    sockets.resume();
+    await relay.stop();
+  }
+});
+
+test('integration: an open transaction that is not a relay backend still holds the horizon back, even under a name that starts like a relay\'s (outbox-relay:dead-letters-replay)', async () => {
+  // A relay of this outbox registered under the default client id.
+  const relayName = 'outbox-relay:0123456789ab';
+  await db.pool.query(`INSERT INTO "${db.schema}".outbox_relays (relay_id, application_name, lease_ttl_ms) VALUES ('0123456789ab', $1, 10000)`, [relayName]);
+  const probe = await openProbeConnection(db.databaseUrl, 'test:horizon');
+  const open = async (applicationName: string): Promise<pg.Client> => {
+    const c = await openProbeConnection(db.databaseUrl, applicationName);
+    await c.query('BEGIN');
+    await c.query('SELECT pg_current_xact_id()');
+    return c;
+  };
+  const h = new Horizon(`"${db.schema}"`, 60_000);
+  try {
+    // A transaction on that relay's connection is ignored...
+    const relayTx = await open(relayName);
+    const a = await insertRow('a');
+    await waitFor(`released past ${a} with the relay's transaction open`, async () => {
+      await h.probe(probe);
+      return h.watermark >= a;
+    });
+    // ...one under the replay command's name (it inserts outbox rows) is not.
+    const replayTx = await open('outbox-relay:dead-letters-replay');
+    const b = await insertRow('b');
+    for (let i = 0; i < 5; i++) await h.probe(probe);
+    assert.ok(h.watermark < b, `watermark ${h.watermark} stays below ${b} while the replay's transaction is open`);
+    await replayTx.query('COMMIT');
+    await replayTx.end();
+    await waitFor(`released past ${b} once it committed`, async () => {
+      await h.probe(probe);
+      return h.watermark >= b;
+    });
+    await relayTx.query('COMMIT');
+    await relayTx.end();
+  } finally {
+    await probe.end();
+  }
+});
