@@ -78,6 +78,11 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     this.logger = this.options.logger.child({ component: 'consumer', groupId: this.options.groupId, consumer: this.instanceId });
   }
 
+  /** A listener threw or rejected: logged; the outcome it observed stands. */
+  protected override listenerFailed(event: string, error: unknown): void {
+    this.logger.error({ event, err: describeError(error) }, 'a consumer event listener failed; ignored, the outcome stands');
+  }
+
   /** Counters since start(). */
   stats(): ConsumerStats {
     return { ...this.counters };
@@ -235,6 +240,8 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       } catch (error) {
         return this.backOffInfrastructure(tp, topic, partition, 'transaction', error, payload);
       }
+      // The outcome is decided: only now are its events emitted, outside the try above.
+      this.transactions.report(topic, partition, prepared, outcome);
       committed = outcome.committed;
       if (outcome.failure) failure = outcome.failure;
       this.infraFailures.delete(tp);

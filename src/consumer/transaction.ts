@@ -65,6 +65,8 @@ export interface TransactOutcome {
   failure: Failure | undefined;
   /** The afterCommit hooks of the committed messages, in offset order. */
   hooks: CommittedHook[];
+  /** Per committed message (the first `committed` of the group): duplicate, stale. */
+  outcomes: Array<{ duplicate: boolean; stale: boolean }>;
 }
 
 /** Emits one of the consumer's events (the Consumer's own emit). */
@@ -187,7 +189,7 @@ export class TransactionEngine<V> {
         if (!result.rolledBack) break;
         // Message `index` failed by itself: the ones before it run again, it does not.
         pending = result.rolledBack;
-        if (pending.index === 0) return { committed: 0, failure: pending, hooks: [] };
+        if (pending.index === 0) return { committed: 0, failure: pending, hooks: [], outcomes: [] };
         group = group.slice(0, pending.index);
       }
     }
@@ -199,7 +201,7 @@ export class TransactionEngine<V> {
       // Here only a handler that ended the transaction rolls back a whole group.
       if (!result.rolledBack) throw new Error('unreachable: the savepoint path rolls back a whole group only for a handler that ended it');
       pending = result.rolledBack;
-      if (pending.index === 0) return { committed: 0, failure: pending, hooks: [] };
+      if (pending.index === 0) return { committed: 0, failure: pending, hooks: [], outcomes: [] };
       group = group.slice(0, pending.index);
     }
   }
@@ -342,44 +344,13 @@ export class TransactionEngine<V> {
         this.counters.transactions++;
       }
       release();
-      let processed = 0;
-      let duplicates = 0;
       const hooks: CommittedHook[] = [];
       for (let i = 0; i < committed; i++) {
-        const outcome = outcomes[i] as { duplicate: boolean; stale: boolean; hooks: Array<() => unknown> };
-        const p = prepared[i] as Prepared<V>;
-        const { offset, idempotencyKey } = p.message;
-        for (const fn of outcome.hooks) hooks.push({ offset, idempotencyKey, fn });
-        if (outcome.duplicate) {
-          duplicates++;
-          this.counters.duplicates++;
-          this.emit('duplicate', { topic, partition, offset, idempotencyKey: idempotencyKey as string });
-          void traceSkipped(p.message, this.options.groupId, p.attempt, 'duplicate', { 'outbox.consumer.idempotency_key': idempotencyKey as string });
-          continue;
-        }
-        processed++;
-        this.counters.processed++;
-        if (p.missingKey) {
-          this.counters.missingKey++;
-          this.emit('missingKey', { topic, partition, offset, outcome: 'process-without-dedup' });
-        }
-        if (outcome.stale) {
-          this.counters.stale++;
-          this.emit('stale', { topic, partition, offset, idempotencyKey });
-        }
+        const { offset, idempotencyKey } = (prepared[i] as Prepared<V>).message;
+        for (const fn of (outcomes[i] as { hooks: Array<() => unknown> }).hooks) hooks.push({ offset, idempotencyKey, fn });
       }
-      if (committed > 0) {
-        this.emit('committed', {
-          topic,
-          partition,
-          firstOffset: (prepared[0] as Prepared<V>).raw.offset,
-          lastOffset: (prepared[committed - 1] as Prepared<V>).raw.offset,
-          count: committed,
-          processed,
-          duplicates,
-        });
-      }
-      return { committed, failure, hooks };
+      // Counted and announced by report(), once the caller has the outcome.
+      return { committed, failure, hooks, outcomes: outcomes.slice(0, committed) };
     } catch (error) {
       if (this.activeClients.delete(client)) {
         // The connection's state is unknown: destroy it (the server rolls back) rather
@@ -388,6 +359,50 @@ export class TransactionEngine<V> {
         client.release(error instanceof Error ? error : new Error(String(error)));
       }
       throw error;
+    }
+  }
+
+  /**
+   * Count and announce what a transaction committed (`duplicate`, `missingKey`, `stale`,
+   * `committed`). Called by the consumer with the outcome decided, outside the
+   * transaction's error handling: a listener can never turn a commit into a failure.
+   */
+  report(topic: string, partition: number, prepared: Prepared<V>[], result: TransactOutcome): void {
+    const { committed } = result;
+    let processed = 0;
+    let duplicates = 0;
+    for (let i = 0; i < committed; i++) {
+      const outcome = result.outcomes[i] as { duplicate: boolean; stale: boolean };
+      const p = prepared[i] as Prepared<V>;
+      const { offset, idempotencyKey } = p.message;
+      if (outcome.duplicate) {
+        duplicates++;
+        this.counters.duplicates++;
+        this.emit('duplicate', { topic, partition, offset, idempotencyKey: idempotencyKey as string });
+        void traceSkipped(p.message, this.options.groupId, p.attempt, 'duplicate', { 'outbox.consumer.idempotency_key': idempotencyKey as string });
+        continue;
+      }
+      processed++;
+      this.counters.processed++;
+      if (p.missingKey) {
+        this.counters.missingKey++;
+        this.emit('missingKey', { topic, partition, offset, outcome: 'process-without-dedup' });
+      }
+      if (outcome.stale) {
+        this.counters.stale++;
+        this.emit('stale', { topic, partition, offset, idempotencyKey });
+      }
+    }
+    if (committed > 0) {
+      this.emit('committed', {
+        topic,
+        partition,
+        firstOffset: (prepared[0] as Prepared<V>).raw.offset,
+        lastOffset: (prepared[committed - 1] as Prepared<V>).raw.offset,
+        count: committed,
+        processed,
+        duplicates,
+      });
     }
   }
 
