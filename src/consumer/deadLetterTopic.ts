@@ -55,11 +55,10 @@ export function deadLetterMessage(d: ConsumerDeadLetter): { key: Buffer | null; 
     // Earlier dead-letter headers are replaced, not stacked, when a replayed message fails again.
     if (value !== undefined && !name.startsWith('dead-letter-')) headers[name] = value;
   }
-  const error = d.error instanceof Error ? d.error : undefined;
-  const text = error ? error.message || error.name : d.error === undefined ? '' : String(d.error);
+  const { name, message: text } = describeThrown(d.error);
   headers[DEAD_LETTER_HEADERS.reason] = d.reason;
   headers[DEAD_LETTER_HEADERS.error] = text.length > MAX_ERROR_CHARS ? `${text.slice(0, MAX_ERROR_CHARS)}...` : text;
-  headers[DEAD_LETTER_HEADERS.errorName] = error?.name ?? (d.error === undefined ? '' : typeof d.error);
+  headers[DEAD_LETTER_HEADERS.errorName] = name.length > MAX_ERROR_CHARS ? name.slice(0, MAX_ERROR_CHARS) : name;
   headers[DEAD_LETTER_HEADERS.attempts] = String(d.attempts);
   headers[DEAD_LETTER_HEADERS.consumerGroup] = d.consumerGroup;
   headers[DEAD_LETTER_HEADERS.topic] = d.topic;
@@ -68,6 +67,49 @@ export function deadLetterMessage(d: ConsumerDeadLetter): { key: Buffer | null; 
   headers[DEAD_LETTER_HEADERS.timestamp] = d.message.timestamp;
   headers[DEAD_LETTER_HEADERS.at] = new Date().toISOString();
   return { key: d.message.key, value: d.message.value, headers };
+}
+
+/**
+ * A name and a message for whatever a handler threw, never empty. An Error (or an object
+ * with a string `message`, such as an error from another realm) gives its own; anything
+ * else is `NonErrorThrown` with what it was: `non-error thrown: undefined`,
+ * `non-error thrown: string "boom"`, `non-error thrown: object {"code":7}`.
+ */
+export function describeThrown(thrown: unknown): { name: string; message: string } {
+  const like = thrown as { name?: unknown; message?: unknown } | null | undefined;
+  if (thrown instanceof Error || (typeof thrown === 'object' && thrown !== null && typeof like?.message === 'string')) {
+    const name = typeof like?.name === 'string' && like.name !== '' ? like.name : 'Error';
+    const message = like?.message as string;
+    return { name, message: message !== '' ? message : `${name} (no message)` };
+  }
+  return { name: 'NonErrorThrown', message: `non-error thrown: ${renderValue(thrown)}` };
+}
+
+function renderValue(value: unknown): string {
+  switch (typeof value) {
+    case 'undefined':
+      return 'undefined';
+    case 'string':
+      return `string ${JSON.stringify(value)}`;
+    case 'number':
+    case 'bigint':
+    case 'boolean':
+      return `${typeof value} ${String(value)}`;
+    case 'symbol':
+      return `symbol ${value.toString()}`;
+    case 'function':
+      return `function ${value.name || '(anonymous)'}`;
+    default: {
+      if (value === null) return 'null';
+      try {
+        const json = JSON.stringify(value);
+        if (typeof json === 'string') return `object ${json}`;
+      } catch {
+        // circular, or a toJSON that throws
+      }
+      return `object ${Object.prototype.toString.call(value)}`;
+    }
+  }
 }
 
 /**
