@@ -159,3 +159,102 @@ test('integration: errors from the real broker are classified: record too large 
   const unreachable = await nowhere.connect().catch((e: unknown) => e);
   assert.equal(classifyPublishError(unreachable).class, 'transient', String(unreachable));
 });
+
+async function recordsOn(topic: string): Promise<number> {
+  const admin = testKafka().admin();
+  await admin.connect();
+  try {
+    const offsets = await admin.fetchTopicOffsets(topic);
+    return offsets.reduce((n, p) => n + Number(p.high) - Number(p.low), 0);
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+test('integration: a row whose created_at is infinity, -infinity or beyond JavaScript dates is dead-lettered alone (validation:invalid_timestamp); the rest publish, nothing is retried', async () => {
+  const topic = await createTopic(1);
+  const { rows } = await db.pool.query<{ id: string }>(
+    `INSERT INTO "${db.schema}".outbox (topic, key, payload, created_at)
+     SELECT $1, k, '{"n":1}', t::timestamptz FROM unnest($2::text[], $3::text[]) AS u(k, t) RETURNING id`,
+    [topic, ['inf', 'ok1', 'neginf', 'far', 'ok2'], ['infinity', 'now', '-infinity', '280000-01-01', 'now']],
+  );
+  const ids = rows.map((r) => Number(r.id));
+  const relay = createRelay(relayOptions({ deadLetterPolicy: 'park' }));
+  let batchErrors = 0;
+  const createdAtMs: number[] = [];
+  relay.on('batchError', () => batchErrors++);
+  relay.on('batch', (b) => createdAtMs.push(...b.createdAtMs));
+  await relay.start();
+  try {
+    const messages = await readTopic(topic, (m) => m.length >= 2);
+    assert.deepEqual(messages.map((m) => m.key), ['ok1', 'ok2']);
+    const dead = await waitFor('three dead letters', async () => {
+      const d = (await deadLetters()).filter((x) => ids.includes(x.id));
+      return d.length === 3 ? d : undefined;
+    });
+    assert.deepEqual(dead.map((d) => [d.key, d.error_name]), [
+      ['inf', 'validation:invalid_timestamp'],
+      ['neginf', 'validation:invalid_timestamp'],
+      ['far', 'validation:invalid_timestamp'],
+    ]);
+    assert.match(dead[0]!.reason, /created_at is Infinity/);
+    assert.match(dead[2]!.reason, /outside the range/);
+    assert.equal(batchErrors, 0, 'never retried');
+    assert.ok(createdAtMs.length === 2 && createdAtMs.every(Number.isFinite), 'batch events carry real timestamps');
+  } finally {
+    await relay.stop();
+  }
+});
+
+test('integration: when Kafka refuses one partition of a batch, the rows it acknowledged are not sent again: every good row is on the topic once', async () => {
+  const topic = await smallTopic(); // 2 partitions, max.message.bytes 2000
+  const keys = ['a', 'b', 'c', 'd', 'e', 'f'];
+  const ids = await write([
+    ...keys.slice(0, 3).map((key) => ({ topic, key, payload: { n: 1 } })),
+    { topic, key: 'big', payload: { pad: 'x'.repeat(5_000) } },
+    ...keys.slice(3).map((key) => ({ topic, key, payload: { n: 1 } })),
+  ]);
+  const relay = createRelay(relayOptions({ deadLetterPolicy: 'skip' }));
+  let batchErrors = 0;
+  relay.on('batchError', () => batchErrors++);
+  await relay.start();
+  try {
+    await waitFor('the good rows sent and the big one dead-lettered', async () => {
+      const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE topic = $1 AND sent_at IS NOT NULL`, [topic]);
+      return rows[0].n === 6 && (await deadLetters()).some((d) => d.id === ids[3]);
+    });
+    // Everything is acknowledged before the batch commits: the log holds all there is.
+    assert.equal(await recordsOn(topic), 6, 'six records, no duplicates');
+    const messages = await readTopic(topic, (m) => m.length >= 6);
+    assert.deepEqual(messages.map((m) => m.key).sort(), keys);
+    assert.equal(batchErrors, 0);
+  } finally {
+    await relay.stop();
+  }
+});
+
+test("integration: a topic Kafka refuses to create (x_y beside an existing x.y) is dead-lettered after --missing-topic-timeout-ms; other topics' rows flow meanwhile", async () => {
+  const base = uniqueName('collide');
+  const existing = `${base}.x`;
+  const colliding = `${base}_x`;
+  const admin = testKafka().admin();
+  await admin.connect();
+  await admin.createTopics({ topics: [{ topic: existing, numPartitions: 1 }], waitForLeaders: true });
+  await admin.disconnect();
+  const other = await createTopic(1);
+  const ids = await write([
+    { topic: colliding, key: 'k', payload: { n: 1 } },
+    { topic: other, key: 'k', payload: { n: 2 } },
+  ]);
+  const relay = createRelay(relayOptions({ missingTopicTimeoutMs: 1_000, deadLetterPolicy: 'skip' }));
+  await relay.start();
+  try {
+    const messages = await readTopic(other, (m) => m.length >= 1);
+    assert.equal(Number(messages[0]!.headers[HEADERS.outboxId]), ids[1]);
+    const dead = await waitFor('the dead letter', async () => (await deadLetters()).find((d) => d.id === ids[0]));
+    assert.ok(['UNKNOWN_TOPIC_OR_PARTITION', 'INVALID_TOPIC_EXCEPTION'].includes(dead.error_name), dead.error_name);
+    assert.match(dead.reason, new RegExp(colliding.replaceAll('.', '\\.')));
+  } finally {
+    await relay.stop();
+  }
+});

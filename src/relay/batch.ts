@@ -3,7 +3,9 @@ import { OutboxError, describeError } from '../shared/errors.js';
 import { beginClaimSql, claimSql, type ClaimedRow } from './sql/claim.js';
 import { markSentSql } from './sql/markSent.js';
 import { deadLetterSql, recordAttemptSql } from './sql/deadLetter.js';
-import { publishBatch, PublishError, type DeadLetterPlan } from './publishBatch.js';
+import { publishBatch, PublishError, TopicWaitError, type DeadLetterPlan } from './publishBatch.js';
+import type { RelayMessage } from './message.js';
+import type { SendResult } from './producer.js';
 import type { ResolvedRelayOptions } from './options.js';
 import { tracePublish } from '../shared/tracing.js';
 
@@ -39,8 +41,9 @@ export interface BatchContext {
   quotedSchema: string;
   /** Checked in SQL by the claim and the mark: only the shard's owner may act. */
   instanceId: string;
-  options: Pick<ResolvedRelayOptions, 'batchSize' | 'maxMessageBytes' | 'deadLetterPolicy' | 'deadLetterPolicyByTopic' | 'onPublish'>;
-  send(rows: ClaimedRow[]): Promise<void>;
+  options: Pick<ResolvedRelayOptions, 'batchSize' | 'maxMessageBytes' | 'missingTopicTimeoutMs' | 'deadLetterPolicy' | 'deadLetterPolicyByTopic' | 'onPublish'>;
+  /** Publish messages; one result per message, in order (the producer port, ./producer.ts). */
+  send(messages: RelayMessage[]): Promise<SendResult[]>;
   /** True once a hard stop began: a batch acknowledged by Kafka is then not marked. */
   aborted(): boolean;
 }
@@ -51,6 +54,10 @@ export interface BatchResult {
   claimed: number;
   published: ClaimedRow[];
   deadLetters: DeadLetterPlan[];
+  /** Rows left unsent for a reason that may pass (committed without them; a later batch retries them). */
+  unsent: ClaimedRow[];
+  /** Why the first of `unsent` was not sent. */
+  unsentError: Error | undefined;
   startedAtMs: number;
   ackedAtMs: number;
   claimMs: number;
@@ -107,7 +114,7 @@ export async function runBatch(
     worker.claimedRows = rows;
     if (rows.length === 0) {
       await client.query('COMMIT');
-      return { claimed: 0, published: [], deadLetters: [], startedAtMs, ackedAtMs: 0, claimMs: 0, publishMs: 0, markMs: 0 };
+      return { claimed: 0, published: [], deadLetters: [], unsent: [], unsentError: undefined, startedAtMs, ackedAtMs: 0, claimMs: 0, publishMs: 0, markMs: 0 };
     }
     const claimMs = Date.now() - claimStarted;
     const publishStarted = Date.now();
@@ -115,18 +122,31 @@ export async function runBatch(
     try {
       outcome = await publishBatch(rows, {
         maxMessageBytes: ctx.options.maxMessageBytes,
+        missingTopicTimeoutMs: ctx.options.missingTopicTimeoutMs,
         policyOf: (topic) => ctx.options.deadLetterPolicyByTopic[topic] ?? ctx.options.deadLetterPolicy,
         // A PRODUCER span per message when OpenTelemetry is there (src/shared/tracing.ts).
-        send: (batch) => tracePublish(batch, (traced) => ctx.send(traced)),
+        send: async (batch) => {
+          let results: SendResult[] = [];
+          await tracePublish(batch, async (traced) => {
+            results = await ctx.send(traced);
+          });
+          return results;
+        },
       });
     } catch (error) {
-      if (error instanceof PublishError) failedIds = rows.map((r) => r.id);
+      if (error instanceof PublishError || error instanceof TopicWaitError) failedIds = rows.map((r) => r.id);
       throw error;
     }
     const ackedAtMs = Date.now();
     const publishMs = ackedAtMs - publishStarted;
     if (ctx.aborted()) throw new OutboxError('relay aborted before marking the batch sent', { retriable: true });
-    const { published, deadLetters } = outcome;
+    const { published, deadLetters, unsent } = outcome;
+    if (published.length === 0 && deadLetters.length === 0 && outcome.held.length === 0 && unsent.length > 0) {
+      // Nothing moved: roll back and let the relay back off (a batch of nothing but
+      // waiting rows would otherwise be claimed again at once).
+      failedIds = unsent.map((r) => r.id);
+      throw outcome.unsentError ?? new OutboxError('no row of the batch was acknowledged', { retriable: true });
+    }
     if (published.length > 0) {
       const marked = await client.query(markSentSql(ctx.quotedSchema, ctx.options.onPublish), [published.map((r) => r.id), ctx.instanceId]);
       if (marked.rowCount !== published.length) throw leaseLost(published.length, marked.rowCount);
@@ -143,8 +163,13 @@ export async function runBatch(
     }
     await client.query('COMMIT');
     const markMs = Date.now() - ackedAtMs;
+    if (unsent.length > 0) {
+      // Outside the committed transaction, like a failed batch: the attempt and its error stay on the rows.
+      const error = describeError(outcome.unsentError).slice(0, 2_000);
+      await ctx.pool.query(recordAttemptSql(ctx.quotedSchema), [unsent.map((r) => r.id), error]).catch(() => undefined);
+    }
     // Held rows (behind a key parked just now) count as handled: the claim skips them now.
-    return { claimed: rows.length, published, deadLetters, startedAtMs, ackedAtMs, claimMs, publishMs, markMs };
+    return { claimed: rows.length, published, deadLetters, unsent, unsentError: outcome.unsentError, startedAtMs, ackedAtMs, claimMs, publishMs, markMs };
   } catch (error) {
     broken = error as Error;
     await client.query('ROLLBACK').catch(() => undefined);

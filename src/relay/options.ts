@@ -45,6 +45,12 @@ export interface RelayOptions extends KafkaSecurityOptions {
   /** Largest message (key + value + headers, bytes) the relay sends; larger rows are dead-lettered (default 1000000). */
   maxMessageBytes?: number;
   /**
+   * How long rows wait for a topic Kafka does not have and does not create, in ms
+   * (default 30000): meanwhile they stay unsent and the batch's other topics publish;
+   * after it they go to the dead letters (per the dead-letter policy).
+   */
+  missingTopicTimeoutMs?: number;
+  /**
    * What a dead-lettered row does to its key's later rows (default `park`): `park` holds
    * them, in order, until an operator replays or discards the dead letter; `skip` lets
    * them go on without it.
@@ -159,6 +165,16 @@ export const maxMessageBytes = settings.integer({
   max: 100_000_000,
 });
 
+export const missingTopicTimeoutMs = settings.integer({
+  option: 'missingTopicTimeoutMs',
+  flag: '--missing-topic-timeout-ms',
+  env: 'OUTBOX_MISSING_TOPIC_TIMEOUT_MS',
+  description: "How long rows wait for a topic Kafka does not have and does not create (other topics flow meanwhile) before they go to the dead letters (milliseconds).",
+  defaultValue: 30_000,
+  min: 0,
+  max: 86_400_000,
+});
+
 export const deadLetterPolicy = settings.choice({
   option: 'deadLetterPolicy',
   flag: '--dead-letter-policy',
@@ -228,6 +244,7 @@ export const RELAY_SETTINGS = [
   horizonMaxWaitMs,
   leaseTtlMs,
   maxMessageBytes,
+  missingTopicTimeoutMs,
   deadLetterPolicy,
   deadLetterPolicyByTopic,
   onPublish,
@@ -250,6 +267,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     horizonMaxWaitMs: settings.optionValue(horizonMaxWaitMs, options.horizonMaxWaitMs),
     leaseTtlMs: settings.optionValue(leaseTtlMs, options.leaseTtlMs),
     maxMessageBytes: settings.optionValue(maxMessageBytes, options.maxMessageBytes),
+    missingTopicTimeoutMs: settings.optionValue(missingTopicTimeoutMs, options.missingTopicTimeoutMs),
     deadLetterPolicy: settings.optionValue(deadLetterPolicy, options.deadLetterPolicy),
     deadLetterPolicyByTopic: settings.optionValue(deadLetterPolicyByTopic, options.deadLetterPolicyByTopic),
     onPublish: settings.optionValue(onPublish, options.onPublish),

@@ -1,6 +1,23 @@
-import { CompressionTypes, Partitioners, type Kafka, type Producer } from 'kafkajs';
-import { groupByTopic } from './message.js';
-import type { ClaimedRow } from './sql/claim.js';
+import { CompressionTypes, Partitioners, type Kafka, type Message, type Producer } from 'kafkajs';
+import type { RelayMessage } from './message.js';
+import { partitionOf } from './partitioner.js';
+import { TopicMetadata } from './topicMetadata.js';
+
+/** What Kafka did with one message of a send. */
+export type SendResult = { acknowledged: true } | { acknowledged: false; error: unknown };
+
+/**
+ * The relay's port to a broker. `send` publishes messages (in the relay's id order) and
+ * answers, per message and in the same order, whether Kafka acknowledged it (acks=all)
+ * or refused it, and why. It never rejects for a message's or a topic's fault, and it
+ * never reports a message acknowledged that a later message of the same key depends on
+ * being refused: a key's messages go to one partition in one request, in order, so they
+ * are acknowledged or refused together.
+ */
+export interface MessageProducer {
+  send(messages: readonly RelayMessage[]): Promise<SendResult[]>;
+  disconnect(): Promise<void>;
+}
 
 const COMPRESSION = {
   none: CompressionTypes.None,
@@ -8,43 +25,110 @@ const COMPRESSION = {
 } as const;
 
 /**
- * The relay's way to Kafka: one request per batch, acks=all, connected on first use and
- * again after the broker dropped the connection.
+ * The kafkajs adapter of {@link MessageProducer}, the relay's default.
  *
- * The Java-compatible murmur2 partitioner (DefaultPartitioner) makes Java producers and
- * consumers agree on a key's partition. Not idempotent (kafkajs marks that experimental)
- * and maxInFlightRequests left open: one key is never in two sends at once (each key
- * belongs to one worker, whose sends are sequential), so a retried request cannot
- * overtake a later one of the same key.
+ * The relay partitions itself (Java's murmur2, ./partitioner.ts, over the partition
+ * counts of ./topicMetadata.ts) and sends one produce request per partition, all at once:
+ * a produce request covering several partitions fails as a whole in kafkajs (its first
+ * partition error is thrown, the others' outcome is lost, and a retry re-sends partitions
+ * the broker had already appended), whereas one partition's request is appended or not.
+ * So each partition's result is known, and a refusal re-sends nothing acknowledged.
+ *
+ * A topic the broker does not know is never handed to the sending producer: kafkajs
+ * refreshes the metadata of all of a producer's topics at once, and one missing topic
+ * would fail every other topic's sends. Its messages are refused with a
+ * TopicMissingError instead, without being sent.
+ *
+ * Not idempotent (kafkajs marks that experimental) and maxInFlightRequests left open:
+ * one key is never in two sends at once (each key belongs to one worker, whose sends are
+ * sequential), so a retried request cannot overtake a later one of the same key.
  */
-export class BatchProducer {
+export class BatchProducer implements MessageProducer {
   private readonly producer: Producer;
+  /** Only asks for metadata (an empty send): lets a broker auto-create a topic, as producing would. */
+  private readonly creator: Producer;
+  private readonly metadata: TopicMetadata;
   private connected = false;
+  private creatorConnected = false;
 
   constructor(kafka: Kafka, private readonly compression: keyof typeof COMPRESSION) {
-    this.producer = kafka.producer({
-      createPartitioner: Partitioners.DefaultPartitioner,
-      allowAutoTopicCreation: true,
-    });
+    this.producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false });
     this.producer.on(this.producer.events.DISCONNECT, () => {
       this.connected = false;
     });
+    this.creator = kafka.producer({
+      createPartitioner: Partitioners.DefaultPartitioner,
+      allowAutoTopicCreation: true,
+      retry: { retries: 3, initialRetryTime: 100, maxRetryTime: 1_000 },
+    });
+    this.creator.on(this.creator.events.DISCONNECT, () => {
+      this.creatorConnected = false;
+    });
+    this.metadata = new TopicMetadata(kafka, (topic) => this.createTopic(topic));
   }
 
-  /** Send rows in one request, in order; rejects with kafkajs' error. */
-  async send(rows: ClaimedRow[]): Promise<void> {
-    if (!this.connected) {
-      await this.producer.connect();
-      this.connected = true;
+  async send(messages: readonly RelayMessage[]): Promise<SendResult[]> {
+    const results: SendResult[] = new Array(messages.length);
+    const refuse = (indexes: number[], error: unknown): void => {
+      for (const i of indexes) results[i] = { acknowledged: false, error };
+    };
+    try {
+      if (!this.connected) {
+        await this.producer.connect();
+        this.connected = true;
+      }
+    } catch (error) {
+      refuse(messages.map((_, i) => i), error);
+      return results;
     }
-    await this.producer.sendBatch({
-      topicMessages: groupByTopic(rows),
-      acks: -1,
-      compression: COMPRESSION[this.compression],
+    const counts = await this.metadata.partitions(messages.map((m) => m.topic));
+    // (topic, partition) → indexes of its messages, in the order given.
+    const groups = new Map<string, { topic: string; partition: number; indexes: number[] }>();
+    messages.forEach((m, i) => {
+      const count = counts.get(m.topic)!;
+      if (typeof count !== 'number') return refuse([i], count);
+      const partition = partitionOf(m.key, count);
+      const id = `${m.topic}\u0000${partition}`;
+      let group = groups.get(id);
+      if (!group) groups.set(id, (group = { topic: m.topic, partition, indexes: [] }));
+      group.indexes.push(i);
     });
+    await Promise.all(
+      [...groups.values()].map(async ({ topic, partition, indexes }) => {
+        try {
+          await this.producer.sendBatch({
+            topicMessages: [{ topic, messages: indexes.map((i) => toKafkajs(messages[i]!, partition)) }],
+            acks: -1,
+            compression: COMPRESSION[this.compression],
+          });
+          for (const i of indexes) results[i] = { acknowledged: true };
+        } catch (error) {
+          // Gone, or more partitions than we knew of: look the topic up again next time.
+          this.metadata.forget(topic);
+          refuse(indexes, error);
+        }
+      }),
+    );
+    return results;
   }
 
   async disconnect(): Promise<void> {
+    await this.metadata.close();
+    await this.creator.disconnect().catch(() => undefined);
     await this.producer.disconnect().catch(() => undefined);
   }
+
+  private async createTopic(topic: string): Promise<void> {
+    if (!this.creatorConnected) {
+      await this.creator.connect();
+      this.creatorConnected = true;
+    }
+    // No messages: kafkajs requests the topic's metadata (with auto-creation allowed)
+    // and waits for its leaders, then has nothing to produce.
+    await this.creator.sendBatch({ topicMessages: [{ topic, messages: [] }], acks: -1 });
+  }
+}
+
+function toKafkajs(m: RelayMessage, partition: number): Message {
+  return { key: m.key, value: m.value, headers: m.headers, timestamp: String(m.timestampMs), partition };
 }

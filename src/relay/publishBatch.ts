@@ -1,6 +1,9 @@
 import { OutboxError } from '../shared/errors.js';
 import { classifyPublishError, type ClassifiedPublishError } from './publishErrors.js';
 import { validateRow } from './validation.js';
+import { toMessage, type RelayMessage } from './message.js';
+import type { SendResult } from './producer.js';
+import { TopicMissingError } from './topicMetadata.js';
 import type { ClaimedRow } from './sql/claim.js';
 
 /** What happens to a key's later rows when one of its rows is dead-lettered. */
@@ -14,12 +17,21 @@ export interface DeadLetterPlan {
 }
 
 export interface BatchOutcome {
-  /** Acknowledged by Kafka: mark sent. */
+  /** Acknowledged by Kafka: mark sent. In id order. */
   published: ClaimedRow[];
   /** Never publishable as they are: move to the dead letters. */
   deadLetters: DeadLetterPlan[];
   /** Later rows of a key parked in this batch: left unsent, in order, behind the parked row. */
   held: ClaimedRow[];
+  /**
+   * Not acknowledged, for a reason that may pass (their partition refused them for now,
+   * or their topic is missing since less than `missingTopicTimeoutMs`): left unsent, for a
+   * later batch. A key's rows are all here or none of them is, so nothing later of a key
+   * is marked sent while an earlier row of it waits.
+   */
+  unsent: ClaimedRow[];
+  /** Why the first of `unsent` was not sent. */
+  unsentError: PublishError | TopicWaitError | undefined;
 }
 
 /** Kafka refused a batch for a reason that may pass (broker down, leader change, timeout). */
@@ -36,11 +48,28 @@ export class PublishError extends OutboxError {
   }
 }
 
+/**
+ * Rows wait for a topic Kafka does not have (yet), for at most `missingTopicTimeoutMs`.
+ * Not a broker failure: it does not count towards the circuit breaker.
+ */
+export class TopicWaitError extends OutboxError {
+  constructor(readonly missing: TopicMissingError, timeoutMs: number, rows: number) {
+    super(`${missing.message}; its rows wait for it at most ${timeoutMs} ms (--missing-topic-timeout-ms), then go to the dead letters`, {
+      retriable: true,
+      context: { topic: missing.topic, rows },
+      cause: missing,
+    });
+  }
+}
+
 export interface PublishBatchOptions {
   maxMessageBytes: number;
+  /** How long a topic may be missing before its rows go to the dead letters (ms). */
+  missingTopicTimeoutMs: number;
   policyOf(topic: string): DeadLetterPolicy;
-  /** Send rows in one request, in order; rejects with kafkajs' error. */
-  send(rows: ClaimedRow[]): Promise<void>;
+  /** Send messages; one result per message, in order (./producer.ts). */
+  send(messages: RelayMessage[]): Promise<SendResult[]>;
+  now?: () => number;
 }
 
 const keyOf = (row: ClaimedRow): string => `${row.topic}\u0000${row.key}`;
@@ -48,65 +77,135 @@ const keyOf = (row: ClaimedRow): string => `${row.topic}\u0000${row.key}`;
 /**
  * Publish a claimed batch (rows in id order) so that one bad row never holds up the rest.
  *
- * Rows that fail validation are dead-lettered without being sent. The others go out in
- * one request; if Kafka refuses it for a permanent reason, the rows are sent one by one,
- * in order, to find the ones it refuses. A parked key's later rows in the batch are held
- * back, so the key's order survives. A transient refusal throws {@link PublishError}: the
- * caller rolls the whole batch back and retries it (rows sent meanwhile come again:
- * at least once).
+ * Rows that fail validation, or cannot be turned into a message at all, are dead-lettered
+ * without being sent. The others go out at once; the producer answers per message (a
+ * partition's messages are acknowledged or refused together). Acknowledged rows are
+ * published. A partition refused for a permanent reason is re-sent one row at a time, in
+ * id order, to find the rows Kafka refuses; nothing acknowledged is sent again. A
+ * partition refused for a reason that may pass, and a topic missing for less than
+ * `missingTopicTimeoutMs`, are left unsent (a later batch retries them); a topic missing
+ * for longer dead-letters its rows. A parked key's later rows in the batch are held back,
+ * so the key's order survives.
+ *
+ * @throws PublishError only when the producer itself fails (not per message).
  */
 export async function publishBatch(rows: ClaimedRow[], o: PublishBatchOptions): Promise<BatchOutcome> {
-  const outcome: BatchOutcome = { published: [], deadLetters: [], held: [] };
+  const now = o.now ?? Date.now;
+  const outcome: BatchOutcome = { published: [], deadLetters: [], held: [], unsent: [], unsentError: undefined };
   const parked = new Set<string>();
   const deadLetter = (row: ClaimedRow, errorName: string, reason: string): void => {
     const policy = o.policyOf(row.topic);
     outcome.deadLetters.push({ row, errorName, reason, policy });
     if (policy === 'park') parked.add(keyOf(row));
   };
+  const leaveUnsent = (row: ClaimedRow, error: PublishError | TopicWaitError): void => {
+    outcome.unsent.push(row);
+    outcome.unsentError ??= error;
+  };
 
-  const candidates: ClaimedRow[] = [];
+  const candidates: Array<{ row: ClaimedRow; message: RelayMessage }> = [];
   for (const row of rows) {
     if (parked.has(keyOf(row))) {
       outcome.held.push(row);
       continue;
     }
-    const invalid = validateRow(row, o.maxMessageBytes);
-    if (invalid) deadLetter(row, invalid.name, invalid.reason);
-    else candidates.push(row);
+    // The safety net: whatever keeps this row from being a message, named by the
+    // validation or not, is this row's problem alone.
+    let message: RelayMessage;
+    try {
+      const invalid = validateRow(row, o.maxMessageBytes);
+      if (invalid) {
+        deadLetter(row, invalid.name, invalid.reason);
+        continue;
+      }
+      message = toMessage(row);
+    } catch (error) {
+      deadLetter(row, 'validation:unencodable', `the row cannot be turned into a Kafka message: ${(error as Error)?.message ?? String(error)}`);
+      continue;
+    }
+    candidates.push({ row, message });
   }
   // Rows are in id order, so a key parked by an invalid row holds only its rows after
   // that one; its earlier rows are already among the candidates and go out.
-  const sendable = candidates;
-  if (sendable.length === 0) return sortHeld(outcome);
+  if (candidates.length === 0) return finish(outcome);
 
-  try {
-    await o.send(sendable);
-    outcome.published = sendable;
-    return sortHeld(outcome);
-  } catch (error) {
+  const results = await sendAll(o, candidates.map((c) => c.message));
+
+  // Partitions refused for good: their rows, in id order, to try one at a time.
+  const isolate: Array<{ row: ClaimedRow; message: RelayMessage }> = [];
+  candidates.forEach((c, i) => {
+    const result = results[i]!;
+    if (result.acknowledged) {
+      outcome.published.push(c.row);
+      return;
+    }
+    const { error } = result;
+    if (error instanceof TopicMissingError) {
+      if (now() - error.missingSinceMs < o.missingTopicTimeoutMs) {
+        leaveUnsent(c.row, new TopicWaitError(error, o.missingTopicTimeoutMs, 1));
+      } else if (parked.has(keyOf(c.row))) {
+        outcome.held.push(c.row);
+      } else {
+        deadLetter(c.row, error.type, missingTopicReason(error, o.missingTopicTimeoutMs));
+      }
+      return;
+    }
     const classified = classifyPublishError(error);
-    if (classified.class === 'transient') throw new PublishError(classified, error, sendable.length);
-  }
+    if (classified.class === 'transient') leaveUnsent(c.row, new PublishError(classified, error, 1));
+    else isolate.push(c);
+  });
 
-  // A permanent refusal: find the rows it is about, one at a time, in id order.
-  for (const row of sendable) {
-    if (parked.has(keyOf(row))) {
-      outcome.held.push(row);
+  // One at a time, in id order: only rows Kafka has not acknowledged are sent again.
+  let stopped: PublishError | undefined;
+  for (const c of isolate) {
+    if (parked.has(keyOf(c.row))) {
+      outcome.held.push(c.row);
       continue;
     }
-    try {
-      await o.send([row]);
-      outcome.published.push(row);
-    } catch (error) {
-      const classified = classifyPublishError(error);
-      if (classified.class === 'transient') throw new PublishError(classified, error, sendable.length);
-      deadLetter(row, classified.name, `Kafka refused the message: ${classified.name}: ${classified.message}`);
+    if (stopped) {
+      leaveUnsent(c.row, stopped);
+      continue;
+    }
+    const [result] = await sendAll(o, [c.message]);
+    if (result!.acknowledged) {
+      outcome.published.push(c.row);
+      continue;
+    }
+    const classified = classifyPublishError(result!.error);
+    if (classified.class === 'permanent') {
+      deadLetter(c.row, classified.name, `Kafka refused the message: ${classified.name}: ${classified.message}`);
+    } else {
+      // Something that may pass: stop here; this row and the rest wait for a later batch.
+      stopped = new PublishError(classified, result!.error, 1);
+      leaveUnsent(c.row, stopped);
     }
   }
-  return sortHeld(outcome);
+  return finish(outcome);
 }
 
-function sortHeld(outcome: BatchOutcome): BatchOutcome {
-  outcome.held.sort((a, b) => a.id - b.id);
+async function sendAll(o: PublishBatchOptions, messages: RelayMessage[]): Promise<SendResult[]> {
+  try {
+    const results = await o.send(messages);
+    if (results.length !== messages.length) throw new Error(`the producer answered for ${results.length} of ${messages.length} messages`);
+    return results;
+  } catch (error) {
+    throw new PublishError(classifyPublishError(error), error, messages.length);
+  }
+}
+
+function missingTopicReason(error: TopicMissingError, timeoutMs: number): string {
+  return (
+    `topic ${JSON.stringify(error.topic)} does not exist and Kafka did not create it within ${timeoutMs} ms ` +
+    '(--missing-topic-timeout-ms): the broker does not create topics automatically (auto.create.topics.enable=false), ' +
+    "or refuses the name because it collides with an existing topic that differs only in '.' versus '_'. " +
+    'Create the topic, then replay the dead letter'
+  );
+}
+
+function finish(outcome: BatchOutcome): BatchOutcome {
+  const byId = (a: ClaimedRow, b: ClaimedRow): number => a.id - b.id;
+  outcome.published.sort(byId);
+  outcome.held.sort(byId);
+  outcome.unsent.sort(byId);
   return outcome;
 }

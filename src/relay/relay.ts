@@ -452,6 +452,12 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private batchCommitted(worker: Worker, result: BatchResult): void {
     this.breaker.success();
     const { published, deadLetters } = result;
+    if (result.unsent.length > 0) {
+      this.logger.warn(
+        { worker: worker.index, unsent: result.unsent.length, firstId: result.unsent[0]!.id, err: describeError(result.unsentError) },
+        'rows left unsent for now (their partition or topic is not available); the rest of the batch committed, a later batch retries them',
+      );
+    }
     for (const d of deadLetters) {
       this.logger.error(
         { id: d.row.id, topic: d.row.topic, errorName: d.errorName, reason: d.reason, policy: d.policy },

@@ -4,6 +4,9 @@ import { publishBatch, PublishError, type DeadLetterPolicy } from '../../src/rel
 import { classifyPublishError } from '../../src/relay/publishErrors.js';
 import { validateRow } from '../../src/relay/validation.js';
 import { CircuitBreaker } from '../../src/relay/breaker.js';
+import { TopicMissingError } from '../../src/relay/topicMetadata.js';
+import type { RelayMessage } from '../../src/relay/message.js';
+import type { SendResult } from '../../src/relay/producer.js';
 import type { ClaimedRow } from '../../src/relay/sql/claim.js';
 
 let nextId = 1;
@@ -16,14 +19,53 @@ function kafkaError(type: string, retriable: boolean): Error {
   return Object.assign(new Error(`The broker said ${type}`), { name: 'KafkaJSProtocolError', type, retriable });
 }
 
-function options(policy: DeadLetterPolicy, send: (rows: ClaimedRow[]) => Promise<void>) {
-  return { maxMessageBytes: 100, policyOf: () => policy, send };
+/** A producer answering per message: `fn` rejects a whole send (all refused) or resolves (all acknowledged). */
+function allOrNothing(fn: (messages: RelayMessage[]) => Promise<void>) {
+  return async (messages: RelayMessage[]): Promise<SendResult[]> => {
+    try {
+      await fn(messages);
+      return messages.map(() => ({ acknowledged: true }));
+    } catch (error) {
+      return messages.map(() => ({ acknowledged: false, error }));
+    }
+  };
+}
+
+function options(policy: DeadLetterPolicy, send: (messages: RelayMessage[]) => Promise<void>, extra: { missingTopicTimeoutMs?: number; now?: () => number } = {}) {
+  return { maxMessageBytes: 100, missingTopicTimeoutMs: 30_000, policyOf: () => policy, send: allOrNothing(send), ...extra };
+}
+
+/**
+ * A producer like the kafkajs adapter: one request per "partition" (here the key's first
+ * letter), each acknowledged or refused as a whole; `refuse` says which partition's
+ * request is refused with what. Records every message Kafka acknowledged.
+ */
+function partitioned(refuse: (messages: RelayMessage[]) => Error | undefined) {
+  const acknowledged: number[] = [];
+  const requests: number[][] = [];
+  const send = async (messages: RelayMessage[]): Promise<SendResult[]> => {
+    const byPartition = new Map<string, number[]>();
+    messages.forEach((m, i) => {
+      const p = m.key.slice(0, 1);
+      byPartition.set(p, [...(byPartition.get(p) ?? []), i]);
+    });
+    const results: SendResult[] = new Array(messages.length);
+    for (const indexes of byPartition.values()) {
+      const batch = indexes.map((i) => messages[i]!);
+      requests.push(batch.map((m) => m.id));
+      const error = refuse(batch);
+      for (const i of indexes) results[i] = error ? { acknowledged: false, error } : { acknowledged: true };
+      if (!error) acknowledged.push(...batch.map((m) => m.id));
+    }
+    return results;
+  };
+  return { send, acknowledged, requests };
 }
 
 test('invalid rows are dead-lettered without being sent; under park the key\'s later rows are held, other keys go', async () => {
   const rows = [row('a'), row(''), row('b'), row('c', { payload: JSON.stringify('x'.repeat(200)) }), row('c'), row('b')];
   const sent: number[] = [];
-  const out = await publishBatch(rows, options('park', async (r) => void sent.push(...r.map((x) => x.id))));
+  const out = await publishBatch(rows, options('park', async (r) => void sent.push(...r.map((x) => x.id as number))));
   assert.deepEqual(out.deadLetters.map((d) => [d.row.id, d.errorName]), [
     [rows[1]!.id, 'validation:empty_key'],
     [rows[3]!.id, 'validation:too_large'],
@@ -57,14 +99,91 @@ test('a permanent refusal isolates the refused rows one by one; the rest publish
   assert.deepEqual(calls.slice(1), [[rows[0]!.id], [rows[1]!.id], [rows[2]!.id], [rows[4]!.id]]);
 });
 
-test('a transient refusal throws PublishError and dead-letters nothing', async () => {
+test('a transient refusal of the whole send leaves every row unsent, with the error, and dead-letters nothing', async () => {
   const rows = [row('a'), row('b')];
-  await assert.rejects(
-    publishBatch(rows, options('park', async () => {
-      throw Object.assign(new Error('retries exceeded'), { name: 'KafkaJSNumberOfRetriesExceeded', retriable: false, originalError: kafkaError('NOT_LEADER_FOR_PARTITION', true) });
-    })),
-    (e: PublishError) => e instanceof PublishError && e.retriable && e.kafkaError.name === 'NOT_LEADER_FOR_PARTITION',
+  const out = await publishBatch(rows, options('park', async () => {
+    throw Object.assign(new Error('retries exceeded'), { name: 'KafkaJSNumberOfRetriesExceeded', retriable: false, originalError: kafkaError('NOT_LEADER_FOR_PARTITION', true) });
+  }));
+  assert.deepEqual(out.unsent.map((r) => r.id), rows.map((r) => r.id));
+  assert.ok(out.unsentError instanceof PublishError && out.unsentError.retriable && out.unsentError.kafkaError.name === 'NOT_LEADER_FOR_PARTITION');
+  assert.deepEqual([out.published, out.deadLetters, out.held], [[], [], []]);
+});
+
+test('rows that cannot be a message (created_at infinity, -infinity, beyond Date range, before 1970; headers not an object; anything that throws) are dead-lettered alone, the rest publish', async () => {
+  const bad = [
+    row('t1', { created_at: Infinity as unknown as Date }),
+    row('t2', { created_at: -Infinity as unknown as Date }),
+    row('t3', { created_at: new Date(Number.NaN) }),
+    row('t4', { created_at: new Date('1960-01-01T00:00:00Z') }),
+    row('h1', { headers: ['x'] as unknown as Record<string, unknown> }),
+    row('h2', { headers: 'text' as unknown as Record<string, unknown> }),
+    row('x1', { headers: { big: 10n } }),
+  ];
+  const good = [row('ok1'), row('ok2', { created_at: new Date('2026-01-01T00:00:00Z') })];
+  const sent: RelayMessage[] = [];
+  const out = await publishBatch([bad[0]!, good[0]!, ...bad.slice(1), good[1]!], options('skip', async (m) => void sent.push(...m)));
+  assert.deepEqual(
+    out.deadLetters.map((d) => [d.row.key, d.errorName]),
+    [
+      ['t1', 'validation:invalid_timestamp'],
+      ['t2', 'validation:invalid_timestamp'],
+      ['t3', 'validation:invalid_timestamp'],
+      ['t4', 'validation:invalid_timestamp'],
+      ['h1', 'validation:invalid_headers'],
+      ['h2', 'validation:invalid_headers'],
+      ['x1', 'validation:unencodable'],
+    ],
   );
+  assert.match(out.deadLetters[0]!.reason, /created_at is Infinity/);
+  assert.match(out.deadLetters[2]!.reason, /outside the range/);
+  assert.match(out.deadLetters[3]!.reason, /before 1970/);
+  assert.match(out.deadLetters[6]!.reason, /cannot be turned into a Kafka message: .*BigInt/);
+  assert.deepEqual(out.published.map((r) => r.key), ['ok1', 'ok2']);
+  assert.deepEqual(sent.map((m) => m.timestampMs), [0, Date.parse('2026-01-01T00:00:00Z')]);
+  assert.ok(sent.every((m) => Number.isFinite(m.timestampMs)));
+});
+
+test('a partition refused for good is re-sent one row at a time, and nothing Kafka acknowledged is sent again', async () => {
+  const rows = [row('a1'), row('b1'), row('a2'), row('bx', { payload: '"big"' }), row('a3'), row('b2'), row('b3')];
+  const kafka = partitioned((batch) => (batch.some((m) => m.key === 'bx') ? kafkaError('MESSAGE_TOO_LARGE', false) : undefined));
+  const out = await publishBatch(rows, { ...options('skip', async () => undefined), send: kafka.send });
+  assert.deepEqual(out.deadLetters.map((d) => [d.row.key, d.errorName]), [['bx', 'MESSAGE_TOO_LARGE']]);
+  assert.deepEqual(out.published.map((r) => r.key), ['a1', 'b1', 'a2', 'a3', 'b2', 'b3']);
+  const once = [...kafka.acknowledged].sort((x, y) => x - y);
+  assert.deepEqual(once, out.published.map((r) => r.id), 'every published row acknowledged exactly once');
+  // The first send, then partition b's rows one at a time; partition a never again.
+  assert.deepEqual(kafka.requests.slice(2), [[rows[1]!.id], [rows[3]!.id], [rows[5]!.id], [rows[6]!.id]]);
+});
+
+test("a partition refused for now leaves its rows unsent; the other partitions' rows publish", async () => {
+  const rows = [row('a1'), row('b1'), row('a2'), row('b2')];
+  const kafka = partitioned((batch) => (batch[0]!.key.startsWith('b') ? kafkaError('NOT_ENOUGH_REPLICAS', true) : undefined));
+  const out = await publishBatch(rows, { ...options('park', async () => undefined), send: kafka.send });
+  assert.deepEqual(out.published.map((r) => r.key), ['a1', 'a2']);
+  assert.deepEqual(out.unsent.map((r) => r.key), ['b1', 'b2']);
+  assert.equal((out.unsentError as PublishError).kafkaError.name, 'NOT_ENOUGH_REPLICAS');
+  assert.deepEqual(out.deadLetters, []);
+});
+
+test('a missing topic holds its rows unsent for missingTopicTimeoutMs while other topics publish, then dead-letters them per policy with the reason', async () => {
+  const now = 1_000_000;
+  const rows = [row('k1', { topic: 'gone' }), row('k1', { topic: 'here' }), row('k2', { topic: 'gone' }), row('k1', { topic: 'gone' })];
+  const missingSince = (since: number) => async (messages: RelayMessage[]): Promise<SendResult[]> =>
+    messages.map((m) => (m.topic === 'gone' ? { acknowledged: false, error: new TopicMissingError('gone', since, undefined) } : { acknowledged: true }));
+  const waiting = await publishBatch(rows, { ...options('park', async () => undefined, { now: () => now }), send: missingSince(now - 29_999) });
+  assert.deepEqual(waiting.published.map((r) => r.topic), ['here']);
+  assert.deepEqual(waiting.unsent.map((r) => r.id), [rows[0]!.id, rows[2]!.id, rows[3]!.id]);
+  assert.match(String(waiting.unsentError?.message), /"gone" does not exist.*at most 30000 ms/);
+  assert.deepEqual(waiting.deadLetters, []);
+
+  const expired = await publishBatch(rows, { ...options('park', async () => undefined, { now: () => now }), send: missingSince(now - 30_000) });
+  assert.deepEqual(expired.deadLetters.map((d) => [d.row.id, d.errorName, d.policy]), [
+    [rows[0]!.id, 'UNKNOWN_TOPIC_OR_PARTITION', 'park'],
+    [rows[2]!.id, 'UNKNOWN_TOPIC_OR_PARTITION', 'park'],
+  ]);
+  assert.match(expired.deadLetters[0]!.reason, /topic "gone" does not exist .* within 30000 ms \(--missing-topic-timeout-ms\).*auto\.create\.topics\.enable=false/);
+  assert.deepEqual(expired.held.map((r) => r.id), [rows[3]!.id], "the parked key's later row waits behind it");
+  assert.deepEqual(expired.unsent, []);
 });
 
 test('Kafka errors are classified by code through kafkajs\' wrappers', () => {
