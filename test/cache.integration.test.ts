@@ -209,7 +209,8 @@ test('a lock left by a dead process: waiters give up after waitMs (retriable), o
   const prefix = redis.prefix('dead');
   const cache = createCache({ client: redis.client, prefix, registry, name: 'dead' });
   // Another process took the lock and died without releasing it.
-  await redis.client.set(`${prefix}k:rebuild-lock`, 'someone-else', { PX: 400 });
+  // (Long enough to outlive the two short waits below on a loaded machine.)
+  await redis.client.set(`${prefix}k:rebuild-lock`, 'someone-else', { PX: 1_500 });
   await assert.rejects(
     cache.getOrLoad('k', () => 'mine', { waitMs: 50 }),
     (e: unknown) => e instanceof CacheWaitTimeoutError && e.retriable === true,
