@@ -20,7 +20,7 @@ export interface TestRedis {
   newClient(): Promise<RedisClientType>;
   /** A key prefix no other test uses. */
   prefix(name: string): string;
-  /** Closes the clients and stops the private server, if one was started. */
+  /** Deletes the keys under the prefixes handed out, closes the clients, stops the private server if one was started. */
   stop(): Promise<void>;
 }
 
@@ -100,12 +100,21 @@ export async function useRedis(): Promise<TestRedis> {
     return c;
   };
   const client = await newClient();
+  const prefixes: string[] = [];
   return {
     url: server.url,
     client,
     newClient,
-    prefix: (name) => `test:${name}:${Date.now().toString(36)}${randomBytes(3).toString('hex')}:`,
+    prefix: (name) => {
+      const p = `test:${name}:${Date.now().toString(36)}${randomBytes(3).toString('hex')}:`;
+      prefixes.push(p);
+      return p;
+    },
     stop: async () => {
+      // Leave the shared Redis as it was: the keys under this file's prefixes go.
+      for (const p of prefixes) {
+        for await (const keys of client.scanIterator({ MATCH: `${p}*`, COUNT: 500 })) if (keys.length > 0) await client.del(keys).catch(() => undefined);
+      }
       await Promise.all(clients.map((c) => c.close().catch(() => c.destroy())));
       await server.stop();
     },
