@@ -26,8 +26,9 @@ import { latency } from './sections/latency.js';
 import { peer } from './sections/peer.js';
 import { scale } from './sections/scale.js';
 import { stampede } from './sections/stampede.js';
+import { relayCost } from './sections/relayCost.js';
 
-const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede'] as const;
+const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
@@ -96,6 +97,8 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
   { name: 'cost', title: '7. cost to the application', run: (pool) => cost(pool, { seconds: P.pgbenchSeconds, rounds: P.pgbenchRounds }) },
   // N readers of a hot key at the moment it expires: the cache helper against a naive cache-aside (needs Redis: 6379, or a private redis-server).
   { name: 'stampede', title: '8. cache stampede', run: (pool) => stampede(pool, { readers: args.quick ? 200 : 1_000, workers: 4, rounds: args.quick ? 3 : 10, loaderMs: 20 }) },
+  // Drains side by side (mark, never analyzed, held snapshot, delete) with CPU per row of relay, backends and broker; an idle relay.
+  { name: 'relaycost', title: '9. cost per row', run: (pool) => relayCost(pool, { rows: P.drainRows, idleSeconds: args.quick ? 5 : 10 }) },
 ];
 
 // The selected sections and those they need, in the order of the list.
