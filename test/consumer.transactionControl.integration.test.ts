@@ -74,7 +74,7 @@ const MISBEHAVING = 2;
  * Five messages of one partition in one transaction; the third (offset 2) has its effect,
  * then does `act`. Returns when all five offsets are committed.
  */
-async function run(act: Act, savepoints: 'on-failure' | 'always' = 'on-failure') {
+async function run(act: Act, savepoints: 'on-failure' | 'always' = 'on-failure', pool: pg.Pool = db.pool) {
   const topic = await createTopic(1);
   const deadLetterTopic = await createTopic(1, undefined, 'dlt');
   const ran: string[] = [];
@@ -82,6 +82,7 @@ async function run(act: Act, savepoints: 'on-failure' | 'always' = 'on-failure')
     topics: topic,
     deadLetterTopic,
     savepoints,
+    pool,
     messagesPerTransaction: 10,
     handler: async (message, context) => {
       ran.push(message.offset);
@@ -165,6 +166,23 @@ for (const [name, sql, savepoints] of bypassing) {
     await assertFailedLoudly(r, 'HandlerEndedTransaction');
   });
 }
+
+test('integration: with a pg that cannot report its transaction status, the marker alone catches a handler that ended the transaction', async () => {
+  const pool = new pg.Pool({ connectionString: db.databaseUrl, max: 4 });
+  // As a pg from before Client#getTransactionStatus would be.
+  pool.on('connect', (client) => {
+    Object.defineProperty(client, 'getTransactionStatus', { value: undefined });
+  });
+  try {
+    for (const sql of ['COMMIT', 'COMMIT AND CHAIN']) {
+      const r = await run((ctx) => bypass(ctx, sql), 'on-failure', pool);
+      await assertFailedLoudly(r, 'HandlerEndedTransaction');
+      await r.c.stop();
+    }
+  } finally {
+    await pool.end();
+  }
+});
 
 test('integration: a procedure that tries to COMMIT inside the transaction fails in Postgres: the message fails, nothing is lost', async () => {
   const r = await run((ctx) => ctx.client.query(`CALL "${db.schema}".commit_inside()`));

@@ -168,10 +168,11 @@ export class ClientGuard {
    */
   async endedBy(marker: string): Promise<string | undefined> {
     if (this.ended) return this.ended;
-    // The status of the last ReadyForQuery: 'I' idle (no transaction), 'T' in one, 'E' aborted.
-    if (this.raw.getTransactionStatus() === 'I') return 'no transaction was open after it';
-    if (this.inFlight > 0) this.unseen = true;
-    if (!this.unseen || this.raw.getTransactionStatus() === 'E') return undefined;
+    const status = transactionStatus(this.raw);
+    if (status === 'I') return 'no transaction was open after it';
+    // Unknown status (an older pg behind the caller's pool): always read the marker.
+    if (this.inFlight > 0 || status === null) this.unseen = true;
+    if (!this.unseen || status === 'E') return undefined;
     // Queued behind whatever the handler left in flight.
     let value: string | null | undefined;
     try {
@@ -182,8 +183,17 @@ export class ClientGuard {
       throw error;
     }
     if (value === marker) return undefined;
-    return this.raw.getTransactionStatus() === 'I' ? 'no transaction was open after it' : 'another transaction was open after it';
+    return transactionStatus(this.raw) === 'I' ? 'no transaction was open after it' : 'another transaction was open after it';
   }
+}
+
+/**
+ * pg's transaction status after the last ReadyForQuery: 'I' idle (no transaction), 'T' in
+ * one, 'E' in an aborted one; null when unknown (a pg without getTransactionStatus).
+ */
+export function transactionStatus(client: pg.PoolClient): 'I' | 'T' | 'E' | null {
+  const get = (client as { getTransactionStatus?: () => 'I' | 'T' | 'E' | null }).getTransactionStatus;
+  return typeof get === 'function' ? (get.call(client) ?? null) : null;
 }
 
 /** The client a handler gets for this run, and what it saw. */

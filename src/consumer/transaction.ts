@@ -9,7 +9,7 @@ import type { DeadLetterReason } from './deadLetterTopic.js';
 import { advanceEntityVersion } from './versionGate.js';
 import { lockEntity } from './entityLock.js';
 import { claimKeysSql, unclaimKeysSql } from './sql/processedMessages.js';
-import { HandlerEndedTransaction, MESSAGE_SAVEPOINT, beginSql, guardClient, newTransactionMarker } from './clientGuard.js';
+import { HandlerEndedTransaction, MESSAGE_SAVEPOINT, beginSql, guardClient, newTransactionMarker, transactionStatus } from './clientGuard.js';
 import type { ResolvedConsumerOptions } from './options.js';
 import type { ConsumedMessage, ConsumerEvents, ConsumerStats, HandlerContext } from './types.js';
 
@@ -483,7 +483,7 @@ export class TransactionEngine<V> {
  */
 function savepointGone(client: pg.PoolClient, error: unknown): boolean {
   const code = (error as { code?: unknown })?.code;
-  return code === '3B001' || code === '25P01' || client.getTransactionStatus() === 'I';
+  return code === '3B001' || code === '25P01' || transactionStatus(client) === 'I';
 }
 
 /** The error of a handler that returned normally with its transaction aborted. */
