@@ -174,6 +174,8 @@ export class TransactionEngine<V> {
    * from the next message's failure this way: then the group runs again with a savepoint
    * per message, which finds it. Either way the outcome is the one of the savepoint path:
    * the effects of the messages before the failing one commit, the failing one's do not.
+   * A handler that ended the transaction itself (clientGuard.ts) fails for good, in either
+   * mode, and the messages before it run again in a fresh transaction.
    *
    * @returns how many leading messages are committed, and the handler failure, if any
    * @throws when a transaction itself fails (nothing committed, or unknown after a lost COMMIT)
