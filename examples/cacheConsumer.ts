@@ -23,7 +23,7 @@ import pg from 'pg';
 import { Registry } from 'prom-client';
 import { createClient } from 'redis';
 import { createConsumer, createLogger, quoteIdentifier } from '../src/index.js';
-import { createCache } from '../src/cache/cache.js';
+import { createCache } from '../src/cache/index.js';
 
 const env = process.env;
 for (const name of ['DATABASE_URL', 'KAFKA_BROKERS', 'CONSUMER_TOPIC']) {

@@ -26,13 +26,17 @@ const TYPES = [
   'SaslMechanism', 'StatusOptions', 'ValueDecoder',
 ];
 
-const INDEX = fileURLToPath(new URL('../../src/index.ts', import.meta.url));
+const CACHE_VALUES = ['CacheError', 'CacheLoadTimeoutError', 'CacheRedisError', 'CacheWaitTimeoutError', 'cacheMetricNames', 'createCache'];
+const CACHE_TYPES = ['Cache', 'CacheCodec', 'CacheEntry', 'CacheLoader', 'CacheLoaderContext', 'CacheOptions', 'CacheRedisClient', 'CacheVersion', 'GetOrLoadOptions'];
 
-function exportedSymbols(): { checker: ts.TypeChecker; symbols: ts.Symbol[] } {
-  const program = ts.createProgram([INDEX], { module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, strict: true, noEmit: true });
+const INDEX = fileURLToPath(new URL('../../src/index.ts', import.meta.url));
+const CACHE_INDEX = fileURLToPath(new URL('../../src/cache/index.ts', import.meta.url));
+
+function exportedSymbols(file = INDEX): { checker: ts.TypeChecker; symbols: ts.Symbol[] } {
+  const program = ts.createProgram([file], { module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, strict: true, noEmit: true });
   const checker = program.getTypeChecker();
-  const source = program.getSourceFile(INDEX);
-  assert.ok(source, 'src/index.ts is part of the program');
+  const source = program.getSourceFile(file);
+  assert.ok(source, `${file} is part of the program`);
   const module = checker.getSymbolAtLocation(source);
   assert.ok(module, 'src/index.ts is a module');
   return { checker, symbols: checker.getExportsOfModule(module) };
@@ -41,12 +45,18 @@ function exportedSymbols(): { checker: ts.TypeChecker; symbols: ts.Symbol[] } {
 test('the package exports exactly the documented values', async () => {
   const api = await import('../../src/index.js');
   assert.deepEqual(Object.keys(api).sort(), [...VALUES].sort());
+  const cache = await import('../../src/cache/index.js');
+  assert.deepEqual(Object.keys(cache).sort(), [...CACHE_VALUES].sort());
 });
 
-test('the package exports exactly the documented types, and every export carries TSDoc', () => {
-  const { checker, symbols } = exportedSymbols();
+for (const [entry, file, values, types] of [
+  ['outbox-relay', INDEX, VALUES, TYPES],
+  ['outbox-relay/cache', CACHE_INDEX, CACHE_VALUES, CACHE_TYPES],
+] as const) {
+test(`${entry} exports exactly the documented types, and every export carries TSDoc`, () => {
+  const { checker, symbols } = exportedSymbols(file);
   const names = symbols.map((s) => s.getName()).sort();
-  assert.deepEqual(names, [...VALUES, ...TYPES].sort());
+  assert.deepEqual(names, [...values, ...types].sort());
   const undocumented: string[] = [];
   for (const symbol of symbols) {
     const target = symbol.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(symbol) : symbol;
@@ -55,3 +65,4 @@ test('the package exports exactly the documented types, and every export carries
   }
   assert.deepEqual(undocumented, [], `exports without TSDoc: ${undocumented.join(', ')}`);
 });
+}
