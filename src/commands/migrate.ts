@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { DEFAULT_SCHEMA, quoteIdentifier } from '../shared/identifiers.js';
-import { ConfigError, OutboxError } from '../shared/errors.js';
-import { loadMigrations } from '../shared/schema.js';
+import { ConfigError, OutboxError, SchemaError } from '../shared/errors.js';
+import { loadMigrations, schemaDrift } from '../shared/schema.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { connect } from '../shared/database.js';
 
@@ -56,6 +56,9 @@ function bookkeepingTable(quoted: string): string {
  * Each migration runs in its own transaction under a transaction-scoped advisory lock
  * keyed by the schema, so several relays starting at once apply each exactly once: the
  * others wait, then find it recorded and skip it.
+ *
+ * @throws SchemaError when the relay's tables no longer have the columns and types the
+ *   migrations created (altered by hand afterwards): the schema is not up to date then.
  */
 export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
   const schema = options.schema ?? DEFAULT_SCHEMA;
@@ -90,6 +93,15 @@ export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
           cause: error,
         });
       }
+    }
+    // Applied is not the same as intact: a table altered by hand after its migration
+    // would be called up to date while the relay cannot read it.
+    const problems = await schemaDrift(client, schema);
+    if (problems.length > 0) {
+      throw new SchemaError(
+        `schema ${quoted} was changed after it was migrated: ${problems.join('; ')}. Restore these columns (see \`outbox-relay migrate --print\`)`,
+        { schema, problems },
+      );
     }
   } finally {
     if (!options.client) await (client as pg.Client).end().catch(() => undefined);

@@ -1,11 +1,16 @@
 /**
- * The relay's readiness, for /readyz: the database answers `SELECT 1`, a Kafka metadata
- * request succeeds with the relay's own client (answer cached a few seconds), and the
- * relay runs (owning shards or waiting for them). A failed check reports an error label
- * (./errorLabel.ts), never a message or a connection string.
+ * The relay's readiness, for /readyz: the database answers `SELECT 1`, the relay can claim
+ * and mark there (privileges, a read-write database, the tables as migrated), a Kafka
+ * metadata request succeeds with the relay's own client (answers cached a few seconds),
+ * and the relay runs (owning shards or waiting for them). A failed check reports an error
+ * label (./errorLabel.ts) or what it could not do, never a message or a connection string.
  */
+import type pg from 'pg';
 import type { Admin, Kafka } from 'kafkajs';
 import { createKafka } from '../shared/kafka.js';
+import { createPool } from '../shared/database.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import { schemaDrift } from '../shared/schema.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { errorLabel } from './errorLabel.js';
 import { withDeadline } from './promises.js';
@@ -35,7 +40,7 @@ export interface RelayReadinessOptions {
   logger?: Logger;
 }
 
-/** The relay's /readyz: database reachable, Kafka reachable, running (owning shards or waiting for them). */
+/** The relay's /readyz: database reachable, can claim and mark, schema as migrated, Kafka reachable, running (owning shards or waiting for them). */
 export interface RelayReadiness {
   check(): Promise<Readiness>;
   close(): Promise<void>;
@@ -59,6 +64,24 @@ export function relayReadiness(
     createKafka({ brokers: relay.options.kafkaBrokers, clientId: `${relay.options.clientId}-readiness`, logger, ...relay.options.kafkaSecurity });
   let admin: Admin | undefined;
   let cached: { at: number; result: ReadinessCheck } | undefined;
+  let pool: pg.Pool | undefined;
+  let cachedClaim: { at: number; result: { claim: ReadinessCheck; schema: ReadinessCheck } } | undefined;
+  const quoted = quoteIdentifier(relay.options.schema, 'schema');
+
+  const probeClaim = async (): Promise<{ claim: ReadinessCheck; schema: ReadinessCheck }> => {
+    if (cachedClaim && Date.now() - cachedClaim.at < cacheMs) return cachedClaim.result;
+    let result: { claim: ReadinessCheck; schema: ReadinessCheck };
+    try {
+      pool ??= createPool(relay.options.databaseUrl, `${relay.options.clientId}:readiness`, 1, logger);
+      const p = pool;
+      result = await withDeadline(canClaimAndMark(p, relay.options.schema, quoted, timeoutMs), timeoutMs + 500, 'claim check');
+    } catch (error) {
+      const failed = { ok: false, detail: errorLabel(error) };
+      result = { claim: failed, schema: failed };
+    }
+    cachedClaim = { at: Date.now(), result };
+    return result;
+  };
 
   const probeKafka = async (): Promise<ReadinessCheck> => {
     if (cached && Date.now() - cached.at < cacheMs) return cached.result;
@@ -95,17 +118,78 @@ export function relayReadiness(
 
   return {
     async check() {
-      const [database, kafkaCheck] = await Promise.all([probeDatabase(), probeKafka()]);
+      const [database, kafkaCheck, { claim, schema }] = await Promise.all([probeDatabase(), probeKafka(), probeClaim()]);
       const count = relay.ownedShards.length;
       const shards: ReadinessCheck = instrumentation.stopped
         ? { ok: false, detail: 'relay stopped' }
         : { ok: true, detail: count > 0 ? `owns ${count} shard(s)` : 'waiting for shards' };
-      const checks = { database, kafka: kafkaCheck, shards };
-      return { ready: database.ok && kafkaCheck.ok && shards.ok, checks };
+      const checks = { database, claim, schema, kafka: kafkaCheck, shards };
+      return { ready: Object.values(checks).every((c) => c.ok), checks };
     },
     async close() {
       await admin?.disconnect().catch(() => undefined);
       admin = undefined;
+      await pool?.end().catch(() => undefined);
+      pool = undefined;
     },
   };
+}
+/**
+ * Whether the relay can claim and mark here, not just connect: the statements of a batch
+ * (claim lock, mark sent, delete, dead letter, park, lease renewal, sequence read), each
+ * on no rows, in one transaction that is rolled back. They fail as the relay's would on a
+ * read-only database (default_transaction_read_only, a standby: SQLSTATE 25006), for a
+ * role without the privileges (42501), or on tables altered after migrate.
+ */
+export function canClaimAndMarkStatements(q: string): Array<[what: string, sql: string]> {
+  return [
+    ['lock outbox rows for a claim', `SELECT 1 FROM ${q}.outbox WHERE false FOR UPDATE`],
+    ['mark outbox rows sent', `UPDATE ${q}.outbox SET sent_at = now(), attempts = attempts + 1, last_error = NULL WHERE false`],
+    ['delete outbox rows', `DELETE FROM ${q}.outbox WHERE false`],
+    ['insert dead letters', `INSERT INTO ${q}.outbox_dead_letters SELECT * FROM ${q}.outbox_dead_letters WHERE false`],
+    ['park keys', `INSERT INTO ${q}.outbox_parked_keys SELECT * FROM ${q}.outbox_parked_keys WHERE false`],
+    ['renew shard leases', `UPDATE ${q}.outbox_shard_leases SET expires_at = now() WHERE false`],
+    ['read the outbox sequence', `SELECT last_value FROM ${q}.outbox_id_seq`],
+  ];
+}
+
+/** What a failed statement says about the database, without its message. */
+function whyNot(error: unknown): string {
+  const code = (error as { code?: unknown }).code;
+  if (code === '25006') return 'the database is read-only (transaction_read_only is on: default_transaction_read_only, or a standby)';
+  if (code === '42501') return 'permission denied (42501): grant the relay role what sql/roles.sql grants';
+  if (code === '42P01' || code === '42703') return `a table or column is missing (${code}): run \`outbox-relay migrate\``;
+  return errorLabel(error);
+}
+
+async function canClaimAndMark(pool: pg.Pool, schema: string, quoted: string, timeoutMs: number): Promise<{ claim: ReadinessCheck; schema: ReadinessCheck }> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  try {
+    const drift = await schemaDrift(client, schema);
+    const schemaCheck: ReadinessCheck = drift.length === 0 ? { ok: true, detail: 'as migrated' } : { ok: false, detail: `changed after migrate: ${drift[0]}` };
+    let claim: ReadinessCheck = { ok: true, detail: 'can claim and mark' };
+    await client.query('BEGIN');
+    try {
+      await client.query(`SET LOCAL statement_timeout = ${Math.max(1, Math.floor(timeoutMs))}`);
+      for (const [what, sql] of canClaimAndMarkStatements(quoted)) {
+        try {
+          await client.query(sql);
+        } catch (error) {
+          claim = { ok: false, detail: `cannot ${what}: ${whyNot(error)}` };
+          break;
+        }
+      }
+    } finally {
+      await client.query('ROLLBACK').catch((error: Error) => {
+        broken = error;
+      });
+    }
+    return { claim, schema: schemaCheck };
+  } catch (error) {
+    broken = error as Error;
+    throw error;
+  } finally {
+    client.release(broken);
+  }
 }

@@ -3,7 +3,7 @@ import type pg from 'pg';
 import type { Kafka } from 'kafkajs';
 import { quoteIdentifier } from '../shared/identifiers.js';
 import { connectionError, createPool, describeDatabase } from '../shared/database.js';
-import { assertMigrated } from '../shared/schema.js';
+import { assertRelaySchema } from '../shared/schema.js';
 import { OutboxError, describeError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { createKafka } from '../shared/kafka.js';
@@ -158,7 +158,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       throw connectionError(o.databaseUrl, error);
     }
     try {
-      await assertMigrated(client, o.schema);
+      await assertRelaySchema(client, o.schema);
     } catch (error) {
       client.release();
       await this.pool.end().catch(() => undefined);

@@ -62,3 +62,94 @@ export async function assertMigrated(client: pg.ClientBase, schema: string): Pro
   }
 }
 
+
+/**
+ * The columns the relay reads and writes, with the types the migrations in sql/ give them
+ * (as `format_type` names them). test/schemaShape.integration.test.ts checks this list
+ * against a freshly migrated schema, so it cannot drift from the migrations.
+ */
+export const RELAY_COLUMNS: Readonly<Record<string, Readonly<Record<string, string>>>> = {
+  outbox: {
+    id: 'bigint',
+    message_id: 'uuid',
+    topic: 'text',
+    key: 'text',
+    payload: 'jsonb',
+    payload_bytes: 'bytea',
+    headers: 'jsonb',
+    created_at: 'timestamp with time zone',
+    shard: 'smallint',
+    sent_at: 'timestamp with time zone',
+    attempts: 'integer',
+    last_error: 'text',
+    dedup_key: 'text',
+  },
+  outbox_dead_letters: {
+    id: 'bigint',
+    message_id: 'uuid',
+    topic: 'text',
+    key: 'text',
+    payload: 'jsonb',
+    payload_bytes: 'bytea',
+    headers: 'jsonb',
+    created_at: 'timestamp with time zone',
+    dedup_key: 'text',
+    attempts: 'integer',
+    reason: 'text',
+    error_name: 'text',
+    policy: 'text',
+  },
+  outbox_parked_keys: { topic: 'text', key: 'text', dead_letter_id: 'bigint' },
+  outbox_shard_leases: { shard: 'smallint', owner: 'text', epoch: 'bigint', expires_at: 'timestamp with time zone' },
+  outbox_relays: { relay_id: 'text', application_name: 'text', lease_ttl_ms: 'integer', heartbeat_at: 'timestamp with time zone' },
+};
+
+/**
+ * How the relay's tables differ from what the migrations create: one line per missing
+ * table, missing column or column of another type (empty when they match). Extra columns
+ * and tables are fine.
+ */
+export async function schemaDrift(client: pg.ClientBase, schema: string): Promise<string[]> {
+  const { rows } = await client.query<{ table: string; column: string; type: string }>(
+    `SELECT c.relname AS table, a.attname AS column, format_type(a.atttypid, a.atttypmod) AS type
+       FROM pg_catalog.pg_class AS c
+       JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+       JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+      WHERE n.nspname = $1 AND c.relname = ANY($2::text[]) AND c.relkind IN ('r', 'p')`,
+    [schema, Object.keys(RELAY_COLUMNS)],
+  );
+  const found = new Map<string, Map<string, string>>();
+  for (const r of rows) {
+    let table = found.get(r.table);
+    if (!table) found.set(r.table, (table = new Map()));
+    table.set(r.column, r.type);
+  }
+  const problems: string[] = [];
+  for (const [table, columns] of Object.entries(RELAY_COLUMNS)) {
+    const have = found.get(table);
+    if (!have) {
+      problems.push(`table ${table} is missing`);
+      continue;
+    }
+    for (const [column, type] of Object.entries(columns)) {
+      const actual = have.get(column);
+      if (actual === undefined) problems.push(`column ${table}.${column} is missing (the migrations create it as ${type})`);
+      else if (actual !== type) problems.push(`column ${table}.${column} is ${actual}, the migrations create it as ${type}`);
+    }
+  }
+  return problems;
+}
+
+/**
+ * {@link assertMigrated}, and that the relay's tables still have the columns and types
+ * the migrations gave them (a table altered by hand afterwards is refused, with the
+ * column named).
+ */
+export async function assertRelaySchema(client: pg.ClientBase, schema: string): Promise<void> {
+  await assertMigrated(client, schema);
+  const problems = await schemaDrift(client, schema);
+  if (problems.length > 0) {
+    const quoted = quoteIdentifier(schema, 'schema');
+    throw new SchemaError(`schema ${quoted} was changed after it was migrated: ${problems.join('; ')}`, { schema, problems });
+  }
+}
