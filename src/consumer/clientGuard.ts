@@ -209,12 +209,17 @@ export function guardClient(client: pg.PoolClient): ClientGuard {
  * Savepoints are allowed, except those named with {@link RESERVED_SAVEPOINT_PREFIX}.
  */
 export function transactionControlStatement(sql: string): string | undefined {
+  // Most queries hold none of the words a rule starts with: one native scan says so.
+  if (!CONTROL_WORD.test(sql)) return undefined;
   for (const words of statements(sql)) {
     const found = checkStatement(words);
     if (found !== undefined) return found;
   }
   return undefined;
 }
+
+/** The words a transaction-control or savepoint statement starts with, anywhere in the text. */
+const CONTROL_WORD = /(?:^|[^A-Za-z0-9_$\u0080-\uffff])(?:BEGIN|START|COMMIT|END|ABORT|ROLLBACK|PREPARE|SAVEPOINT|RELEASE)(?![A-Za-z0-9_$\u0080-\uffff])/i;
 
 /** A word of a statement: an unquoted keyword or name (upper-cased), or a quoted identifier. */
 interface Word {
@@ -306,7 +311,7 @@ function statements(sql: string): Word[][] {
       tokens = 0;
       previousWord = undefined;
       i++;
-    } else if (/\s/.test(c)) {
+    } else if (isSpace(sql.charCodeAt(i))) {
       i++;
     } else if (c === '-' && sql[i + 1] === '-') {
       const end = sql.indexOf('\n', i);
@@ -350,9 +355,9 @@ function statements(sql: string): Word[][] {
         i = end < 0 ? n : end + tag[0].length;
       } else i++; // $1, a parameter
       other();
-    } else if (/[A-Za-z_\u0080-\uffff]/.test(c)) {
+    } else if (isWordStart(sql.charCodeAt(i))) {
       let j = i + 1;
-      while (j < n && /[A-Za-z0-9_$\u0080-\uffff]/.test(sql[j] as string)) j++;
+      while (j < n && isWordPart(sql.charCodeAt(j))) j++;
       const word = sql.slice(i, j);
       if ((word === 'E' || word === 'e') && sql[j] === "'") {
         i = skipString(sql, j, true);
@@ -368,6 +373,19 @@ function statements(sql: string): Word[][] {
   }
   if (tokens > 0) out.push(words);
   return out;
+}
+
+function isSpace(code: number): boolean {
+  return code === 32 || (code >= 9 && code <= 13) || code === 0xa0 || code === 0xfeff;
+}
+
+/** A letter, `_`, or any non-ASCII character: what starts an unquoted SQL word. */
+function isWordStart(code: number): boolean {
+  return (code >= 97 && code <= 122) || (code >= 65 && code <= 90) || code === 95 || code >= 0x80;
+}
+
+function isWordPart(code: number): boolean {
+  return isWordStart(code) || (code >= 48 && code <= 57) || code === 36;
 }
 
 /** The index after the string literal that starts at `start` (a quote). */
