@@ -10,6 +10,7 @@ import { createKafka } from '../shared/kafka.js';
 import { TypedEmitter } from '../shared/events.js';
 import { backoffDelayMs } from '../shared/backoff.js';
 import { Horizon, openProbeConnection } from './horizon.js';
+import { IdAudit } from './idAudit.js';
 import { WakeUp } from './wakeUp.js';
 import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './options.js';
 import { Membership } from './membership.js';
@@ -82,6 +83,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private readonly logger: Logger;
   private readonly quotedSchema: string;
   private readonly horizon: Horizon;
+  /** Looks for rows with ids above the sequence (set by hand), which the horizon never releases. */
+  private readonly idAudit: IdAudit;
   private readonly membership: Membership;
   /** Opens when Kafka keeps refusing batches; see {@link CircuitBreaker}. */
   readonly breaker: CircuitBreaker;
@@ -109,6 +112,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
     this.logger = this.options.logger.child({ component: 'relay', relay: this.instanceId });
     this.horizon = new Horizon(this.quotedSchema, this.options.horizonMaxWaitMs);
+    this.idAudit = new IdAudit(this.quotedSchema);
     this.breaker = new CircuitBreaker(this.options.breakerFailures);
     this.membership = new Membership(
       this.quotedSchema,
@@ -266,6 +270,13 @@ export class Relay extends TypedEmitter<RelayEvents> {
         // New ids were just paired: a second probe right away usually finds their
         // transactions done and releases them now rather than one interval later.
         if (this.horizon.hasPending) moved = (await this.horizon.probe(client)) || moved;
+        const above = await this.idAudit.check(client);
+        if (above) {
+          this.logger.warn(
+            { ...above, schema: this.options.schema },
+            'unsent rows have ids above the outbox sequence (id set by hand?): they are not claimed until the sequence passes them, and then go out after rows enqueued later; let the sequence pick ids',
+          );
+        }
         if (this.horizon.resets > resetsBefore) {
           this.logger.warn({ incarnation: this.horizon.incarnation }, 'Postgres restarted or the outbox sequence went backwards: horizon starts over');
           for (const w of this.workers) w.drainedTo = 0;
