@@ -29,6 +29,8 @@ interface Args extends RunRequest {
   snapshot: boolean;
   /** src/ and sql/ as committed (HEAD), not the working tree's. */
   committedSrc: boolean;
+  /** Run the relays and consumers from this tree instead (a patched copy, say). */
+  codeDir?: string;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -48,6 +50,7 @@ function parseArgs(argv: string[]): Args {
     else if (a === '--verify-planted') args.verifyPlanted = true;
     else if (a === '--no-snapshot') args.snapshot = false;
     else if (a === '--committed-src') args.committedSrc = true;
+    else if (a === '--code-dir') args.codeDir = value();
     else usage(`unknown argument ${a}`);
   }
   if (!PROFILES[args.profile]) usage(`unknown profile ${args.profile}`);
@@ -61,7 +64,7 @@ function parseArgs(argv: string[]): Args {
 
 function usage(problem: string): never {
   process.stderr.write(
-    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot] [--committed-src]\n`,
+    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot] [--committed-src] [--code-dir DIR]\n`,
   );
   process.exit(2);
 }
@@ -74,8 +77,12 @@ async function main(): Promise<number> {
   if (args.committedSrc && !args.snapshot) usage('--committed-src needs the snapshot');
   const version = readCodeVersion();
   const code = args.committedSrc ? { commit: version.commit, uncommitted: [] } : version;
-  const codeDir = args.snapshot ? snapshotCode(ROOT, args.committedSrc) : ROOT;
-  onEmergency(() => removeSnapshot(codeDir));
+  const codeDir = args.codeDir ?? (args.snapshot ? snapshotCode(ROOT, args.committedSrc) : ROOT);
+  if (args.codeDir) log(`code under test: ${args.codeDir} as given (--code-dir); the report's commit is the working tree's`);
+  const removeCode = (): void => {
+    if (!args.codeDir) removeSnapshot(codeDir);
+  };
+  onEmergency(removeCode);
   onEmergency(killAllChildren);
 
   const reports: RunReport[] = [];
@@ -101,7 +108,7 @@ async function main(): Promise<number> {
   } finally {
     killAllChildren();
     await stopServers(servers);
-    removeSnapshot(codeDir);
+    removeCode();
   }
 
   let ok = true;

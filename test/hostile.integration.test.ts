@@ -1,0 +1,50 @@
+// The hostile-input suite: every case of test/hostile/cases.ts (config, schema state, odd
+// rows, operator commands, the consumer library, secrets, HTTP, signals), on the real
+// Postgres and broker. Cases run a few at a time; each is then reported as its own test,
+// and the last test checks that as many cases ran as the list holds.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { hostileCases, makeWorld, type HostileCase, type World } from './hostile/cases.js';
+import { pooled } from './hostile/support.js';
+
+// HOSTILE_ONLY=<regex> runs the matching cases only (to look at one); the count check then
+// compares with the filtered list.
+const only = process.env.HOSTILE_ONLY ? new RegExp(process.env.HOSTILE_ONLY) : undefined;
+const cases: HostileCase[] = hostileCases().filter((c) => !only || only.test(`${c.class}: ${c.name}`));
+let world: World;
+let results: Array<PromiseSettledResult<void>> = [];
+let ran = 0;
+
+before(async () => {
+  world = await makeWorld();
+  const started = Date.now();
+  results = await pooled(
+    4,
+    cases.map((c) => async () => {
+      ran++;
+      await c.run(world);
+    }),
+  );
+  process.stdout.write(`# hostile inputs: ${cases.length} cases run in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+});
+
+after(async () => {
+  await world?.base.drop();
+});
+
+cases.forEach((c, i) => {
+  test(`integration: hostile ${c.class}: ${c.name}${c.knownBug ? ` [known bug: ${c.knownBug}]` : ''}`, () => {
+    const r = results[i];
+    assert.ok(r, 'the case ran');
+    if (r.status === 'rejected') throw r.reason;
+  });
+});
+
+test('integration: hostile inputs: every case of the list ran', () => {
+  const byClass = new Map<string, number>();
+  for (const c of cases) byClass.set(c.class, (byClass.get(c.class) ?? 0) + 1);
+  process.stdout.write(`hostile inputs: ${cases.length} cases (${[...byClass].map(([k, n]) => `${k} ${n}`).join(', ')})\n`);
+  assert.equal(ran, cases.length);
+  assert.equal(results.filter(Boolean).length, cases.length);
+  if (!only) assert.ok(cases.length >= 60, `at least 60 cases, the list holds ${cases.length}`);
+});
