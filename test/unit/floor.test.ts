@@ -1,0 +1,80 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { FLOOR_RESCAN_MS, advanceFloor, floorForClaim, newClaimFloor, type CommittedClaim } from '../../src/relay/floor.js';
+import { Horizon } from '../../src/relay/horizon.js';
+
+const rows = (...ids: number[]): CommittedClaim['claimed'] => ids.map((id) => ({ id, topic: 't', key: `k${id % 3}` }));
+
+function committed(over: Partial<CommittedClaim>): CommittedClaim {
+  return {
+    shards: [0, 2],
+    horizonResets: 0,
+    generation: '5',
+    watermark: 100,
+    settled: 100,
+    batchSize: 3,
+    claimed: [],
+    done: new Set(),
+    parkedKeys: new Set(),
+    ...over,
+  };
+}
+
+test('floor: a full batch moves it to its last id, a short one to the watermark; the next claim starts there under the same generation', () => {
+  const f = newClaimFloor();
+  assert.deepEqual(floorForClaim(f, [2, 0], 0, 1_000), { floor: 0, generation: '-1' });
+  advanceFloor(f, committed({ claimed: rows(10, 11, 12), done: new Set([10, 11, 12]) }));
+  assert.deepEqual(floorForClaim(f, [0, 2], 0, 1_001), { floor: 12, generation: '5' });
+  advanceFloor(f, committed({ claimed: rows(20), done: new Set([20]) }));
+  assert.equal(f.floor, 100);
+});
+
+test('floor: a claimed row neither sent nor dead-lettered holds it below that row, unless its key was parked by the batch', () => {
+  const f = newClaimFloor();
+  floorForClaim(f, [0, 2], 0, 0);
+  advanceFloor(f, committed({ claimed: rows(10, 11, 12), done: new Set([10, 12]) }));
+  assert.equal(f.floor, 10, 'row 11 left unsent: the floor stays below it');
+  const g = newClaimFloor();
+  floorForClaim(g, [0, 2], 0, 0);
+  advanceFloor(g, committed({ claimed: rows(10, 11, 12), done: new Set([10, 12]), parkedKeys: new Set([`t\u0000k${11 % 3}`]) }));
+  assert.equal(g.floor, 12, "row 11 waits behind its parked key: the release bumps the generation");
+});
+
+test('floor: never above the settled id (a forced horizon release), and starts over on another shard set, a horizon reset or after FLOOR_RESCAN_MS', () => {
+  const f = newClaimFloor();
+  floorForClaim(f, [0, 2], 0, 0);
+  advanceFloor(f, committed({ claimed: rows(10), done: new Set([10]), watermark: 100, settled: 40 }));
+  assert.equal(f.floor, 40);
+  assert.equal(floorForClaim(f, [0, 2], 0, 10).floor, 40);
+  assert.equal(floorForClaim(f, [0, 2, 4], 0, 20).floor, 0, 'another shard set');
+  advanceFloor(f, committed({ shards: [0, 2, 4], claimed: [], watermark: 100, settled: 100 }));
+  assert.equal(f.floor, 100);
+  assert.equal(floorForClaim(f, [0, 2, 4], 1, 30).floor, 0, 'horizon reset');
+  advanceFloor(f, committed({ shards: [0, 2, 4], horizonResets: 1, claimed: [] }));
+  assert.equal(floorForClaim(f, [0, 2, 4], 1, 30 + FLOOR_RESCAN_MS).floor, 0, 'periodic rescan');
+});
+
+test('floor: a result computed for a set or horizon that changed meanwhile, or without a generation, is ignored', () => {
+  const f = newClaimFloor();
+  floorForClaim(f, [0, 2], 1, 0);
+  advanceFloor(f, committed({ horizonResets: 0, claimed: [] }));
+  assert.equal(f.floor, 0);
+  advanceFloor(f, committed({ horizonResets: 1, generation: undefined, claimed: [] }));
+  assert.equal(f.floor, 0);
+});
+
+test('horizon: settled stays at the last pair released properly after a forced release, and catches up once the waited-for transactions are gone', () => {
+  let now = 0;
+  const h = new Horizon('"s"', 1_000, () => now);
+  h.advance(50n, 5, 60n);
+  h.advance(61n, 5, null);
+  assert.equal(h.watermark, 5);
+  assert.equal(h.settled, 5);
+  h.advance(61n, 9, 70n); // a transaction below 70 stays open
+  now = 2_000;
+  h.advance(65n, 9, null);
+  assert.equal(h.watermark, 9, 'released by force');
+  assert.equal(h.settled, 5, 'not settled');
+  h.advance(71n, 9, null);
+  assert.equal(h.settled, 9, 'settled once xmin passed the forced pair');
+});
