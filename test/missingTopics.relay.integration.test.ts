@@ -35,10 +35,15 @@ async function write(messages: OutboxMessage[]): Promise<number[]> {
   }
 }
 
-/** The next payload of a relay event (a promise, set up before the relay starts). */
-function next<K extends 'batch' | 'batchError'>(relay: ReturnType<typeof createRelay>, event: K): Promise<RelayEvents[K]> {
-  return new Promise((resolve) => {
+/** The next payload of a relay event (a promise, set up before the relay starts); rejects after `timeoutMs`. */
+function next<K extends 'batch' | 'batchError'>(relay: ReturnType<typeof createRelay>, event: K, timeoutMs = 60_000): Promise<RelayEvents[K]> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      relay.off(event, listener);
+      reject(new Error(`no ${event} event within ${timeoutMs} ms`));
+    }, timeoutMs);
     const listener = (payload: RelayEvents[K]): void => {
+      clearTimeout(timer);
       relay.off(event, listener);
       resolve(payload);
     };
