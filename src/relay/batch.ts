@@ -110,7 +110,9 @@ export async function runBatch(
       from.floor,
       from.generation,
     ]);
-    worker.claimGeneration = generation;
+    // The floor may rise only over a claim that saw every one of its shards leased (claim.ts);
+    // an empty claim says nothing about that, so it leaves the floor where it is.
+    worker.claimGeneration = (rows[0] as (ClaimedRow & { all_leased?: boolean }) | undefined)?.all_leased === true ? generation : undefined;
     worker.claimedRows = rows;
     if (rows.length === 0) {
       await client.query('COMMIT');

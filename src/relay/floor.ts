@@ -12,9 +12,15 @@
 // row of a shard in S with id <= F is sent or deleted, moved to the dead letters, or
 // belongs to a parked key; so a claim may look only at ids above F. Why it holds:
 //
-// - The claim returns the lowest eligible ids in (F, watermark] in id order. When it
-//   returns a full batch ending at id M, every eligible row in (F, M] is in it; when it
-//   returns fewer, every eligible row up to the watermark is. After COMMIT each of those
+// - The claim returns the lowest eligible ids in (F, watermark] in id order, of the shards
+//   it holds a lease on when it runs. Only a claim that returned rows and saw every shard
+//   of S leased (all_leased, same statement snapshot as its lease check) moves the floor:
+//   a lapsed lease (a late renewal; the relay still counts the shard as its own and renews
+//   it) would have its shard's rows skipped, and an empty claim cannot say which it was.
+//   When such a claim returns a full batch ending at id M, every eligible row in (F, M]
+//   is in it; when it returns fewer, every eligible row up to the watermark is. (The fault
+//   suite found the first version, which moved the floor over a lapsed shard: its rows
+//   went out ten seconds late, after newer rows of their keys.) After COMMIT each of those
 //   rows is sent, deleted, dead-lettered, or behind a key the batch parked. So the new
 //   floor is M (full batch) or the watermark, lowered below every claimed row that none
 //   of that covers (rows left unsent for a reason that may pass, rows held behind a key

@@ -13,6 +13,10 @@
  *               other (a dead letter replayed, a parked key released since) the scan
  *               starts from the lowest id instead
  *
+ * Each row also says whether every shard of $2 was leased to the relay when the claim ran
+ * (all_leased): a shard whose lease had lapsed (a late renewal) has its rows skipped by the
+ * lease check, so a claim that saw one must not raise the worker's floor over them.
+ *
  * Rows of a parked key (its dead letter waits for an operator) are left where they are,
  * in order, until the key is released.
  *
@@ -33,7 +37,9 @@
  */
 export function claimSql(quotedSchema: string): string {
   return `
-SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, headers, created_at
+SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, headers, created_at,
+       (SELECT count(*) FROM ${quotedSchema}.outbox_shard_leases
+         WHERE owner = $4 AND expires_at > now() AND shard = ANY($2::smallint[])) = cardinality($2::smallint[]) AS all_leased
   FROM ${quotedSchema}.outbox
  WHERE sent_at IS NULL
    AND id <= $1
