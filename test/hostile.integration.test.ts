@@ -14,6 +14,7 @@ const cases: HostileCase[] = hostileCases().filter((c) => !only || only.test(`${
 let world: World;
 let results: Array<PromiseSettledResult<void>> = [];
 let ran = 0;
+const CASE_TIMEOUT_MS = 120_000;
 
 before(async () => {
   world = await makeWorld();
@@ -22,7 +23,16 @@ before(async () => {
     4,
     cases.map((c) => async () => {
       ran++;
-      await c.run(world);
+      // A case that hangs fails alone, with its name, instead of timing the file out.
+      let timer: NodeJS.Timeout | undefined;
+      const limit = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`case did not finish within ${CASE_TIMEOUT_MS} ms`)), CASE_TIMEOUT_MS);
+      });
+      try {
+        await Promise.race([c.run(world), limit]);
+      } finally {
+        clearTimeout(timer);
+      }
     }),
   );
   process.stdout.write(`# hostile inputs: ${cases.length} cases run in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
