@@ -5,7 +5,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { hostileCases, makeWorld, type HostileCase, type World } from './hostile/cases.js';
-import { pooled } from './hostile/support.js';
+import { closeAdmin, pooled } from './hostile/support.js';
 
 // HOSTILE_ONLY=<regex> runs the matching cases only (to look at one); the count check then
 // compares with the filtered list.
@@ -40,6 +40,7 @@ before(async () => {
 
 after(async () => {
   await world?.base.drop();
+  await closeAdmin();
 });
 
 cases.forEach((c, i) => {

@@ -6,6 +6,7 @@
  */
 import pg from 'pg';
 import { spawnCli, type Spawned } from '../helpers/processes.js';
+import type { Admin } from 'kafkajs';
 import { testBrokers, testKafka } from '../helpers/kafka.js';
 
 /** What a CLI run printed and how it ended. */
@@ -49,16 +50,25 @@ export async function ownSchemas(pool: pg.Pool, names: string[]): Promise<string
   return rows.map((r) => r.nspname);
 }
 
-/** Sum of the high watermarks of a topic: how many messages it ever got. */
+let sharedAdmin: Promise<Admin> | undefined;
+
+/** Sum of the high watermarks of a topic: how many messages it ever got. One admin
+ *  client for the whole suite (closeAdmin() at the end): a connect per call costs more
+ *  than the call on a loaded box. */
 export async function topicSize(topic: string): Promise<number> {
-  const admin = testKafka().admin();
-  await admin.connect();
-  try {
-    const offsets = await admin.fetchTopicOffsets(topic);
-    return offsets.reduce((n, o) => n + Number(o.high), 0);
-  } finally {
-    await admin.disconnect();
-  }
+  sharedAdmin ??= (async () => {
+    const admin = testKafka().admin();
+    await admin.connect();
+    return admin;
+  })();
+  const offsets = await (await sharedAdmin).fetchTopicOffsets(topic);
+  return offsets.reduce((n, o) => n + Number(o.high), 0);
+}
+
+export async function closeAdmin(): Promise<void> {
+  const admin = sharedAdmin;
+  sharedAdmin = undefined;
+  await (await admin)?.disconnect().catch(() => undefined);
 }
 
 /** Run `tasks` at most `width` at a time; resolves with every result or rejection, in order. */
