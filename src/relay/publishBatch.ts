@@ -89,12 +89,20 @@ const keyOf = (row: ClaimedRow): string => `${row.topic}\u0000${row.key}`;
  *
  * @throws PublishError only when the producer itself fails (not per message).
  */
+/** Longest key (bytes) a parked key can have: outbox_parked_keys' primary key is a btree entry (at most ~2.7 kB with the topic). */
+export const MAX_PARKABLE_KEY_BYTES = 2_000;
+
 export async function publishBatch(rows: ClaimedRow[], o: PublishBatchOptions): Promise<BatchOutcome> {
   const now = o.now ?? Date.now;
   const outcome: BatchOutcome = { published: [], deadLetters: [], held: [], unsent: [], unsentError: undefined };
   const parked = new Set<string>();
   const deadLetter = (row: ClaimedRow, errorName: string, reason: string): void => {
-    const policy = o.policyOf(row.topic);
+    let policy = o.policyOf(row.topic);
+    // A key too long for a btree entry cannot be parked (sql/006_dead_letter_key_index.sql).
+    if (policy === 'park' && Buffer.byteLength(row.key) > MAX_PARKABLE_KEY_BYTES) {
+      policy = 'skip';
+      reason += ` (its key is ${Buffer.byteLength(row.key)} bytes, too long to park by: its key's later rows go on)`;
+    }
     outcome.deadLetters.push({ row, errorName, reason, policy });
     if (policy === 'park') parked.add(keyOf(row));
   };

@@ -78,7 +78,10 @@ export function redactDatabaseUrl(text: string, url: string | undefined): string
 export function connectionError(url: string | undefined, error: unknown): ConnectionError {
   const where = url ? describeDatabase(url) : 'the given pool';
   const why = redactDatabaseUrl(describeError(error), url);
-  return new ConnectionError(`cannot connect to Postgres at ${where}: ${why}`, { database: where }, error);
+  // The driver's error stays the cause, but redacted too: whoever prints the cause (the
+  // CLI's one-line errors do) must not find the user info there either.
+  const cause = Object.assign(new Error(why), { code: (error as { code?: string } | undefined)?.code });
+  return new ConnectionError(`cannot connect to Postgres at ${where}: ${why}`, { database: where }, cause);
 }
 
 /** Open one connection, failing with a one-line ConnectionError that names the server. */

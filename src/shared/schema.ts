@@ -60,6 +60,14 @@ export async function assertMigrated(client: pg.ClientBase, schema: string): Pro
       { schema, applied, latest },
     );
   }
+  if (applied > latest) {
+    // A newer version migrated this schema: its tables may mean things this version
+    // would misread (graphile-worker refuses the same way). Upgrade this process instead.
+    throw new SchemaError(
+      `schema ${quoted} is at migration ${applied}, newer than this version knows (${latest}): upgrade outbox-relay`,
+      { schema, applied, latest },
+    );
+  }
 }
 
 

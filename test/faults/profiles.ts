@@ -120,10 +120,19 @@ export const PLANTED: Record<PlantedBug, Partial<Profile>> = {
     counts: { relayKills: 4, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 3, consumerJoins: 2, brokerKills: 0, leaderKills: 0 },
     drainTimeoutMs: 60_000,
   },
-  // Reorderings need nothing but the held-open transactions of shared keys.
+  // Reorderings need nothing but the held-open transactions of shared keys: many holds,
+  // long enough to outlast a relay's pick-up, on few hot keys, so that a key's later row
+  // is published while its earlier one is still uncommitted many times in every run.
+  // (With the base workload's 15 % of holds the planted bug was caught by only a handful
+  // of reorderings, and in some runs by none, once the relay picked rows up faster.)
   'horizon-off': {
     rows: 2_500,
     writeMs: 15_000,
+    holdChance: 0.5,
+    holdMinMs: 150,
+    holdMaxMs: 800,
+    hotKeys: 4,
+    hotShare: 0.6,
     counts: { relayKills: 0, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 0, consumerJoins: 0, brokerKills: 0, leaderKills: 0 },
     drainTimeoutMs: 60_000,
   },

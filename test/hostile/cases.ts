@@ -183,7 +183,6 @@ function schemaCases(): HostileCase[] {
       pattern: (s) => new RegExp(`schema "${s}".*(outbox_dead_letters|migrat)`),
       // It must refuse at once; a relay that starts anyway is killed after this long.
       timeoutMs: 20_000,
-      knownBug: 'schema check (src/shared/schema.ts): a schema missing a table after migrate is not refused at start',
     }),
     schemaCase({
       name: 'run on a schema whose migrations table claims a version from the future',
@@ -193,7 +192,6 @@ function schemaCases(): HostileCase[] {
       },
       args: ['run'],
       timeoutMs: 20_000,
-      knownBug: 'found here: the schema check (src/shared/schema.ts) accepts a schema migrated by a newer version; the relay starts',
       code: 1,
       pattern: (s) => new RegExp(`schema "${s}".*(newer|999|version)`),
     }),
@@ -377,13 +375,12 @@ function rowCases(): HostileCase[] {
         name: 'a 2 MB key',
         insert: insertRow({ topic: '$1', key: `repeat('k', 2000000)`, payload: `'{}'` }),
         expect: { outcome: 'dead-letter', reason: /too_large|too large|bytes/ },
-        knownBug: 'found here: dead-lettering a row with a key over ~8 kB fails on the outbox_dead_letters/outbox_parked_keys btree indexes; the batch retries for ever and re-publishes its good rows (sql/ + relay dead-letter path)',
       },
     ], { settleMs: 15_000 }),
     ...rowGroup('created_at', [
-      { name: "created_at = 'infinity'", insert: insertRow({ topic: '$1', key: `'inf'`, payload: `'{}'`, created_at: `'infinity'` }), expect: { outcome: 'dead-letter', reason: /created_at|timestamp/i }, knownBug: 'relay publish path: a row that cannot become a message must dead-letter alone (issue 11 item 1)' },
-      { name: "created_at = '-infinity'", insert: insertRow({ topic: '$1', key: `'ninf'`, payload: `'{}'`, created_at: `'-infinity'` }), expect: { outcome: 'dead-letter', reason: /created_at|timestamp/i }, knownBug: 'relay publish path (issue 11 item 1)' },
-      { name: "created_at in the year 290000 (past JavaScript's Date range)", insert: insertRow({ topic: '$1', key: `'y290k'`, payload: `'{}'`, created_at: `'290000-01-01'` }), expect: { outcome: 'dead-letter', reason: /created_at|timestamp/i }, knownBug: 'relay publish path (issue 11 item 1)' },
+      { name: "created_at = 'infinity'", insert: insertRow({ topic: '$1', key: `'inf'`, payload: `'{}'`, created_at: `'infinity'` }), expect: { outcome: 'dead-letter', reason: /created_at|timestamp/i } },
+      { name: "created_at = '-infinity'", insert: insertRow({ topic: '$1', key: `'ninf'`, payload: `'{}'`, created_at: `'-infinity'` }), expect: { outcome: 'dead-letter', reason: /created_at|timestamp/i } },
+      { name: "created_at in the year 290000 (past JavaScript's Date range)", insert: insertRow({ topic: '$1', key: `'y290k'`, payload: `'{}'`, created_at: `'290000-01-01'` }), expect: { outcome: 'dead-letter', reason: /created_at|timestamp/i } },
     ], { settleMs: 20_000 }),
     ...rowGroup(
       'topics',
@@ -399,7 +396,6 @@ function rowCases(): HostileCase[] {
             return insertRow({ topic: '$1', key: `'coll'`, payload: `'{}'` }, () => [dotted.replace('.col', '_col')])(pool, schema, topic);
           },
           expect: { outcome: 'dead-letter', reason: /collid|UNKNOWN_TOPIC|INVALID_TOPIC|topic/i },
-          knownBug: 'relay publish path: a topic Kafka can never create stops the line (issue 11 item 2)',
         },
       ],
       { env: { OUTBOX_MISSING_TOPIC_TIMEOUT_MS: '2000' }, settleMs: 30_000 },
@@ -411,7 +407,6 @@ function rowCases(): HostileCase[] {
           name: 'a row the broker refuses (over the topic max.message.bytes) among good ones',
           insert: insertRow({ topic: '$1', key: `'big'`, payload: `jsonb_build_object('x', repeat('y', 5000))` }),
           expect: { outcome: 'dead-letter', reason: /MESSAGE_TOO_LARGE|too large/i },
-          knownBug: 'relay publish path: a partial refusal re-sends acknowledged rows, duplicates (issue 11 item 3)',
         },
       ],
       { topicConfig: [{ name: 'max.message.bytes', value: '2000' }] },
@@ -500,7 +495,6 @@ function consumerCases(): HostileCase[] {
     {
       class: 'consumer library',
       name: 'a handler that runs COMMIT on ctx.client: that message fails loudly, no unhandled message is recorded as processed',
-      knownBug: 'consumer: a handler ending the transaction itself makes later messages recorded without their handler running (issue 11 item 5)',
       async run() {
         const { createConsumer } = await import('../../src/consumer/consumer.js');
         const t = await createTestSchema('hostile_commit');
@@ -561,7 +555,7 @@ function secretCases(): HostileCase[] {
     // The URL parser takes the last '@': user relay, password p@ss-X3; Postgres then
     // refuses the unknown role, and the line must show no piece of the user info (the
     // user name included).
-    { ...url('a password with an unescaped @ (the role is unknown to Postgres)', 'postgres://hostileuser:p@ss-X3@127.0.0.1:5432/app', 1, /^outbox-relay: cannot connect to Postgres at 127\.0\.0\.1:5432\/app/, ['ss-X3', 'hostileuser']), knownBug: 'secrets: the driver\'s own message (role "hostileuser" does not exist) is appended to the connection error (src/shared/database.ts, describeError)' },
+    { ...url('a password with an unescaped @ (the role is unknown to Postgres)', 'postgres://hostileuser:p@ss-X3@127.0.0.1:5432/app', 1, /^outbox-relay: cannot connect to Postgres at 127\.0\.0\.1:5432\/app/, ['ss-X3', 'hostileuser']) },
     url('a password with a bad % escape', 'postgres://relay:pa%zzss-X4@127.0.0.1:1/app', 1, /^outbox-relay: cannot connect to Postgres at 127\.0\.0\.1:1\/app/, ['zzss-X4', 'pa%zz']),
     url('a good password, database unreachable', 'postgres://relay:Wh0le-Secret@127.0.0.1:1/app', 1, /^outbox-relay: cannot connect to Postgres at 127\.0\.0\.1:1\/app/, ['Wh0le-Secret', 'relay:Wh0']),
     cli({ class: 'secrets', name: 'a password as a flag is refused without echoing it', args: ['run', '--kafka-sasl-password', 'Fl4g-Secret'], code: 2, pattern: /unknown option '--kafka-sasl-password'/, secrets: ['Fl4g-Secret'] }),
