@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { transactionControlStatement } from '../src/consumer/clientGuard.js';
+import { transactionControlStatement } from '../../src/consumer/clientGuard.js';
 
 // The text check of the client handlers get (src/consumer/clientGuard.ts): which
 // statements would end, begin or split the consumer's transaction. No servers needed.
