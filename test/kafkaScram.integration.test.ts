@@ -157,7 +157,8 @@ test('kafka security settings: the password never from a flag; incomplete combin
     assert.throws(() => kafkaSecurityConfig(options), (e: unknown) => e instanceof ConfigError && e.setting === setting && !e.message.includes('s3cret'));
   bad({ kafkaSaslMechanism: 'scram-sha-256', kafkaSaslPassword: 's3cret' }, 'kafkaSaslUsername');
   bad({ kafkaSaslMechanism: 'scram-sha-256', kafkaSaslUsername: 'u' }, 'kafkaSaslPassword');
-  bad({ kafkaSaslPassword: 's3cret' }, 'kafkaSaslMechanism');
+  // The setting named is the one the user set, with what is missing in the message.
+  bad({ kafkaSaslPassword: 's3cret' }, 'kafkaSaslPassword');
   bad({ kafkaSslCertFile: ca }, 'kafkaSslKeyFile');
   bad({ kafkaSslCaFile: join(secrets, 'missing.pem') }, 'kafkaSslCaFile');
   assert.throws(() => fromEnvironment({ KAFKA_SASL_MECHANISM: 'gssapi' }), (e: unknown) => e instanceof ConfigError && e.setting === 'KAFKA_SASL_MECHANISM');
