@@ -1,0 +1,32 @@
+// Drain N rows with the relay of the source tree at argv[2] (another checkout, e.g. `git worktree add /tmp/base <commit>`), in this process, and print rows/s and CPU-seconds per 100,000 rows of the process: for comparing two versions side by side in one session.
+// Usage: KAFKA_BROKERS=host:port npx tsx bench/compareDrain.ts <tree> [rows]
+import pg from 'pg';
+import kafkajs from 'kafkajs';
+const root = process.argv[2]!;
+const rows = Number(process.argv[3] ?? 100000);
+const api = await import(`${root}/src/index.ts`);
+const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const schema = `cmp_${Date.now().toString(36)}`;
+await api.migrate({ databaseUrl: url, schema });
+const pool = new pg.Pool({ connectionString: url });
+const topic = `cmp-${schema}`;
+const admin = new kafkajs.Kafka({ brokers: [process.env.KAFKA_BROKERS!], logLevel: 0 }).admin();
+await admin.connect();
+await admin.createTopics({ topics: [{ topic, numPartitions: 6 }], waitForLeaders: true });
+await admin.disconnect();
+await pool.query(`INSERT INTO "${schema}".outbox (topic, key, payload) SELECT $1, 'k' || (g % 10000), jsonb_build_object('n', g, 'pad', repeat('x', 170)) FROM generate_series(1, $2) g`, [topic, rows]);
+await pool.query(`ANALYZE "${schema}".outbox`);
+const relay = api.createRelay({ databaseUrl: url, kafkaBrokers: [process.env.KAFKA_BROKERS!], schema, metricsAddress: 'off' });
+let sent = 0;
+const t0 = Date.now();
+const c0 = process.cpuUsage();
+const done = new Promise<void>((resolve) => relay.on('batch', (b: { count: number }) => { sent += b.count; if (sent >= rows) resolve(); }));
+await relay.start();
+await done;
+const wall = (Date.now() - t0) / 1000;
+const cpu = process.cpuUsage(c0);
+await relay.stop();
+const cpuS = (cpu.user + cpu.system) / 1e6;
+console.log(JSON.stringify({ root, rows, wallS: wall.toFixed(2), rowsPerS: Math.round(rows / wall), cpuSPer100k: (cpuS * 100000 / rows).toFixed(2) }));
+await pool.query(`DROP SCHEMA "${schema}" CASCADE`);
+await pool.end();
