@@ -117,7 +117,9 @@ export const PLANTED: Record<PlantedBug, Partial<Profile>> = {
   'dedup-off': {
     rows: 2_500,
     writeMs: 22_000,
-    counts: { relayKills: 4, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 3, consumerJoins: 2, brokerKills: 0, leaderKills: 0 },
+    // Twice the kills of the first version: with a faster relay the windows between
+    // send and mark are shorter, and 4 + 3 kills once caught only 3 duplicate effects.
+    counts: { relayKills: 8, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 6, consumerJoins: 2, brokerKills: 0, leaderKills: 0 },
     drainTimeoutMs: 60_000,
   },
   // Reorderings need nothing but the held-open transactions of shared keys: many holds,
