@@ -4,10 +4,10 @@ import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
 import type { ConsumerOptions } from '../src/consumer/options.js';
 import type { ConsumerEvents } from '../src/consumer/types.js';
 import { OutboxError } from '../src/shared/errors.js';
-import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
-import { createTopic, testKafka } from './helpers/kafka.js';
+import { createTestSchema, type TestSchema } from './helpers/db.js';
+import { createTopic } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
-import { applyEffect, countRows, createEffectTables, effectCounts, produce } from './helpers/consumer.js';
+import { applyEffect, committedOffset, countRows, createEffectTables, effectCounts, produce, testConsumerOptions } from './helpers/consumer.js';
 
 // ctx.afterCommit(fn): runs after the COMMIT of the message's transaction, only for the
 // run of a handler that committed; a failing hook is counted and changes nothing else.
@@ -28,31 +28,13 @@ after(async () => {
 
 function consumer<V = unknown>(options: Partial<ConsumerOptions<V>> & Pick<ConsumerOptions<V>, 'topics' | 'handler'>): Consumer<V> {
   const c = createConsumer<V>({
-    kafka: testKafka(),
-    groupId: uniqueName('group'),
-    pool: db.pool,
-    schema: db.schema,
-    sessionTimeoutMs: 10_000,
-    heartbeatIntervalMs: 500,
-    maxWaitTimeMs: 100,
-    retryBaseDelayMs: 20,
-    retryMaxDelayMs: 200,
+    ...testConsumerOptions(db),
     ...options,
   });
   running.push(c);
   return c;
 }
 
-async function committedOffset(groupId: string, topic: string): Promise<string | undefined> {
-  const admin = testKafka().admin();
-  await admin.connect();
-  try {
-    const [entry] = await admin.fetchOffsets({ groupId, topics: [topic] });
-    return entry?.partitions.find((p) => p.partition === 0)?.offset;
-  } finally {
-    await admin.disconnect();
-  }
-}
 
 test('integration: afterCommit hooks run after the COMMIT (another connection sees the effect and the dedup row), in offset order', async () => {
   const topic = await createTopic(1);

@@ -1,9 +1,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
-import { createTopic, testBrokers, testKafka } from './helpers/kafka.js';
+import { createTopic, testBrokers } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
-import { createEffectTables, effectCounts, produce } from './helpers/consumer.js';
+import { committedOffset, createEffectTables, effectCounts, produce } from './helpers/consumer.js';
 import { startChildConsumer, type ChildConsumer } from './helpers/childConsumer.js';
 
 // Each test runs the consumer in a child process (test/fixtures/consumerProcess.ts), kills
@@ -30,16 +30,6 @@ function start(env: Record<string, string>): ChildConsumer {
   return child;
 }
 
-async function committedOffset(groupId: string, topic: string, partition: number): Promise<string | undefined> {
-  const admin = testKafka().admin();
-  await admin.connect();
-  try {
-    const [entry] = await admin.fetchOffsets({ groupId, topics: [topic] });
-    return entry?.partitions.find((p) => p.partition === partition)?.offset;
-  } finally {
-    await admin.disconnect();
-  }
-}
 
 async function assertExactlyOnce(topic: string, ids: string[]): Promise<void> {
   const counts = await effectCounts(db.pool, db.schema, topic);

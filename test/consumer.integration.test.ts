@@ -6,9 +6,9 @@ import { DEAD_LETTER_HEADERS } from '../src/consumer/deadLetterTopic.js';
 import { OutboxError } from '../src/shared/errors.js';
 import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
-import { createTopic, readTopic, testKafka } from './helpers/kafka.js';
+import { createTopic, readTopic } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
-import { applyEffect, countRows, createEffectTables, effectCounts, produce, type TestEvent } from './helpers/consumer.js';
+import { applyEffect, committedOffsets, countRows, createEffectTables, effectCounts, produce, testConsumerOptions, type TestEvent } from './helpers/consumer.js';
 
 let db: TestSchema;
 before(async () => {
@@ -26,32 +26,14 @@ after(async () => {
 
 function consumer<V = unknown>(options: Partial<ConsumerOptions<V>> & Pick<ConsumerOptions<V>, 'topics'>): Consumer<V> {
   const c = createConsumer<V>({
-    kafka: testKafka(),
-    groupId: uniqueName('group'),
-    pool: db.pool,
-    schema: db.schema,
+    ...testConsumerOptions(db),
     handler: (message, context) => applyEffect(db.schema, message, context),
-    sessionTimeoutMs: 10_000,
-    heartbeatIntervalMs: 500,
-    maxWaitTimeMs: 100,
-    retryBaseDelayMs: 20,
-    retryMaxDelayMs: 200,
     ...options,
   });
   running.push(c);
   return c;
 }
 
-async function committedOffsets(groupId: string, topic: string): Promise<Map<number, string>> {
-  const admin = testKafka().admin();
-  await admin.connect();
-  try {
-    const [entry] = await admin.fetchOffsets({ groupId, topics: [topic] });
-    return new Map((entry?.partitions ?? []).map((p) => [p.partition, p.offset]));
-  } finally {
-    await admin.disconnect();
-  }
-}
 
 test('integration: the same messages published twice have their effects once, and the duplicates are counted', async () => {
   const topic = await createTopic(3);

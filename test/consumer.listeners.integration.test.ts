@@ -5,7 +5,7 @@ import { createLogger } from '../src/shared/logger.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
-import { applyEffect, createEffectTables, effectCounts, produce } from './helpers/consumer.js';
+import { applyEffect, committedOffset, createEffectTables, effectCounts, produce } from './helpers/consumer.js';
 
 // Listeners observe; they never change an outcome (issue 11): a listener of `committed`
 // or `duplicate` that throws or rejects is logged, and the messages are neither
@@ -25,16 +25,6 @@ after(async () => {
   await consumer?.stop();
 });
 
-async function committedOffset(groupId: string, topic: string): Promise<string | undefined> {
-  const admin = testKafka().admin();
-  await admin.connect();
-  try {
-    const [entry] = await admin.fetchOffsets({ groupId, topics: [topic] });
-    return entry?.partitions.find((p) => p.partition === 0)?.offset;
-  } finally {
-    await admin.disconnect();
-  }
-}
 
 test('integration: throwing and rejecting committed and duplicate listeners change nothing: no redelivery, stats right, each failure logged', async () => {
   const topic = await createTopic(1);

@@ -6,9 +6,9 @@ import type { ConsumerOptions } from '../src/consumer/options.js';
 import type { HandlerContext } from '../src/consumer/types.js';
 import { DEAD_LETTER_HEADERS } from '../src/consumer/deadLetterTopic.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
-import { createTopic, readTopic, testKafka } from './helpers/kafka.js';
+import { createTopic, readTopic } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
-import { applyEffect, countRows, createEffectTables, effectCounts, produce } from './helpers/consumer.js';
+import { applyEffect, committedOffset, countRows, createEffectTables, effectCounts, produce, testConsumerOptions } from './helpers/consumer.js';
 
 // A handler that ends the consumer's transaction (COMMIT, ROLLBACK, BEGIN... on
 // ctx.client) must fail its own message loudly, never make the runtime record the
@@ -34,15 +34,7 @@ after(async () => {
 
 function consumer<V = unknown>(options: Partial<ConsumerOptions<V>> & Pick<ConsumerOptions<V>, 'topics' | 'handler'>): Consumer<V> {
   const c = createConsumer<V>({
-    kafka: testKafka(),
-    groupId: uniqueName('group'),
-    pool: db.pool,
-    schema: db.schema,
-    sessionTimeoutMs: 10_000,
-    heartbeatIntervalMs: 500,
-    maxWaitTimeMs: 100,
-    retryBaseDelayMs: 20,
-    retryMaxDelayMs: 200,
+    ...testConsumerOptions(db),
     maxAttempts: 1,
     ...options,
   });
@@ -50,16 +42,6 @@ function consumer<V = unknown>(options: Partial<ConsumerOptions<V>> & Pick<Consu
   return c;
 }
 
-async function committedOffset(groupId: string, topic: string): Promise<string | undefined> {
-  const admin = testKafka().admin();
-  await admin.connect();
-  try {
-    const [entry] = await admin.fetchOffsets({ groupId, topics: [topic] });
-    return entry?.partitions.find((p) => p.partition === 0)?.offset;
-  } finally {
-    await admin.disconnect();
-  }
-}
 
 /** Sends `sql` past the guard of ctx.client, as code holding pg's own query method could. */
 function bypass(context: HandlerContext, sql: string): Promise<unknown> {

@@ -4,6 +4,7 @@ import type pg from 'pg';
 import { HEADERS } from '../../src/shared/kafka.js';
 import type { ConsumedMessage, HandlerContext } from '../../src/consumer/types.js';
 import { testKafka } from './kafka.js';
+import { uniqueName } from './db.js';
 
 /** A message as the relay would publish it. */
 export interface TestEvent {
@@ -90,4 +91,49 @@ export async function effectCounts(pool: pg.Pool, schema: string, topic?: string
 export async function countRows(pool: pg.Pool, sql: string, params: unknown[] = []): Promise<number> {
   const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM (${sql}) AS q`, params);
   return rows[0]?.n ?? 0;
+}
+
+/** The group's committed offsets of `topic`, by partition (kafkajs admin). */
+export async function committedOffsets(groupId: string, topic: string): Promise<Map<number, string>> {
+  const admin = testKafka().admin();
+  await admin.connect();
+  try {
+    const [entry] = await admin.fetchOffsets({ groupId, topics: [topic] });
+    return new Map((entry?.partitions ?? []).map((p) => [p.partition, p.offset]));
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+/** The group's committed offset of one partition of `topic`. */
+export async function committedOffset(groupId: string, topic: string, partition = 0): Promise<string | undefined> {
+  return (await committedOffsets(groupId, topic)).get(partition);
+}
+
+/**
+ * Consumer options for tests on the shared broker and a test schema: a group of its own,
+ * short timeouts and retries so failures show in milliseconds, not seconds.
+ */
+export function testConsumerOptions(db: { pool: pg.Pool; schema: string }): {
+  kafka: ReturnType<typeof testKafka>;
+  groupId: string;
+  pool: pg.Pool;
+  schema: string;
+  sessionTimeoutMs: number;
+  heartbeatIntervalMs: number;
+  maxWaitTimeMs: number;
+  retryBaseDelayMs: number;
+  retryMaxDelayMs: number;
+} {
+  return {
+    kafka: testKafka(),
+    groupId: uniqueName('group'),
+    pool: db.pool,
+    schema: db.schema,
+    sessionTimeoutMs: 10_000,
+    heartbeatIntervalMs: 500,
+    maxWaitTimeMs: 100,
+    retryBaseDelayMs: 20,
+    retryMaxDelayMs: 200,
+  };
 }
