@@ -143,7 +143,13 @@ async function runSeed(seed: number): Promise<{ skipped: number; fills: number }
       i += n;
     }
     const distinct = new Set(events.map((e) => e.messageId)).size;
-    await waitFor('every message handled and its hook run', () => consumer.stats().processed === distinct && hooksRun === distinct, { timeoutMs: 120_000 });
+    // Wait for the duplicates too: the last redelivered copy may still be on its way when
+    // every original has been handled.
+    await waitFor(
+      'every message handled, its hook run, and every copy seen',
+      () => consumer.stats().processed === distinct && hooksRun === distinct && consumer.stats().duplicates === events.length - distinct,
+      { timeoutMs: 120_000 },
+    );
     assert.equal(consumer.stats().duplicates, events.length - distinct);
     assert.equal(consumer.stats().afterCommitErrors, 0);
   } finally {
