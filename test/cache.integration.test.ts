@@ -7,6 +7,7 @@ import { createCache } from '../src/cache/cache.js';
 import { CacheLoadTimeoutError, CacheWaitTimeoutError } from '../src/cache/errors.js';
 import type { CacheRedisClient } from '../src/cache/redisClient.js';
 import { useRedis, type TestRedis } from './helpers/redis.js';
+import { mulberry32 } from './faults/schedule.js';
 
 let redis: TestRedis;
 before(async () => {
@@ -16,17 +17,8 @@ after(async () => {
   await redis?.stop();
 });
 
-/** A seeded generator (mulberry32), so a failing schedule can be replayed. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The fault suite's seeded generator (mulberry32), so a failing schedule can be replayed. */
+const random = mulberry32;
 
 function shuffle<T>(items: T[], rnd: () => number): T[] {
   const a = [...items];

@@ -20,6 +20,7 @@ import { createTopic, testKafka } from './helpers/kafka.js';
 import { produce, type TestEvent } from './helpers/consumer.js';
 import { useRedis, type TestRedis } from './helpers/redis.js';
 import { waitFor } from './helpers/wait.js';
+import { mulberry32 } from './faults/schedule.js';
 
 let db: TestSchema;
 let redis: TestRedis;
@@ -32,16 +33,8 @@ after(async () => {
   await db?.drop();
 });
 
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The fault suite's seeded generator (mulberry32), so a failing schedule can be replayed. */
+const random = mulberry32;
 
 /** Versions per entity. */
 const LAST = 40;
