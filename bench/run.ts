@@ -27,8 +27,10 @@ import { peer } from './sections/peer.js';
 import { scale } from './sections/scale.js';
 import { stampede } from './sections/stampede.js';
 import { relayCost } from './sections/relayCost.js';
+import { debezium } from './sections/debezium.js';
+import { multiOutbox } from './sections/multiOutbox.js';
 
-const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost'] as const;
+const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
@@ -99,6 +101,10 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
   { name: 'stampede', title: '8. cache stampede', run: (pool) => stampede(pool, { readers: args.quick ? 200 : 1_000, workers: 4, rounds: args.quick ? 3 : 10, loaderMs: 20 }) },
   // Drains side by side (mark, never analyzed, held snapshot, delete) with CPU per row of relay, backends and broker; an idle relay.
   { name: 'relaycost', title: '9. cost per row', run: (pool) => relayCost(pool, { rows: P.drainRows, idleSeconds: args.quick ? 5 : 10 }) },
+  // Debezium embedded (Postgres connector + outbox EventRouter) against the relay, side by side: drain, steady load, idle.
+  { name: 'debezium', title: '10. vs Debezium', run: (pool) => debezium(pool, { quick: args.quick }) },
+  // N outboxes drained by one relay process against N relay processes (N = 4).
+  { name: 'multioutbox', title: '11. many outboxes', run: (pool) => multiOutbox(pool, { quick: args.quick }) },
 ];
 
 // The selected sections and those they need, in the order of the list.

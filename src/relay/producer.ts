@@ -2,6 +2,7 @@ import { CompressionTypes, Partitioners, type Kafka, type Message, type Producer
 import type { RelayMessage } from './message.js';
 import { partitionOf } from './partitioner.js';
 import { TopicMetadata } from './topicMetadata.js';
+import type { ResolvedRelayOptions } from './options.js';
 
 /** What Kafka did with one message of a send. */
 export type SendResult = { acknowledged: true } | { acknowledged: false; error: unknown };
@@ -131,4 +132,9 @@ export class BatchProducer implements MessageProducer {
 
 function toKafkajs(m: RelayMessage, partition: number): Message {
   return { key: m.key, value: m.value, headers: m.headers, timestamp: String(m.timestampMs), partition };
+}
+
+/** The relay's producer for its options (the producer adapter setting picks the adapter). */
+export function createMessageProducer(kafka: Kafka, options: Pick<ResolvedRelayOptions, 'compression'>): MessageProducer {
+  return new BatchProducer(kafka, options.compression);
 }

@@ -17,7 +17,7 @@ import { Membership } from './membership.js';
 import { shardsOf } from './shards.js';
 import { PublishError, type DeadLetterPolicy } from './publishBatch.js';
 import { CircuitBreaker, type BreakerState } from './breaker.js';
-import { BatchProducer } from './producer.js';
+import { createMessageProducer, type MessageProducer } from './producer.js';
 import { runBatch, type BatchResult, type Worker } from './batch.js';
 import { advanceFloor, floorForClaim, newClaimFloor, type ClaimFloor } from './floor.js';
 
@@ -96,7 +96,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   /** Notified when the breaker opens. */
   private readonly breakerOpened = new WakeUp();
   private pool: pg.Pool | undefined;
-  private producer: BatchProducer | undefined;
+  private producer: MessageProducer | undefined;
   private workers: Worker[] = [];
   /** Where each worker's next claim starts (floor.ts). */
   private readonly floors = new Map<Worker, ClaimFloor>();
@@ -172,7 +172,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
     const kafka = o.kafka ?? createKafka({ brokers: o.kafkaBrokers, clientId: o.clientId, logger: o.logger, ...o.kafkaSecurity });
     this.kafkaClient = kafka;
-    this.producer = new BatchProducer(kafka, o.compression);
+    this.producer = createMessageProducer(kafka, o);
 
     this.workers = Array.from({ length: o.batchesInFlight }, (_, index) => ({
       index,
@@ -454,7 +454,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       quotedSchema: this.quotedSchema,
       instanceId: this.instanceId,
       options: this.options,
-      send: (rows) => (this.producer as BatchProducer).send(rows),
+      send: (rows) => (this.producer as MessageProducer).send(rows),
       aborted: () => this.aborted,
     };
   }
