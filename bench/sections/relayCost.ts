@@ -12,78 +12,12 @@
  *
  * Then an idle relay: % of a core of the relay process and its backends over a quiet window.
  */
-import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { withRelay } from '../children.js';
-import { DATABASE_URL, KEYS, PARTITIONS, benchSchema, brokers, createTopic, fillBacklog } from '../common.js';
+import { DATABASE_URL, KEYS, PARTITIONS, benchSchema, createTopic, fillBacklog } from '../common.js';
+import { CpuMeter, backendPids, brokerPid } from '../procCpu.js';
 import { row, type Row, type SectionResult } from '../report.js';
 import { fmt, log, sleep, until } from '../util.js';
-
-const TICKS_PER_SECOND = 100; // USER_HZ on Linux
-
-/** utime + stime of a process in clock ticks, or undefined once it is gone. */
-function cpuTicks(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return Number(fields[11]) + Number(fields[12]);
-  } catch {
-    return undefined;
-  }
-}
-
-/** The pid of the process listening on the broker's port (the java broker), if ss can tell. */
-function brokerPid(): number | undefined {
-  const port = brokers()[0]!.split(':').pop();
-  try {
-    const out = execFileSync('ss', ['-ltnpH', `sport = :${port}`], { encoding: 'utf8' });
-    const m = /pid=(\d+)/.exec(out);
-    return m ? Number(m[1]) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * CPU of a set of processes that may come and go (pool connections), sampled: a pid first
- * seen after the start counts from its birth (its whole life is inside the window).
- */
-class CpuMeter {
-  private readonly first = new Map<number, number>();
-  private readonly last = new Map<number, number>();
-  private timer: NodeJS.Timeout | undefined;
-  private started = false;
-
-  constructor(private readonly pids: () => Promise<number[]>) {}
-
-  async start(): Promise<void> {
-    for (const pid of await this.pids()) {
-      const t = cpuTicks(pid);
-      if (t !== undefined) this.first.set(pid, t);
-    }
-    this.started = true;
-    this.timer = setInterval(() => void this.sample(), 250);
-  }
-
-  private async sample(): Promise<void> {
-    for (const pid of await this.pids().catch(() => [])) {
-      const t = cpuTicks(pid);
-      if (t === undefined) continue;
-      if (!this.first.has(pid)) this.first.set(pid, this.started ? 0 : t);
-      this.last.set(pid, t);
-    }
-  }
-
-  /** CPU-seconds since start(). */
-  async stop(): Promise<number> {
-    clearInterval(this.timer);
-    await this.sample();
-    let ticks = 0;
-    for (const [pid, t0] of this.first) ticks += (this.last.get(pid) ?? t0) - t0;
-    return ticks / TICKS_PER_SECOND;
-  }
-}
 
 export interface CostArm {
   name: string;
@@ -117,8 +51,7 @@ async function drainArm(pool: pg.Pool, rows: number, arm: ArmSetup, index: numbe
       await reader.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
       await reader.query(`SELECT count(*) FROM "${schema}".outbox_shard_leases`);
     }
-    const backends = async (): Promise<number[]> =>
-      (await pool.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE left(application_name, $2) = $1`, [`${clientId}:`, clientId.length + 1])).rows.map((r) => r.pid);
+    const backends = (): Promise<number[]> => backendPids(pool, clientId);
     const broker = brokerPid();
     return await withRelay(
       schema,
@@ -160,8 +93,7 @@ async function idleArm(pool: pg.Pool, seconds: number): Promise<RelayCostData['i
       schema,
       async (relay) => {
         await sleep(3_000); // shards taken, the probe backed off
-        const backends = async (): Promise<number[]> =>
-          (await pool.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE left(application_name, $2) = $1`, [`${clientId}:`, clientId.length + 1])).rows.map((r) => r.pid);
+        const backends = (): Promise<number[]> => backendPids(pool, clientId);
         const relayMeter = new CpuMeter(async () => (relay.process.pid ? [relay.process.pid] : []));
         const pgMeter = new CpuMeter(backends);
         await Promise.all([relayMeter.start(), pgMeter.start()]);
