@@ -20,6 +20,7 @@ export { HEADERS } from './shared/kafka.js';
 export { createConsumer, Consumer } from './consumer/consumer.js';
 export type { ConsumerOptions } from './consumer/options.js';
 export type { ConsumerEvents, ConsumerStats, ConsumedMessage, HandlerContext, MessageHandler } from './consumer/types.js';
+export type { BatchContext, BatchHandler } from './consumer/types.js';
 export { classifyError } from './consumer/classifyError.js';
 export type { ErrorClass } from './consumer/classifyError.js';
 export { DecodeError } from './consumer/decode.js';

@@ -62,6 +62,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     transactions: 0,
     infrastructureErrors: 0,
     afterCommitErrors: 0,
+    batchFallbacks: 0,
   };
   /** Per partition: the message being retried and its next attempt number. */
   private readonly attempts = new Map<string, { offset: string; attempt: number }>();

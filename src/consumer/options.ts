@@ -7,7 +7,7 @@ import { isTopicName, topicNameProblem } from '../shared/kafkaNames.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import type { ValueDecoder } from './decode.js';
 import { classifyError, type ErrorClass } from './classifyError.js';
-import type { ConsumedMessage, MessageHandler } from './types.js';
+import type { BatchHandler, ConsumedMessage, MessageHandler } from './types.js';
 
 // The consumer's options: what createConsumer accepts (ConsumerOptions), what it runs with
 // (ResolvedConsumerOptions), the Setting objects that state each option's default and
@@ -38,8 +38,21 @@ export interface ConsumerOptions<V = unknown> {
   databaseUrl?: string;
   /** Schema of processed_messages and entity_versions (default `public`). */
   schema?: string;
-  /** Handles one message inside the transaction that records it as processed. */
-  handler: MessageHandler<V>;
+  /**
+   * Handles one message inside the transaction that records it as processed. Give
+   * exactly one of `handler` and `handleBatch`.
+   */
+  handler?: MessageHandler<V>;
+  /**
+   * Handles a partition's new messages of one transaction in one call, for set-based
+   * statements (one multi-row INSERT for the batch instead of one per message). Same
+   * guarantees as `handler`: duplicates are never passed, effects happen once, the offset
+   * is committed after the COMMIT. When it throws, the batch is rolled back and its
+   * messages are passed again one at a time (each in a savepoint), so the failing one is
+   * retried or dead-lettered alone and the others are applied. Give exactly one of
+   * `handler` and `handleBatch`; `savepoints: 'always'` does not apply to it.
+   */
+  handleBatch?: BatchHandler<V>;
   /** How values are decoded (default `'auto'`: JSON when content-type says so). */
   decode?: ValueDecoder;
   /**
@@ -113,9 +126,12 @@ export interface ConsumerOptions<V = unknown> {
 export type ResolvedConsumerOptions<V> = Required<
   Omit<
     ConsumerOptions<V>,
-    'kafka' | 'kafkaBrokers' | 'pool' | 'databaseUrl' | 'idempotencyKey' | 'logger' | 'topics' | 'deadLetterTopic' | 'partitionsConcurrency' | 'stopTimeoutMs'
+    'kafka' | 'kafkaBrokers' | 'pool' | 'databaseUrl' | 'idempotencyKey' | 'logger' | 'topics' | 'deadLetterTopic' | 'partitionsConcurrency' | 'stopTimeoutMs' | 'handler' | 'handleBatch'
   >
 > & {
+  /** Exactly one of handler and handleBatch is set. */
+  handler: MessageHandler<V> | undefined;
+  handleBatch: BatchHandler<V> | undefined;
   kafka: Kafka | undefined;
   kafkaBrokers: string[] | undefined;
   pool: pg.Pool | undefined;
@@ -256,6 +272,23 @@ function withDeprecatedName(setting: Setting<number>, value: number | undefined,
 // the namespace of the idempotency keys and goes into dead-letter headers and logs.
 const GROUP_ID = /^[A-Za-z0-9._-]{1,249}$/;
 
+/**
+ * Exactly one of `handler` and `handleBatch`, a function.
+ * @throws ConfigError naming the option at fault
+ */
+export function checkHandlers(options: { handler?: unknown; handleBatch?: unknown }): void {
+  const { handler, handleBatch } = options;
+  if (handler !== undefined && handleBatch !== undefined) {
+    throw new ConfigError('handleBatch', 'give either handler (one message per call) or handleBatch (the messages of a transaction per call), not both');
+  }
+  if (handleBatch !== undefined) {
+    if (typeof handleBatch !== 'function') throw new ConfigError('handleBatch', 'must be an async function (messages, context)');
+    return;
+  }
+  if (handler === undefined) throw new ConfigError('handler', 'is required: an async function (message, context), or give handleBatch (messages, context)');
+  if (typeof handler !== 'function') throw new ConfigError('handler', 'must be an async function (message, context)');
+}
+
 /** Validate options and fill in defaults. @throws ConfigError naming the bad option */
 export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): ResolvedConsumerOptions<V> {
   if (options === null || typeof options !== 'object') throw new ConfigError('options', 'must be an object');
@@ -270,7 +303,7 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
   if (!Array.isArray(topics) || topics.length === 0) throw new ConfigError('topics', 'must be a topic name or a non-empty list of them');
   const badTopic = topics.find((t) => !isTopicName(t));
   if (badTopic !== undefined) throw new ConfigError('topics', topicNameProblem(badTopic) as string);
-  if (typeof options.handler !== 'function') throw new ConfigError('handler', 'must be an async function (message, context)');
+  checkHandlers(options);
   const decode = options.decode ?? 'auto';
   if (!(decode === 'auto' || decode === 'json' || decode === 'raw' || typeof decode === 'function')) {
     throw new ConfigError('decode', `${JSON.stringify(decode)} is not 'auto', 'json', 'raw' or a function`);
@@ -283,6 +316,11 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
     throw new ConfigError('classifyError', 'must be a function (error, message) => "transient" | "permanent"');
   }
   const savepointsWhen = optionValue(savepoints, options.savepoints);
+  // 'always' promises that no handler runs twice; a failed batch is redone one message at
+  // a time, so with handleBatch that promise cannot be kept.
+  if (options.handleBatch !== undefined && savepointsWhen === 'always') {
+    throw new ConfigError('savepoints', "'always' does not apply to handleBatch: a failed batch is rolled back and its messages are passed again one at a time (each in its own savepoint)");
+  }
   const dlt = options.deadLetterTopic;
   let deadLetterTopic: (topic: string) => string;
   if (dlt === undefined) deadLetterTopic = (t) => `${t}.dead-letter`;
@@ -300,6 +338,7 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
     databaseUrl: options.databaseUrl,
     schema: optionValue(schema, options.schema),
     handler: options.handler,
+    handleBatch: options.handleBatch,
     decode,
     idempotencyKey: options.idempotencyKey,
     onMissingKey: missingKey,

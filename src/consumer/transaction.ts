@@ -11,7 +11,7 @@ import { lockEntity } from './entityLock.js';
 import { claimKeysSql, unclaimKeysSql } from './sql/processedMessages.js';
 import { HandlerEndedTransaction, MESSAGE_SAVEPOINT, beginSql, guardClient, newTransactionMarker, transactionStatus } from './clientGuard.js';
 import type { ResolvedConsumerOptions } from './options.js';
-import type { ConsumedMessage, ConsumerEvents, ConsumerStats, HandlerContext } from './types.js';
+import type { BatchContext, ConsumedMessage, ConsumerEvents, ConsumerStats, HandlerContext } from './types.js';
 
 // The consumer's transaction: how a chunk of one partition's messages becomes one
 // Postgres transaction that records their idempotency keys and runs their handlers.
@@ -19,6 +19,8 @@ import type { ConsumedMessage, ConsumerEvents, ConsumerStats, HandlerContext } f
 //   prepareChunk   decode each message and find its idempotency key
 //   transact       run the group, first without savepoints ('on-failure'), then with
 //   runTransaction BEGIN, claim the keys, run the handlers (in savepoints or not), COMMIT
+//   runBatchTransaction  the same with handleBatch: one call for the group's new messages;
+//                  when it fails, the group runs again one message per savepoint
 //   context        what a handler gets: the open transaction and helpers bound to it
 //
 // What happens around it (offsets, retries, dead letters, pause and resume) is the
@@ -67,6 +69,16 @@ export interface TransactOutcome {
   hooks: CommittedHook[];
   /** Per committed message (the first `committed` of the group): duplicate, stale. */
   outcomes: Array<{ duplicate: boolean; stale: boolean }>;
+}
+
+/** What a run of a handler reported for one message, while its transaction is open. */
+interface MessageOutcome {
+  duplicate: boolean;
+  stale: boolean;
+  /** Its afterCommit hooks, dropped with it when its run is rolled back. */
+  hooks: Array<() => unknown>;
+  /** Its handler returned: no more hooks. */
+  settled: boolean;
 }
 
 /** Emits one of the consumer's events (the Consumer's own emit). */
@@ -182,6 +194,7 @@ export class TransactionEngine<V> {
    */
   async transact(pool: pg.Pool, topic: string, partition: number, prepared: Prepared<V>[]): Promise<TransactOutcome> {
     await this.giveBack(pool, topic, partition, []);
+    if (this.options.handleBatch) return this.transactBatch(pool, topic, partition, prepared);
     let group = prepared;
     let pending: Failure | undefined;
     if (this.options.savepoints === 'on-failure') {
@@ -195,7 +208,15 @@ export class TransactionEngine<V> {
         group = group.slice(0, pending.index);
       }
     }
-    // A savepoint per message; at most SAVEPOINT_GROUP of them (subtransaction cache).
+    return this.savepointEach(pool, topic, partition, group, pending);
+  }
+
+  /**
+   * Run `group` with a savepoint per message, at most SAVEPOINT_GROUP of them
+   * (subtransaction cache), committing the leading messages that succeed. `pending` is a
+   * failure already known, of the message right after `group`.
+   */
+  private async savepointEach(pool: pg.Pool, topic: string, partition: number, group: Prepared<V>[], pending: Failure | undefined): Promise<TransactOutcome> {
     for (;;) {
       const limited = group.length > SAVEPOINT_GROUP ? group.slice(0, SAVEPOINT_GROUP) : group;
       const result = await this.runTransaction(pool, topic, partition, limited, true);
@@ -243,18 +264,7 @@ export class TransactionEngine<V> {
       // The marker tells, after a handler, that this transaction is still the one open.
       const marker = newTransactionMarker();
       await client.query(beginSql(marker));
-      // The first occurrence of a key in offset order is the one that runs; a later one in
-      // the same group (a relay that published twice) is a duplicate like any other.
-      const firstIndex = new Map<string, number>();
-      for (let i = 0; i < prepared.length; i++) {
-        const key = (prepared[i] as Prepared<V>).message.idempotencyKey;
-        if (key !== undefined && !firstIndex.has(key)) firstIndex.set(key, i);
-      }
-      const claimed = new Set<string>();
-      if (firstIndex.size > 0) {
-        const { rows } = await client.query<{ key: string }>(this.claimSql, [this.options.groupId, [...firstIndex.keys()]]);
-        for (const row of rows) claimed.add(row.key);
-      }
+      const { firstIndex, claimed } = await this.claimKeys(client, prepared);
       // A message's afterCommit hooks live in its outcome: a run that is rolled back (or a
       // message that fails) drops them with it.
       const outcomes: Array<{ duplicate: boolean; stale: boolean; hooks: Array<() => unknown> }> = [];
@@ -292,14 +302,13 @@ export class TransactionEngine<V> {
           }
           open = i;
         }
-        const outcome = { duplicate: false, stale: false, hooks: [] as Array<() => unknown>, settled: false };
+        const outcome: MessageOutcome = { duplicate: false, stale: false, hooks: [], settled: false };
         // The handler's client refuses COMMIT, ROLLBACK, BEGIN... (clientGuard.ts).
         const guard = guardClient(client);
-        const context = this.context(client, p.attempt, outcome, guard.client);
         let thrown: { error: unknown } | undefined;
         try {
           // Inside a CONSUMER span when OpenTelemetry is there (src/shared/tracing.ts).
-          await traceHandler(message, this.options.groupId, p.attempt, () => this.options.handler(message, context), (error) => failureOutcome(this.options, error, message, p.attempt));
+          await traceHandler(message, this.options.groupId, p.attempt, () => this.runHandler(client, p, outcome, guard.client), (error) => failureOutcome(this.options, error, message, p.attempt));
         } catch (error) {
           thrown = { error };
         }
@@ -362,6 +371,187 @@ export class TransactionEngine<V> {
       }
       throw error;
     }
+  }
+
+  /** One message's handler: `handler`, or `handleBatch` with that message alone. */
+  private runHandler(client: pg.PoolClient, p: Prepared<V>, outcome: MessageOutcome, handlerClient: pg.PoolClient): Promise<void> {
+    const { handler, handleBatch } = this.options;
+    if (handleBatch) return handleBatch([p.message], this.batchContext(client, p.attempt, [p.message], [outcome], outcome, handlerClient));
+    return (handler as NonNullable<typeof handler>)(p.message, this.context(client, p.attempt, outcome, handlerClient));
+  }
+
+  /**
+   * The group with `handleBatch`: first one transaction with one call for all its new
+   * messages. If that call fails (or the transaction cannot commit), the group is rolled
+   * back and runs again with a savepoint per message, handleBatch getting one message per
+   * call: the messages before the failing one commit, the failing one is retried or
+   * dead-lettered alone. A group with a single new message needs no second run: its
+   * failure is that message's.
+   */
+  private async transactBatch(pool: pg.Pool, topic: string, partition: number, prepared: Prepared<V>[]): Promise<TransactOutcome> {
+    const result = await this.runBatchTransaction(pool, topic, partition, prepared);
+    if (!('batchFailed' in result)) return result;
+    const { failure, fresh, error } = result.batchFailed;
+    if (failure) {
+      if (failure.index === 0) return { committed: 0, failure, hooks: [], outcomes: [] };
+      // The messages before it are duplicates: no handler runs for them.
+      return this.savepointEach(pool, topic, partition, prepared.slice(0, failure.index), failure);
+    }
+    this.counters.batchFallbacks++;
+    const first = prepared[fresh[0] as number] as Prepared<V>;
+    const last = prepared[fresh[fresh.length - 1] as number] as Prepared<V>;
+    this.emit('batchFallback', { topic, partition, firstOffset: first.raw.offset, lastOffset: last.raw.offset, count: fresh.length, error });
+    return this.savepointEach(pool, topic, partition, prepared, undefined);
+  }
+
+  /**
+   * One transaction with handleBatch: claim the keys, one call for the new messages (all
+   * but the duplicates, in offset order), commit.
+   * @returns the outcome when it committed; `batchFailed` when it was rolled back: with
+   *   the failure when there was a single new message (it is that message's), otherwise
+   *   the new messages' indexes and the error, for the caller's run one message at a time
+   */
+  private async runBatchTransaction(
+    pool: pg.Pool,
+    topic: string,
+    partition: number,
+    prepared: Prepared<V>[],
+  ): Promise<TransactOutcome | { batchFailed: { failure?: Failure; fresh: number[]; error: unknown } }> {
+    const client = await pool.connect();
+    let broken: Error | undefined;
+    const onError = (error: Error): void => {
+      broken = error;
+    };
+    client.on('error', onError);
+    this.activeClients.add(client);
+    const release = (destroyWith?: Error): void => {
+      if (this.activeClients.delete(client)) {
+        client.off('error', onError);
+        client.release(destroyWith);
+      }
+    };
+    try {
+      const marker = newTransactionMarker();
+      await client.query(beginSql(marker));
+      const { firstIndex, claimed } = await this.claimKeys(client, prepared);
+      const outcomes: MessageOutcome[] = [];
+      const fresh: number[] = [];
+      for (let i = 0; i < prepared.length; i++) {
+        const key = (prepared[i] as Prepared<V>).message.idempotencyKey;
+        const duplicate = key !== undefined && (!claimed.has(key) || firstIndex.get(key) !== i);
+        outcomes.push({ duplicate, stale: false, hooks: [], settled: false });
+        if (!duplicate) fresh.push(i);
+      }
+      if (fresh.length > 0) {
+        const messages = fresh.map((i) => (prepared[i] as Prepared<V>).message);
+        const attempt = Math.max(...fresh.map((i) => (prepared[i] as Prepared<V>).attempt));
+        // The batch's hooks live with its last message: they run, or are dropped, with it.
+        const hookOutcome = outcomes[fresh[fresh.length - 1] as number] as MessageOutcome;
+        const guard = guardClient(client);
+        const context = this.batchContext(client, attempt, messages, fresh.map((i) => outcomes[i] as MessageOutcome), hookOutcome, guard.client);
+        let thrown: { error: unknown } | undefined;
+        try {
+          await (this.options.handleBatch as NonNullable<ResolvedConsumerOptions<V>['handleBatch']>)(messages, context);
+        } catch (error) {
+          thrown = { error };
+        }
+        hookOutcome.settled = true;
+        if (thrown && broken) throw broken;
+        const single = fresh.length === 1 ? (fresh[0] as number) : undefined;
+        const how = await guard.endedBy(marker);
+        if (how !== undefined) {
+          // What it committed cannot be taken back. One message: it fails for good, as with
+          // `handler`. Several: every key of the group is taken back and the messages run
+          // again one at a time, where the one that ends its transaction fails for good.
+          const keys = [...claimed].filter((k) => single === undefined || (firstIndex.get(k) as number) >= single);
+          const { rolledBack } = await this.endedByHandler(pool, client, release, topic, partition, prepared[single ?? (fresh[0] as number)] as Prepared<V>, single ?? (fresh[0] as number), how, keys);
+          return { batchFailed: single !== undefined ? { failure: rolledBack, fresh, error: rolledBack.error } : { fresh, error: rolledBack.error } };
+        }
+        if (thrown || guard.refused) {
+          const error = guard.refused ?? thrown?.error;
+          await client.query('ROLLBACK');
+          release();
+          if (single === undefined) return { batchFailed: { fresh, error } };
+          const reason: DeadLetterReason | undefined = guard.refused ? 'permanent-error' : undefined;
+          return { batchFailed: { failure: { index: single, error, attempt: (prepared[single] as Prepared<V>).attempt, reason }, fresh, error } };
+        }
+      }
+      const result = await client.query('COMMIT');
+      // COMMIT of an aborted transaction rolls back: the handler swallowed a database error.
+      if (result.command === 'ROLLBACK') {
+        release();
+        const error = abortedByHandler(new Error('COMMIT rolled back: the transaction was aborted'));
+        if (fresh.length !== 1) return { batchFailed: { fresh, error } };
+        const index = fresh[0] as number;
+        return { batchFailed: { failure: { index, error, attempt: (prepared[index] as Prepared<V>).attempt }, fresh, error } };
+      }
+      this.counters.transactions++;
+      release();
+      const hooks: CommittedHook[] = [];
+      for (let i = 0; i < prepared.length; i++) {
+        const { offset, idempotencyKey } = (prepared[i] as Prepared<V>).message;
+        for (const fn of (outcomes[i] as MessageOutcome).hooks) hooks.push({ offset, idempotencyKey, fn });
+      }
+      return { committed: prepared.length, failure: undefined, hooks, outcomes };
+    } catch (error) {
+      if (this.activeClients.delete(client)) {
+        client.off('error', onError);
+        client.release(error instanceof Error ? error : new Error(String(error)));
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * Record the group's idempotency keys (one statement). The first occurrence of a key in
+   * offset order is the one that runs; a later one in the same group (a relay that
+   * published twice) is a duplicate like any other.
+   * @returns each key's first index, and the keys that were new (claimed here)
+   */
+  private async claimKeys(client: pg.PoolClient, prepared: Prepared<V>[]): Promise<{ firstIndex: Map<string, number>; claimed: Set<string> }> {
+    const firstIndex = new Map<string, number>();
+    for (let i = 0; i < prepared.length; i++) {
+      const key = (prepared[i] as Prepared<V>).message.idempotencyKey;
+      if (key !== undefined && !firstIndex.has(key)) firstIndex.set(key, i);
+    }
+    const claimed = new Set<string>();
+    if (firstIndex.size > 0) {
+      const { rows } = await client.query<{ key: string }>(this.claimSql, [this.options.groupId, [...firstIndex.keys()]]);
+      for (const row of rows) claimed.add(row.key);
+    }
+    return { firstIndex, claimed };
+  }
+
+  /**
+   * The batch handler's context. `outcomes[i]` is `messages[i]`'s (markStale sets it);
+   * the hooks go to `hookOutcome`, which decides when registering is over (`settled`).
+   */
+  private batchContext(
+    client: pg.PoolClient,
+    attempt: number,
+    messages: ReadonlyArray<ConsumedMessage<V>>,
+    outcomes: MessageOutcome[],
+    hookOutcome: MessageOutcome,
+    handlerClient: pg.PoolClient,
+  ): BatchContext<V> {
+    const { groupId, schema } = this.options;
+    return {
+      client: handlerClient,
+      attempt,
+      groupId,
+      advanceVersion: (entity, version, options) => advanceEntityVersion(client, { schema, scope: options?.scope ?? groupId, entity, version }),
+      markStale: (message) => {
+        const index = messages.indexOf(message);
+        if (index < 0) throw new TypeError('markStale(message): not one of this batch\'s messages (pass the object the batch handler got)');
+        (outcomes[index] as MessageOutcome).stale = true;
+      },
+      lockEntity: (key, options) => lockEntity(client, key, options),
+      afterCommit: (fn) => {
+        if (typeof fn !== 'function') throw new TypeError('afterCommit(fn): fn must be a function');
+        if (hookOutcome.settled) throw new Error('afterCommit called after the batch handler returned: register hooks while it runs');
+        hookOutcome.hooks.push(fn);
+      },
+    };
   }
 
   /**

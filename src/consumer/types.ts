@@ -84,6 +84,60 @@ export interface HandlerContext {
 /** Handles one message. Throwing rolls the message's effects back (its dedup row too). */
 export type MessageHandler<V = unknown> = (message: ConsumedMessage<V>, context: HandlerContext) => Promise<void>;
 
+/**
+ * What a batch handler gets besides its messages: the open transaction and helpers bound
+ * to it, as {@link HandlerContext} but for several messages at once.
+ */
+export interface BatchContext<V = unknown> {
+  /**
+   * A Postgres connection inside the open transaction that also records the batch's
+   * messages as processed. Same rules as {@link HandlerContext.client}: the consumer alone
+   * begins, commits and rolls back (TransactionControlRefused, HandlerEndedTransaction),
+   * savepoints of your own are allowed.
+   */
+  client: pg.PoolClient;
+  /**
+   * The highest attempt among the batch's messages: 1 when none of them failed before;
+   * on a retry, the retried message (always the first of its batch) counts its attempts.
+   */
+  attempt: number;
+  /** The consumer group id. */
+  groupId: string;
+  /**
+   * The version gate for one entity (see {@link advanceEntityVersion}), one round trip
+   * per call. Unlike {@link HandlerContext.advanceVersion} it counts nothing by itself,
+   * since it cannot tell which of the batch's messages the entity belongs to: call
+   * {@link BatchContext.markStale} with the message when it returns false. For a
+   * set-based gate, check a version column of your own in the batch's statement.
+   */
+  advanceVersion(entity: string, version: number | bigint | string, options?: { scope?: string }): Promise<boolean>;
+  /**
+   * Count `message` (one of this batch's, the same object) as stale: stats().stale and
+   * the 'stale' event, once the transaction committed.
+   * @throws TypeError when `message` is not one of this batch's messages
+   */
+  markStale(message: ConsumedMessage<V>): void;
+  /** Lock an entity until this transaction ends (see {@link lockEntity}). */
+  lockEntity(key: string, options?: EntityLockOptions): Promise<void>;
+  /**
+   * Run `fn` after the Postgres COMMIT of this batch's transaction; as
+   * {@link HandlerContext.afterCommit}, with the batch as the unit: `fn` runs only when the
+   * batch committed, never for a run of the batch that was rolled back (a failed batch is
+   * redone one message at a time, each call registering its own hooks). A failing hook is
+   * reported (`afterCommitError`) with the offset and key of the batch's last message.
+   */
+  afterCommit(fn: () => unknown): void;
+}
+
+/**
+ * Handles a partition's new messages of one transaction at once: the ones not already
+ * recorded as processed (duplicates are never passed), in offset order, at least one.
+ * Apply them with set-based statements (`INSERT ... SELECT ... FROM unnest($1::text[], ...)`).
+ * Throwing rolls the whole batch back (its dedup rows too); the consumer then hands the
+ * same messages to this handler again one at a time, to find the one that fails.
+ */
+export type BatchHandler<V = unknown> = (messages: ReadonlyArray<ConsumedMessage<V>>, context: BatchContext<V>) => Promise<void>;
+
 /** Counters since start(). */
 export interface ConsumerStats {
   /** Messages whose handler ran and committed. */
@@ -103,6 +157,11 @@ export interface ConsumerStats {
   infrastructureErrors: number;
   /** `afterCommit` hooks that threw or rejected (their transactions had committed). */
   afterCommitErrors: number;
+  /**
+   * Batches whose batch handler failed (or whose transaction could not commit) and whose
+   * messages were then handled one at a time (`handleBatch` only).
+   */
+  batchFallbacks: number;
 }
 
 interface Position {
@@ -133,6 +192,12 @@ export interface ConsumerEvents {
   missingKey: Position & { outcome: 'dead-letter' | 'process-without-dedup' };
   /** An `afterCommit` hook of a committed message threw or rejected; nothing is retried. */
   afterCommitError: Position & { idempotencyKey: string | undefined; error: unknown };
+  /**
+   * The batch handler failed for messages `firstOffset`..`lastOffset` (`count` new ones)
+   * of a partition: the batch was rolled back and its messages are handled one at a time
+   * now, so the one at fault is retried or dead-lettered alone (`handleBatch` only).
+   */
+  batchFallback: { topic: string; partition: number; firstOffset: string; lastOffset: string; count: number; error: unknown };
   /** Something outside a handler failed (Postgres, the dead-letter publish, Kafka); it is retried. */
   error: { error: unknown; during: string; topic?: string; partition?: number };
   /** The group assigned partitions to this member. */

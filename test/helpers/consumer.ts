@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Partitioners, type IHeaders } from 'kafkajs';
 import type pg from 'pg';
 import { HEADERS } from '../../src/shared/kafka.js';
-import type { ConsumedMessage, HandlerContext } from '../../src/consumer/types.js';
+import type { BatchContext, ConsumedMessage, HandlerContext } from '../../src/consumer/types.js';
 import { testKafka } from './kafka.js';
 import { uniqueName } from './db.js';
 
@@ -76,6 +76,26 @@ export async function applyEffect(schema: string, message: ConsumedMessage<unkno
     `INSERT INTO "${schema}".balances (entity, total) VALUES ($1, $2)
      ON CONFLICT (entity) DO UPDATE SET total = balances.total + EXCLUDED.total`,
     [message.key ?? '', amount],
+  );
+}
+
+/**
+ * applyEffect for a whole batch, set-based: one multi-row INSERT into effects (unnest of
+ * the columns) and one balance upsert per entity (summed first: one statement may not
+ * update a row twice), two statements whatever the batch's size.
+ */
+export async function applyBatchEffect(schema: string, messages: ReadonlyArray<ConsumedMessage<unknown>>, { client }: Pick<BatchContext, 'client'>): Promise<void> {
+  const amounts = messages.map((m) => (m.value as { amount?: number } | null)?.amount ?? 1);
+  await client.query(
+    `INSERT INTO "${schema}".effects (message_id, entity, amount, topic, kafka_partition, kafka_offset)
+     SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::int[], $6::bigint[])`,
+    [messages.map((m) => m.messageId ?? null), messages.map((m) => m.key ?? ''), amounts, messages.map((m) => m.topic), messages.map((m) => m.partition), messages.map((m) => m.offset)],
+  );
+  await client.query(
+    `INSERT INTO "${schema}".balances (entity, total)
+     SELECT entity, sum(amount) FROM unnest($1::text[], $2::int[]) AS u(entity, amount) GROUP BY entity
+     ON CONFLICT (entity) DO UPDATE SET total = balances.total + EXCLUDED.total`,
+    [messages.map((m) => m.key ?? ''), amounts],
   );
 }
 

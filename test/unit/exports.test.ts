@@ -15,6 +15,7 @@ const VALUES = [
 ];
 
 const TYPES = [
+  'BatchContext', 'BatchHandler',
   'AdvanceVersionOptions', 'CleanupOptions', 'CleanupResult', 'ConcurrencyLimit', 'ConsumedMessage', 'ConsumerEvents',
   'ConsumerInstrumentation', 'ConsumerOptions', 'ConsumerStats', 'DatabaseOptions', 'DeadLetter', 'DeadLetterFilter',
   'DeadLetterPolicy', 'DeadLetterReason', 'DependencyLimit', 'DependencyLimitOptions', 'DependencyStats', 'DiscardDeadLettersOptions',
