@@ -1,0 +1,248 @@
+import pg from 'pg';
+import { ConfigError } from '../shared/errors.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import type { DatabaseOptions } from '../shared/database.js';
+import { silentLogger, type Logger } from '../shared/logger.js';
+import { RELAY_COLUMNS } from '../shared/schema.js';
+import { openDatabase } from './openDatabase.js';
+import {
+  DEBEZIUM_TRIGGER,
+  resolveDebeziumOptions,
+  triggerArguments,
+  type DebeziumMapping,
+  type ResolvedDebeziumMapping,
+} from './debeziumOptions.js';
+
+// A Debezium-shaped outbox table feeding our outbox through the trigger function of
+// sql/007_debezium_outbox.sql (docs/debezium.md). The writers keep inserting into their
+// table; the relay reads our outbox and needs nothing new.
+
+/**
+ * Options of {@link attachDebeziumOutbox} and {@link debeziumAttachScript}: where our
+ * outbox is (`schema`), the Debezium table, and the event router options it was used
+ * with. Defaults are the event router's.
+ */
+export interface DebeziumOutboxOptions extends DatabaseOptions {
+  /** The Debezium-shaped table, `schema.table` (`table` alone: `public.table`). Required. */
+  table: string;
+  /** route.by.field: its value replaces `${routedByValue}` in `topicPattern` (default `aggregatetype`). */
+  routeByColumn?: string;
+  /** route.topic.replacement (default `outbox.event.${routedByValue}`); a fixed topic name sends every event there. */
+  topicPattern?: string;
+  /** table.field.event.key: the Kafka key (default `aggregateid`). */
+  keyColumn?: string;
+  /** table.field.event.id: header `id`, and the message-id when a uuid (default `id`). */
+  idColumn?: string;
+  /** table.field.event.payload: the value; jsonb, json, text, varchar or bytea (default `payload`). */
+  payloadColumn?: string;
+  /** Sent as header `type` (default `type`); null for none. The event router sends it only when placed. */
+  typeColumn?: string | null;
+  /** table.field.event.timestamp: a timestamp column for the Kafka timestamp (default none: the insert's time). */
+  timestampColumn?: string | null;
+  /** table.fields.additional.placement, header placement only: `column:header:alias,...`. */
+  additionalPlacement?: string;
+  /** route.tombstone.on.empty.payload (default false): an empty or blank text payload is a tombstone. NULL always is. */
+  tombstoneOnEmptyPayload?: boolean;
+  logger?: Logger;
+}
+
+/** What {@link attachDebeziumOutbox} did. */
+export interface AttachDebeziumResult {
+  /** The table, quoted, as `"schema"."table"`. */
+  table: string;
+  /** Name of the trigger on it. */
+  trigger: string;
+  /** True when the table had the trigger already (its settings are replaced). */
+  replaced: boolean;
+  /** The trigger's arguments, as the function reads them. */
+  arguments: string[];
+}
+
+/** What {@link detachDebeziumOutbox} did. */
+export interface DetachDebeziumResult {
+  table: string;
+  /** False when the table had no trigger of ours. */
+  detached: boolean;
+}
+
+const PAYLOAD_TYPES = ['jsonb', 'json', 'text', 'character varying', 'bytea'];
+const TIMESTAMP_TYPES = ['timestamp without time zone', 'timestamp with time zone'];
+// Our own tables: capturing one of them into the outbox would loop or make no sense.
+const OWN_TABLES = [...Object.keys(RELAY_COLUMNS), 'outbox_migrations', 'outbox_claim_floors', 'processed_messages', 'entity_versions'];
+
+function sqlLiteral(value: string): string {
+  return `'${value.replaceAll("'", "''")}'`;
+}
+
+function quotedTable(m: ResolvedDebeziumMapping): string {
+  return `${quoteIdentifier(m.tableSchema, 'table')}.${quoteIdentifier(m.tableName, 'table')}`;
+}
+
+function triggerStatements(m: ResolvedDebeziumMapping): string[] {
+  const table = quotedTable(m);
+  const args = triggerArguments(m).map(sqlLiteral).join(', ');
+  return [
+    // Drop and create in one transaction: atomic for the writers (they wait on the
+    // table's lock for a moment), and works on every Postgres version.
+    `DROP TRIGGER IF EXISTS ${DEBEZIUM_TRIGGER} ON ${table}`,
+    `CREATE TRIGGER ${DEBEZIUM_TRIGGER} AFTER INSERT ON ${table}\n  FOR EACH ROW EXECUTE FUNCTION ${quoteIdentifier(m.schema, 'schema')}.outbox_debezium_capture(${args})`,
+  ];
+}
+
+/**
+ * The SQL {@link attachDebeziumOutbox} runs, as one script for a DBA to read and apply
+ * with psql, after `outbox-relay migrate`, as the role that ran it (it owns the trigger
+ * function) holding the TRIGGER privilege on the table. Needs no database, so it does
+ * not check the columns the way `attach` does: a missing column fails the writers'
+ * inserts. Applying it again with other settings replaces them.
+ *
+ * @throws ConfigError naming the option at fault
+ */
+export function debeziumAttachScript(options: Omit<DebeziumOutboxOptions, 'client' | 'pool' | 'databaseUrl' | 'logger'>): string {
+  const m = resolveDebeziumOptions(options);
+  const [drop, create] = triggerStatements(m);
+  return [
+    `-- outbox-relay: events inserted into ${quotedTable(m)} also go into ${quoteIdentifier(m.schema, 'schema')}.outbox,`,
+    '-- in the same transaction (docs/debezium.md). Trigger arguments: route-by column, topic pattern,',
+    '-- key column, id column, payload column, timestamp column, tombstone on empty payload, then',
+    '-- (column, header) pairs. `outbox-relay debezium attach` checks the columns before it runs this.',
+    'BEGIN;',
+    `${drop};`,
+    `${create};`,
+    'COMMIT;',
+    '',
+  ].join('\n');
+}
+
+interface ColumnRow {
+  name: string;
+  type: string;
+}
+
+async function tableColumns(db: pg.ClientBase | pg.Pool, m: ResolvedDebeziumMapping): Promise<Map<string, string> | undefined> {
+  const table = await db.query<{ oid: number }>(
+    `SELECT c.oid FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+      WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`,
+    [m.tableSchema, m.tableName],
+  );
+  if (!table.rows[0]) return undefined;
+  const { rows } = await db.query<ColumnRow>(
+    `SELECT a.attname AS name, format_type(CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END, NULL) AS type
+       FROM pg_catalog.pg_attribute AS a JOIN pg_catalog.pg_type AS t ON t.oid = a.atttypid
+      WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+    [table.rows[0].oid],
+  );
+  return new Map(rows.map((r) => [r.name, r.type]));
+}
+
+/** The problems of a mapping against the table's columns, as ConfigErrors naming the option. */
+function checkColumns(m: ResolvedDebeziumMapping, columns: Map<string, string>, table: string): void {
+  const listed = [...columns.keys()].join(', ');
+  const need = (option: string, name: string, types?: readonly string[]): void => {
+    const type = columns.get(name);
+    if (type === undefined) throw new ConfigError(option, `column ${JSON.stringify(name)} does not exist in ${table} (its columns: ${listed})`);
+    if (types && !types.includes(type)) {
+      throw new ConfigError(option, `column ${JSON.stringify(name)} of ${table} is ${type}; supported: ${types.join(', ')}`);
+    }
+  };
+  need('routeByColumn', m.routeByColumn);
+  need('keyColumn', m.keyColumn);
+  need('idColumn', m.idColumn);
+  need('payloadColumn', m.payloadColumn, PAYLOAD_TYPES);
+  if (m.timestampColumn !== undefined) need('timestampColumn', m.timestampColumn, TIMESTAMP_TYPES);
+  if (m.typeColumn !== undefined) need('typeColumn', m.typeColumn);
+  for (const h of m.placements) need('additionalPlacement', h.column);
+}
+
+/**
+ * Attach a Debezium-shaped outbox table (Debezium's outbox event router table: `id`,
+ * `aggregatetype`, `aggregateid`, `type`, `payload`) to our outbox: every row inserted
+ * into it from now on also goes into our outbox, in the writer's transaction, mapped as
+ * the event router would route it (topic from the pattern, key, header `id`, payload as
+ * the value; see docs/debezium.md). Writers change nothing and need no new grant; rows
+ * inserted and deleted in one transaction are captured too. Attaching again with other
+ * settings replaces them. Run it as the role that ran `migrate`, holding the TRIGGER
+ * privilege on the table.
+ *
+ * @throws ConfigError naming the option when the table or a column is missing or of a
+ *   type that cannot be mapped, or the table is attached to another schema's outbox;
+ *   SchemaError when the outbox is not migrated to this version; ConnectionError
+ */
+export async function attachDebeziumOutbox(options: DebeziumOutboxOptions): Promise<AttachDebeziumResult> {
+  const m = resolveDebeziumOptions(options);
+  const logger = options.logger ?? silentLogger();
+  const table = quotedTable(m);
+  if (m.tableSchema === m.schema && OWN_TABLES.includes(m.tableName)) {
+    throw new ConfigError('table', `${table} is one of outbox-relay's own tables; name the Debezium outbox table (put ours in its own schema if yours is also called outbox)`);
+  }
+  const { db, close } = await openDatabase({ ...options, schema: m.schema }, 'outbox-relay:debezium');
+  try {
+    const client = db instanceof pg.Pool ? await db.connect() : db;
+    try {
+      const columns = await tableColumns(client, m);
+      if (!columns) throw new ConfigError('table', `table ${table} does not exist`);
+      checkColumns(m, columns, table);
+      const existing = await client.query<{ schema: string }>(
+        `SELECT pn.nspname AS schema
+           FROM pg_catalog.pg_trigger AS tg
+           JOIN pg_catalog.pg_proc AS p ON p.oid = tg.tgfoid
+           JOIN pg_catalog.pg_namespace AS pn ON pn.oid = p.pronamespace
+          WHERE tg.tgrelid = $1::regclass AND tg.tgname = $2`,
+        [table, DEBEZIUM_TRIGGER],
+      );
+      const other = existing.rows[0]?.schema;
+      if (other !== undefined && other !== m.schema) {
+        throw new ConfigError('table', `${table} is attached to the outbox in schema ${JSON.stringify(other)}; detach it there first`);
+      }
+      await client.query('BEGIN');
+      try {
+        for (const statement of triggerStatements(m)) await client.query(statement);
+        await client.query('COMMIT');
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        throw error;
+      }
+      const result = { table, trigger: DEBEZIUM_TRIGGER, replaced: other !== undefined, arguments: triggerArguments(m) };
+      logger.info({ table, schema: m.schema, replaced: result.replaced }, 'attached Debezium outbox table');
+      return result;
+    } finally {
+      if (db instanceof pg.Pool) (client as pg.PoolClient).release();
+    }
+  } finally {
+    await close();
+  }
+}
+
+/**
+ * Remove the trigger {@link attachDebeziumOutbox} put on a table: its inserts stop going
+ * into our outbox (rows already there are still published).
+ *
+ * @throws ConfigError when the table does not exist or its trigger feeds another
+ *   schema's outbox; ConnectionError
+ */
+export async function detachDebeziumOutbox(options: Pick<DebeziumOutboxOptions, 'table' | 'client' | 'pool' | 'databaseUrl' | 'schema' | 'logger'>): Promise<DetachDebeziumResult> {
+  const m = resolveDebeziumOptions({ table: options.table, ...(options.schema !== undefined ? { schema: options.schema } : {}) });
+  const logger = options.logger ?? silentLogger();
+  const table = quotedTable(m);
+  const { db, close } = await openDatabase({ ...options, schema: m.schema }, 'outbox-relay:debezium');
+  try {
+    const found = await db.query<{ oid: number | null }>('SELECT to_regclass($1)::oid AS oid', [table]);
+    if (found.rows[0]?.oid == null) throw new ConfigError('table', `table ${table} does not exist`);
+    const existing = await db.query<{ schema: string }>(
+      `SELECT pn.nspname AS schema
+         FROM pg_catalog.pg_trigger AS tg
+         JOIN pg_catalog.pg_proc AS p ON p.oid = tg.tgfoid
+         JOIN pg_catalog.pg_namespace AS pn ON pn.oid = p.pronamespace
+        WHERE tg.tgrelid = $1 AND tg.tgname = $2`,
+      [found.rows[0].oid, DEBEZIUM_TRIGGER],
+    );
+    const owner = existing.rows[0]?.schema;
+    if (owner === undefined) return { table, detached: false };
+    if (owner !== m.schema) throw new ConfigError('table', `${table} feeds the outbox in schema ${JSON.stringify(owner)}, not ${JSON.stringify(m.schema)}`);
+    await db.query(`DROP TRIGGER IF EXISTS ${DEBEZIUM_TRIGGER} ON ${table}`);
+    logger.info({ table, schema: m.schema }, 'detached Debezium outbox table');
+    return { table, detached: true };
+  } finally {
+    await close();
+  }
+}
