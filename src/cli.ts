@@ -7,6 +7,9 @@ import { databaseUrl, logLevel, schema } from './shared/commonSettings.js';
 import { runRelay, EXIT, RUN_SETTINGS, type RunRelayOptions } from './commands/run.js';
 import { migrate, migrationScript } from './commands/migrate.js';
 import { formatStatus, getStatus } from './commands/status.js';
+import { runRelayGroup, type RunRelayGroupOptions } from './commands/run.js';
+import { maxDatabaseConnections, outboxesFile } from './relay/relayGroup.js';
+import { readOutboxList, type OutboxDefinition } from './shared/outboxList.js';
 
 // Only parsing and dispatch live here; every command is a library function.
 
@@ -40,10 +43,51 @@ function sourceOf(s: AnySetting, flagValue: string | undefined): string {
   return s.secret ? `${s.env} or ${s.env}_FILE` : s.env;
 }
 
+/**
+ * The outbox an operator command acts on when an outboxes file (or OUTBOX_OUTBOXES) lists
+ * several: chosen with --outbox, it supplies the database URL and the schema.
+ */
+let selectedOutbox: OutboxDefinition | undefined;
+
+/** The outboxes listed by --outboxes-file / OUTBOX_OUTBOXES_FILE / OUTBOX_OUTBOXES, if any. */
+function outboxList(flags: Record<string, unknown>): OutboxDefinition[] | undefined {
+  const list = readOutboxList((flags.outboxesFile as string | undefined) || undefined, process.env);
+  if (list && process.env.DATABASE_URL) throw new ConfigError('DATABASE_URL', 'and a list of outboxes are both set; the outboxes file (or OUTBOX_OUTBOXES) names each database, unset DATABASE_URL');
+  return list;
+}
+
+/**
+ * For a command that acts on one outbox: with a list of outboxes, --outbox picks one
+ * (needed when the list has several); without a list, --outbox is refused.
+ */
+function selectOutbox(flags: Record<string, unknown>, list = outboxList(flags)): void {
+  const name = flags.outbox as string | undefined;
+  if (!list) {
+    if (name !== undefined) throw new ConfigError('--outbox', 'needs a list of outboxes (--outboxes-file, OUTBOX_OUTBOXES_FILE or OUTBOX_OUTBOXES)');
+    return;
+  }
+  if (name === undefined && list.length > 1) throw new ConfigError('--outbox', `is required: the list has ${list.length} outboxes (${list.map((o) => o.name).join(', ')})`);
+  const found = name === undefined ? list[0] : list.find((o) => o.name === name);
+  if (!found) throw new ConfigError('--outbox', `${JSON.stringify(name)} is not in the list (${list.map((o) => o.name).join(', ')})`);
+  selectedOutbox = found;
+}
+
+/** --outbox and --outboxes-file on a command that acts on one outbox (or, where said, on each). */
+function withOutboxFlags(command: Command): Command {
+  return command
+    .option('--outbox <name>', 'with a list of outboxes: the one to act on')
+    .option('--outboxes-file <path>', 'JSON file listing the outboxes (instead of DATABASE_URL) [env OUTBOX_OUTBOXES_FILE]');
+}
+
 /** Flag, then environment, then default, for each setting; checked as it is read. */
 function resolve(list: readonly AnySetting[], flags: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const s of list) {
+    if (selectedOutbox && (s === databaseUrl || s === schema)) {
+      optionSources.set(s.option, `outbox ${selectedOutbox.name}`);
+      out[s.option] = s === databaseUrl ? selectedOutbox.databaseUrl : selectedOutbox.schema;
+      continue;
+    }
     const flagValue = s.flag ? (flags[camel(s.flag)] as string | undefined) : undefined;
     optionSources.set(s.option, sourceOf(s, flagValue));
     const value = readSetting(s, flagValue, process.env);
@@ -86,9 +130,18 @@ const program = new Command('outbox-relay')
 addSettings(
   program
     .command('run')
-    .description('Relay outbox rows to Kafka until SIGTERM/SIGINT (a second signal stops at once).'),
-  RUN_SETTINGS,
+    .description('Relay outbox rows to Kafka until SIGTERM/SIGINT (a second signal stops at once). One outbox (DATABASE_URL), or several (--outboxes-file).'),
+  [...RUN_SETTINGS, outboxesFile, maxDatabaseConnections],
 ).action(async (flags: Record<string, unknown>) => {
+  const outboxes = outboxList(flags);
+  if (outboxes) {
+    if (flags.schema !== undefined || process.env.OUTBOX_SCHEMA) throw new ConfigError(flags.schema !== undefined ? '--schema' : 'OUTBOX_SCHEMA', 'is per outbox with a list of outboxes: set "schema" in the outboxes file (or OUTBOX_<NAME>_SCHEMA)');
+    const o = resolve([...RUN_SETTINGS.filter((s) => s !== databaseUrl && s !== schema), maxDatabaseConnections], flags);
+    const logger = createLogger(o.logLevel as LogLevel);
+    const code = await runRelayGroup({ ...(o as unknown as RunRelayGroupOptions), outboxes, logger });
+    logger.flush();
+    process.exit(code);
+  }
   const o = resolve(RUN_SETTINGS, flags);
   const logger = createLogger(o.logLevel as LogLevel);
   const code = await runRelay({ ...(o as unknown as RunRelayOptions), logger });
@@ -98,10 +151,12 @@ addSettings(
 
 const MIGRATE_SETTINGS = [databaseUrl, schema, logLevel] as const;
 addSettings(
-  program
-    .command('migrate')
-    .description('Create or upgrade the outbox tables. Safe to run from several processes at once.')
-    .option('--print', 'print the SQL for a DBA instead of applying it (needs no database)'),
+  withOutboxFlags(
+    program
+      .command('migrate')
+      .description('Create or upgrade the outbox tables (of every outbox of a list, or the one --outbox names). Safe to run from several processes at once.')
+      .option('--print', 'print the SQL for a DBA instead of applying it (needs no database)'),
+  ),
   MIGRATE_SETTINGS,
 ).action(async (flags: Record<string, unknown>) => {
   if (flags.print) {
@@ -109,24 +164,55 @@ addSettings(
     process.stdout.write(await migrationScript(name));
     return;
   }
-  const o = resolve(MIGRATE_SETTINGS, flags);
-  const logger = createLogger(o.logLevel as LogLevel);
-  const result = await migrate({ databaseUrl: o.databaseUrl as string, schema: o.schema as string, logger });
-  process.stdout.write(
-    result.applied.length
-      ? `applied ${result.applied.join(', ')}\n`
-      : `schema ${o.schema as string} is up to date (${result.alreadyApplied.length} migrations)\n`,
-  );
+  const list = outboxList(flags);
+  const targets = list && flags.outbox === undefined ? list : [undefined];
+  for (const target of targets) {
+    if (target) selectedOutbox = target;
+    else selectOutbox(flags, list);
+    const o = resolve(MIGRATE_SETTINGS, flags);
+    const logger = createLogger(o.logLevel as LogLevel);
+    const result = await migrate({ databaseUrl: o.databaseUrl as string, schema: o.schema as string, logger });
+    const prefix = selectedOutbox ? `outbox ${selectedOutbox.name}: ` : '';
+    process.stdout.write(
+      prefix +
+        (result.applied.length
+          ? `applied ${result.applied.join(', ')}\n`
+          : `schema ${o.schema as string} is up to date (${result.alreadyApplied.length} migrations)\n`),
+    );
+  }
 });
 
 const STATUS_SETTINGS = [databaseUrl, schema] as const;
 addSettings(
-  program
-    .command('status')
-    .description('Backlog, oldest pending age, and which relay owns which shards.')
-    .option('--json', 'print JSON instead of a table'),
+  withOutboxFlags(
+    program
+      .command('status')
+      .description('Backlog, oldest pending age, and which relay owns which shards (of every outbox of a list, or the one --outbox names).')
+      .option('--json', 'print JSON instead of a table'),
+  ),
   STATUS_SETTINGS,
 ).action(async (flags: Record<string, unknown>) => {
+  const list = outboxList(flags);
+  if (list && flags.outbox === undefined) {
+    // Every outbox; one that cannot be read is reported and the others still shown.
+    const results: Array<{ outbox: string; status?: unknown; error?: string }> = [];
+    let failed = false;
+    for (const target of list) {
+      try {
+        const status = await getStatus({ databaseUrl: target.databaseUrl, schema: target.schema });
+        results.push({ outbox: target.name, status });
+        if (!flags.json) process.stdout.write(`== outbox ${target.name} (${target.schema})\n${formatStatus(status)}\n`);
+      } catch (error) {
+        failed = true;
+        results.push({ outbox: target.name, error: describeError(error) });
+        if (!flags.json) process.stdout.write(`== outbox ${target.name} (${target.schema})\nunavailable: ${describeError(error)}\n\n`);
+      }
+    }
+    if (flags.json) process.stdout.write(`${JSON.stringify(results, null, 2)}\n`);
+    if (failed) process.exit(EXIT.failure);
+    return;
+  }
+  selectOutbox(flags, list);
   const o = resolve(STATUS_SETTINGS, flags);
   const status = await getStatus({ databaseUrl: o.databaseUrl as string, schema: o.schema as string });
   process.stdout.write(flags.json ? `${JSON.stringify(status, null, 2)}\n` : formatStatus(status));
@@ -140,11 +226,14 @@ const PURGE_FLAGS = [databaseUrl, schema, purge.purgeRetention, purge.purgeReten
 // own, since whether each was given matters.
 const PURGE_SETTINGS = [databaseUrl, schema, purge.purgeBatchSize, logLevel] as const;
 addSettings(
-  program
-    .command('purge-processed')
-    .description('Delete processed_messages rows older than the retention, in bounded batches. Safe beside running consumers.'),
+  withOutboxFlags(
+    program
+      .command('purge-processed')
+      .description('Delete processed_messages rows older than the retention, in bounded batches. Safe beside running consumers.'),
+  ),
   PURGE_FLAGS,
 ).action(async (flags: Record<string, unknown>) => {
+  selectOutbox(flags);
   const o = resolve(PURGE_SETTINGS, flags);
   const retention = purge.resolvePurgeRetention(
     {
@@ -190,7 +279,7 @@ async function namingFlags<T>(run: () => Promise<T>): Promise<T> {
 }
 
 function withFilterFlags(command: Command): Command {
-  return command
+  return withOutboxFlags(command)
     .argument('[ids...]', 'dead letter ids (space- or comma-separated)')
     .option('--topic <topic>', 'only this topic')
     .option('--key <key>', 'only this key')
@@ -223,6 +312,7 @@ addSettings(
   withFilterFlags(deadLettersCommand.command('list').description('List dead letters, lowest id first. Read-only.')).option('--json', 'print JSON instead of a table'),
   DL_LIST_SETTINGS,
 ).action(async (ids: string[], flags: Record<string, unknown>) => {
+  selectOutbox(flags);
   const o = resolve(DL_LIST_SETTINGS, flags);
   const result = await namingFlags(() =>
     deadLetters.listDeadLetters({ ...filterFrom(ids, flags), databaseUrl: o.databaseUrl as string, schema: o.schema as string, limit: o.limit as number }),
@@ -243,6 +333,7 @@ addSettings(
   ).option('--all', 'replay every dead letter (needed when no ids and no filter are given)'),
   DL_REPLAY_SETTINGS,
 ).action(async (ids: string[], flags: Record<string, unknown>) => {
+  selectOutbox(flags);
   const o = resolve(DL_REPLAY_SETTINGS, flags);
   const logger = createLogger(o.logLevel as LogLevel);
   // A signal stops the replay between two rows: what moved stays moved, the rest stay dead letters.
@@ -291,6 +382,7 @@ addSettings(
     .option('--yes', 'confirm: really delete them'),
   DL_DISCARD_SETTINGS,
 ).action(async (ids: string[], flags: Record<string, unknown>) => {
+  selectOutbox(flags);
   const o = resolve(DL_DISCARD_SETTINGS, flags);
   const r = await namingFlags(() =>
     deadLetters.discardDeadLetters({
@@ -313,11 +405,14 @@ addSettings(
 
 const CLEANUP_SETTINGS = [databaseUrl, schema, ops.cleanupRetention, ops.cleanupBatchSize, logLevel] as const;
 addSettings(
-  program
-    .command('cleanup')
-    .description('Delete sent outbox rows older than the retention, in bounded batches of short transactions. Pending rows are never touched. Safe beside running relays.'),
+  withOutboxFlags(
+    program
+      .command('cleanup')
+      .description('Delete sent outbox rows older than the retention, in bounded batches of short transactions. Pending rows are never touched. Safe beside running relays.'),
+  ),
   CLEANUP_SETTINGS,
 ).action(async (flags: Record<string, unknown>) => {
+  selectOutbox(flags);
   const o = resolve(CLEANUP_SETTINGS, flags);
   const { cleanupOutbox } = await import('./commands/cleanup.js');
   const logger = createLogger(o.logLevel as LogLevel);

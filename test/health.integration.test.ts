@@ -90,7 +90,7 @@ test('integration: /healthz, /readyz and /metrics of a running relay; not ready 
   assert.equal(metrics.status, 200);
   assert.match(metrics.type, /^text\/plain; version=0\.0\.4/);
   assert.match(metrics.body, /^# TYPE outbox_relay_pending_rows gauge$/m);
-  assert.match(metrics.body, /^outbox_relay_running 1$/m);
+  assert.match(metrics.body, /^outbox_relay_running\{outbox="default"\} 1$/m);
   assert.match(metrics.body, /^process_resident_memory_bytes \d+/m, 'default process metrics');
   assert.match(metrics.body, /^nodejs_eventloop_lag_seconds /m);
 
@@ -154,7 +154,7 @@ test('integration: serveRelayMetrics serves on the configured address, or nothin
   assert.equal(service.server.host, '127.0.0.1');
   await relay.start();
   await waitFor('ready', async () => (await get(`${service.server.url}/readyz`)).status === 200);
-  assert.match((await get(`${service.server.url}/metrics`)).body, /^outbox_relay_pending_rows 0$/m);
+  assert.match((await get(`${service.server.url}/metrics`)).body, /^outbox_relay_pending_rows\{outbox="default"\} 0$/m);
   await relay.stop();
   await service.close();
   await assert.rejects(get(`${service.server.url}/healthz`), 'closed: nothing listens any more');

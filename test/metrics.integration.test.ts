@@ -112,7 +112,9 @@ test('integration: backlog, oldest age, ingress and egress follow real traffic t
   const text = await r.metrics();
   assert.ok(!text.includes('secret-payload-marker') && !text.includes('key-'), 'no payload or key in /metrics');
   const labelNames = new Set([...text.matchAll(/^outbox_[a-z_]+\{([^}]*)\}/gm)].flatMap((m) => [...(m[1] as string).matchAll(/([a-z_]+)="/g)].map((x) => x[1])));
-  for (const name of labelNames) assert.ok(['topic', 'error_class', 'le', 'outcome', 'partition'].includes(name as string), `label ${name}`);
+  for (const name of labelNames) assert.ok(['topic', 'error_class', 'le', 'outcome', 'partition', 'outbox'].includes(name as string), `label ${name}`);
+  // One outbox per process: every relay metric is labelled outbox="default".
+  assert.match(text, /^outbox_relay_running\{outbox="default"\} 1$/m);
 
   await relay.stop();
   assert.equal(await metricValue(r, 'outbox_relay_running'), 0);
@@ -133,7 +135,7 @@ test('integration: a broker that refuses connections shows up as publish errors 
   await waitFor('breaker open', async () => (await metricValue(r, 'outbox_relay_breaker_state')) === BREAKER_STATE.open);
   assert.equal(BREAKER_STATE.open, 1, 'the gauge is 0 closed, 1 open: the breaker has no other state');
   const text = await r.metrics();
-  const classes = [...text.matchAll(/^outbox_relay_publish_errors_total\{error_class="([^"]+)"\} (\d+)/gm)].map((m) => m[1]);
+  const classes = [...text.matchAll(/^outbox_relay_publish_errors_total\{error_class="([^"]+)",outbox="default"\} (\d+)/gm)].map((m) => m[1]);
   assert.ok(classes.length > 0, text);
   for (const c of classes) assert.match(c as string, /^(kafka|network)_[a-z_]+$/, 'a Kafka or network error class');
   assert.ok((await metricValue(r, 'outbox_relay_publish_errors_total')) >= 3);

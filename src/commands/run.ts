@@ -6,7 +6,9 @@ import type { Logger } from '../shared/logger.js';
 import type { Kafka } from 'kafkajs';
 import { optionValue } from '../shared/settings.js';
 import { describeKafkaSecurity, KAFKA_SECURITY_SETTINGS } from '../shared/kafkaSecurity.js';
-import { serveRelayMetrics, type RelayMetricsService } from '../metrics/server.js';
+import { serveRelayMetrics } from '../metrics/server.js';
+import { createRelayGroup, type RelayGroupOptions } from '../relay/relayGroup.js';
+import { serveRelayGroupMetrics } from '../metrics/relayGroupMetrics.js';
 
 /** Process exit codes of `outbox-relay` commands. */
 export const EXIT = {
@@ -49,6 +51,53 @@ export async function runRelay(options: RunRelayOptions): Promise<number> {
   const relay = createRelay(options);
   const address = optionValue(metricsAddress, options.metricsAddress);
   const sampleIntervalMs = optionValue(metricsSampleIntervalMs, options.metricsSampleIntervalMs);
+  return runUntilSignalled(relay, options, async () => {
+    options.logger.info({ kafka: describeKafkaSecurity(options) }, 'kafka connection security');
+    return serveRelayMetrics(relay, { address, sampleIntervalMs, kafka: relay.kafka as Kafka, logger: options.logger });
+  });
+}
+
+/** Options of {@link runRelayGroup}: the group's, plus the metrics server and signal handling. */
+export interface RunRelayGroupOptions extends RelayGroupOptions, Omit<RunRelayOptions, keyof RelayOptions> {
+  logger: Logger;
+}
+
+/**
+ * `outbox-relay run` over several outboxes (`--outboxes-file` or OUTBOX_OUTBOXES): one
+ * relay per outbox in this process, until SIGTERM or SIGINT, as {@link runRelay}. An
+ * outbox that cannot start is retried in the background; the others run meanwhile.
+ *
+ * @returns the exit code: {@link EXIT}.ok after a soft stop, EXIT.forced after a hard one
+ */
+export async function runRelayGroup(options: RunRelayGroupOptions): Promise<number> {
+  const group = createRelayGroup(options);
+  const address = optionValue(metricsAddress, options.metricsAddress);
+  const sampleIntervalMs = optionValue(metricsSampleIntervalMs, options.metricsSampleIntervalMs);
+  // Instrumented before start: /readyz and outbox_relay_outbox_up see every outbox from its first attempt.
+  const metrics = await serveRelayGroupMetrics(group, { address, sampleIntervalMs, logger: options.logger });
+  try {
+    return await runUntilSignalled(group, options, async () => {
+      options.logger.info({ kafka: describeKafkaSecurity(options), outboxes: group.outboxes.length }, 'kafka connection security');
+      return undefined;
+    });
+  } finally {
+    await metrics?.close();
+  }
+}
+
+/** A relay or a relay group, as the signal handling sees it. */
+interface Stoppable {
+  start(): Promise<void>;
+  stop(): Promise<{ hard: boolean }>;
+  abort(): Promise<{ hard: boolean }>;
+  once(event: 'stopped', listener: (e: { hard: boolean }) => void): unknown;
+}
+
+async function runUntilSignalled(
+  target: Stoppable,
+  options: Pick<RunRelayOptions, 'logger' | 'handleSignals' | 'signal'>,
+  afterStart: () => Promise<{ close(): Promise<void> } | undefined>,
+): Promise<number> {
   const logger = options.logger;
   // Handlers go in before start(): a signal during start-up (while Postgres is slow to
   // answer, say) must stop the relay cleanly, not kill the process with its leases held.
@@ -58,29 +107,28 @@ export async function runRelay(options: RunRelayOptions): Promise<number> {
     signals++;
     if (signals === 1) {
       logger.info({ signal: name }, 'stopping: finishing batches in flight (send the signal again to stop now)');
-      if (running) void relay.stop();
+      if (running) void target.stop();
     } else {
       logger.warn({ signal: name }, 'second signal: stopping now');
-      if (running) void relay.abort();
+      if (running) void target.abort();
     }
   };
   const handled: NodeJS.Signals[] = options.handleSignals ?? true ? ['SIGTERM', 'SIGINT', 'SIGHUP'] : [];
   for (const s of handled) process.on(s, onSignal);
-  let metrics: RelayMetricsService | undefined;
+  let metrics: { close(): Promise<void> } | undefined;
   try {
-    await relay.start();
-    logger.info({ kafka: describeKafkaSecurity(options) }, 'kafka connection security');
+    await target.start();
     try {
-      metrics = await serveRelayMetrics(relay, { address, sampleIntervalMs, kafka: relay.kafka as Kafka, logger });
+      metrics = await afterStart();
     } catch (error) {
-      await relay.stop();
+      await target.stop();
       throw error;
     }
-    const stopped = new Promise<{ hard: boolean }>((resolve) => relay.once('stopped', resolve));
+    const stopped = new Promise<{ hard: boolean }>((resolve) => target.once('stopped', resolve));
     running = true;
-    options.signal?.addEventListener('abort', () => void relay.stop(), { once: true });
-    if (options.signal?.aborted || signals === 1) void relay.stop();
-    else if (signals > 1) void relay.abort();
+    options.signal?.addEventListener('abort', () => void target.stop(), { once: true });
+    if (options.signal?.aborted || signals === 1) void target.stop();
+    else if (signals > 1) void target.abort();
     const outcome = await stopped;
     return outcome.hard ? EXIT.forced : EXIT.ok;
   } finally {

@@ -1,0 +1,254 @@
+import type { Kafka } from 'kafkajs';
+import { createKafka } from '../shared/kafka.js';
+import { ConfigError, describeError } from '../shared/errors.js';
+import { TypedEmitter } from '../shared/events.js';
+import { backoffDelayMs } from '../shared/backoff.js';
+import { describeDatabase } from '../shared/database.js';
+import { silentLogger, type Logger } from '../shared/logger.js';
+import { checkOutboxList, type OutboxDefinition } from '../shared/outboxList.js';
+import { WakeUp } from './wakeUp.js';
+import * as settings from '../shared/settings.js';
+import { createRelay, type Relay } from './relay.js';
+import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './options.js';
+
+/** Options of {@link createRelayGroup}: the outboxes, and the relay options they share. */
+export interface RelayGroupOptions extends Omit<RelayOptions, 'databaseUrl' | 'schema'> {
+  /** The outboxes to relay, each with its own database URL and schema (src/shared/outboxList.ts reads them from a file or the environment). */
+  outboxes: OutboxDefinition[];
+  /**
+   * Most Postgres connections the relays of this process may hold in all (default 0: no
+   * bound). Checked up front against {@link connectionsPerOutbox} of every outbox.
+   */
+  maxDatabaseConnections?: number;
+}
+
+/** The outboxes file of `run`, `status` and the operator commands (src/shared/outboxList.ts). */
+export const outboxesFile = settings.text({
+  option: 'outboxesFile',
+  flag: '--outboxes-file',
+  env: 'OUTBOX_OUTBOXES_FILE',
+  description: 'JSON file listing several outboxes for one process (name, databaseUrlEnv or databaseUrlFile, schema); instead of DATABASE_URL. See docs/outboxes.md.',
+});
+
+export const maxDatabaseConnections = settings.integer({
+  option: 'maxDatabaseConnections',
+  flag: '--max-database-connections',
+  env: 'OUTBOX_MAX_DATABASE_CONNECTIONS',
+  description: 'With several outboxes: refuse to start when their relays could hold more Postgres connections than this in all (batches in flight + 5 per outbox); 0 for no bound.',
+  defaultValue: 0,
+  min: 0,
+  max: 100_000,
+});
+
+/** Where an outbox of a group stands. */
+export type OutboxState = 'starting' | 'running' | 'unavailable' | 'stopped';
+
+/** One outbox of a group as `status` and /readyz show it. */
+export interface OutboxStatus {
+  name: string;
+  schema: string;
+  /** host:port/database, without user or password. */
+  database: string;
+  state: OutboxState;
+  /** Why the outbox is unavailable (its database unreachable, its schema not migrated), never a connection string. */
+  error: string | undefined;
+  /** Start attempts that failed in a row. */
+  failedStarts: number;
+  /** The running relay, while `state` is `running`. */
+  relay: Relay | undefined;
+}
+
+/** Payloads of the group's events. */
+export interface RelayGroupEvents {
+  /** An outbox changed state: its relay started (`running`), could not start (`unavailable`, retried), stopped. */
+  outbox: { name: string; state: OutboxState; relay: Relay | undefined; error: Error | undefined };
+  /** Every outbox's relay stopped; `hard` when any stopped hard. */
+  stopped: { hard: boolean };
+}
+
+/**
+ * Postgres connections one outbox's relay holds at most: its pool (batches in flight plus
+ * the lease renewal and a spare, see Relay.start) and the horizon probe. The metrics
+ * sampler and the readiness probe of `run` add one each.
+ */
+export function connectionsPerOutbox(batchesInFlight: number, withMetrics = true): number {
+  return batchesInFlight + 3 + (withMetrics ? 2 : 0);
+}
+
+/** First retry of an outbox that could not start; doubles up to retryMaxDelayMs. */
+const START_RETRY_BASE_MS = 500;
+
+/**
+ * Several outboxes relayed by one process. Each outbox has a relay of its own (its own
+ * pool, horizon, leases, breaker, dead letters and metrics label); they share the Kafka
+ * client and the settings. An outbox whose database is unreachable or whose schema is not
+ * migrated at start is `unavailable` and retried with backoff while the others run; once
+ * running, a relay rides out its database going away as a single relay does (its batches
+ * fail and retry, nothing is lost) and touches no other outbox.
+ *
+ * Create with {@link createRelayGroup}, then `start()`; `stop()` drains every outbox and
+ * is idempotent.
+ */
+export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
+  /** The settings every outbox's relay gets (the first outbox's database and schema). */
+  readonly options: ResolvedRelayOptions;
+  private readonly logger: Logger;
+  private readonly entries: OutboxStatus[];
+  private readonly relayOptions = new Map<string, RelayOptions>();
+  private kafkaClient: Kafka | undefined;
+  private readonly stopRequested = new WakeUp();
+  private loops: Promise<void>[] = [];
+  private started = false;
+  private stopping = false;
+  private hardStop = false;
+  private stopPromise: Promise<{ hard: boolean }> | undefined;
+
+  constructor(options: RelayGroupOptions) {
+    super();
+    const outboxes = checkOutboxList(options.outboxes);
+    const { outboxes: _, maxDatabaseConnections: _bound, ...shared } = options;
+    this.logger = (options.logger ?? silentLogger()).child({ component: 'relay-group' });
+    // Every outbox's options are checked now, before anything connects.
+    let total = 0;
+    for (const o of outboxes) {
+      const relayOptions: RelayOptions = {
+        ...shared,
+        databaseUrl: o.databaseUrl,
+        schema: o.schema,
+        ...(o.batchesInFlight !== undefined ? { batchesInFlight: o.batchesInFlight } : {}),
+        logger: (options.logger ?? silentLogger()).child({ outbox: o.name }),
+      };
+      const resolved = resolveRelayOptions(relayOptions);
+      total += connectionsPerOutbox(resolved.batchesInFlight);
+      this.relayOptions.set(o.name, relayOptions);
+    }
+    const bound = settings.optionValue(maxDatabaseConnections, options.maxDatabaseConnections);
+    if (bound > 0) {
+      if (total > bound) {
+        throw new ConfigError(
+          'maxDatabaseConnections',
+          `is ${bound}, but ${outboxes.length} outboxes need up to ${total} connections (batches in flight + 5 each): lower batchesInFlight, raise the bound, or run several processes`,
+        );
+      }
+    }
+    this.options = resolveRelayOptions(this.relayOptions.get(outboxes[0]!.name)!);
+    this.entries = outboxes.map((o) => ({
+      name: o.name,
+      schema: o.schema,
+      database: describeDatabase(o.databaseUrl),
+      state: 'starting' as OutboxState,
+      error: undefined,
+      failedStarts: 0,
+      relay: undefined,
+    }));
+  }
+
+  /** Every outbox and where it stands, in the order configured. */
+  get outboxes(): readonly Readonly<OutboxStatus>[] {
+    return this.entries.map((e) => ({ ...e }));
+  }
+
+  /** The Kafka client the relays share (after `start()`). */
+  get kafka(): Kafka | undefined {
+    return this.kafkaClient;
+  }
+
+  /**
+   * Start every outbox. Resolves once each has made its first attempt: running, or
+   * unavailable and retrying in the background. Never rejects for one outbox's database.
+   */
+  async start(): Promise<void> {
+    if (this.started) throw new ConfigError('relayGroup', 'already started');
+    this.started = true;
+    const o = this.options;
+    this.kafkaClient = o.kafka ?? createKafka({ brokers: o.kafkaBrokers, clientId: o.clientId, logger: o.logger, ...o.kafkaSecurity });
+    const firstAttempts = this.entries.map(() => {
+      let done!: () => void;
+      const p = new Promise<void>((resolve) => (done = resolve));
+      return { p, done };
+    });
+    this.loops = this.entries.map((entry, i) => this.runOutbox(entry, firstAttempts[i]!.done));
+    await Promise.all(firstAttempts.map((f) => f.p));
+    this.logger.info(
+      { outboxes: this.entries.map((e) => ({ name: e.name, state: e.state, schema: e.schema, database: e.database })) },
+      'relay group started',
+    );
+  }
+
+  /**
+   * Stop every outbox: each relay finishes its batches in flight (within its
+   * shutdownTimeoutMs), unavailable outboxes stop retrying. Idempotent.
+   */
+  stop(): Promise<{ hard: boolean }> {
+    this.stopPromise ??= this.doStop();
+    return this.stopPromise;
+  }
+
+  /** Hard stop of every outbox: abandon batches in flight now (they are published again later). */
+  abort(): Promise<{ hard: boolean }> {
+    this.hardStop = true;
+    for (const e of this.entries) void e.relay?.abort();
+    return this.stop();
+  }
+
+  private async doStop(): Promise<{ hard: boolean }> {
+    this.stopping = true;
+    this.stopRequested.notify();
+    const outcomes = await Promise.all(this.entries.map((e) => (this.hardStop ? e.relay?.abort() : e.relay?.stop())));
+    await Promise.all(this.loops);
+    const hard = this.hardStop || outcomes.some((r) => r?.hard === true);
+    this.emit('stopped', { hard });
+    return { hard };
+  }
+
+  /** Start one outbox's relay, retrying with backoff until it starts or the group stops. */
+  private async runOutbox(entry: OutboxStatus, attempted: () => void): Promise<void> {
+    const options = { ...this.relayOptions.get(entry.name)!, kafka: this.kafkaClient };
+    while (!this.stopping) {
+      const relay = createRelay(options);
+      try {
+        await relay.start();
+      } catch (error) {
+        entry.failedStarts++;
+        const first = entry.state !== 'unavailable';
+        entry.state = 'unavailable';
+        entry.error = describeError(error);
+        const retryInMs = backoffDelayMs(entry.failedStarts - 1, START_RETRY_BASE_MS, this.options.retryMaxDelayMs) + START_RETRY_BASE_MS;
+        // Warn when it becomes unavailable; the retries after that are debug noise.
+        this.logger[first ? 'warn' : 'debug']({ outbox: entry.name, err: entry.error, attempt: entry.failedStarts, retryInMs }, 'outbox unavailable: its relay could not start; the other outboxes go on, this one is retried');
+        this.emit('outbox', { name: entry.name, state: 'unavailable', relay: undefined, error: error as Error });
+        attempted();
+        await this.stopRequested.wait(retryInMs);
+        continue;
+      }
+      if (this.stopping) {
+        // stop() came while this relay was starting: doStop did not see it.
+        await (this.hardStop ? relay.abort() : relay.stop());
+        break;
+      }
+      const stopped = new Promise<void>((resolve) => relay.once('stopped', () => resolve()));
+      entry.relay = relay;
+      entry.state = 'running';
+      entry.error = undefined;
+      if (entry.failedStarts > 0) this.logger.info({ outbox: entry.name, failedStarts: entry.failedStarts }, 'outbox available again: its relay started');
+      entry.failedStarts = 0;
+      this.emit('outbox', { name: entry.name, state: 'running', relay, error: undefined });
+      attempted();
+      await stopped;
+      break;
+    }
+    attempted();
+    entry.relay = undefined;
+    entry.state = 'stopped';
+    this.emit('outbox', { name: entry.name, state: 'stopped', relay: undefined, error: undefined });
+  }
+
+  protected override listenerFailed(event: string, error: unknown): void {
+    this.logger.error({ event, err: describeError(error) }, 'a relay group event listener threw; ignored');
+  }
+}
+
+/** Create a relay group over several outboxes; call `start()` on it. Options are validated here. */
+export function createRelayGroup(options: RelayGroupOptions): RelayGroup {
+  return new RelayGroup(options);
+}

@@ -1,0 +1,201 @@
+/**
+ * The outboxes one relay process serves, from a JSON file or from the environment.
+ *
+ * File (`--outboxes-file`, env OUTBOX_OUTBOXES_FILE):
+ *
+ *   { "outboxes": [
+ *       { "name": "orders",  "databaseUrlEnv": "ORDERS_DATABASE_URL", "schema": "public" },
+ *       { "name": "tenant_a", "databaseUrlFile": "/run/secrets/tenants-db", "schema": "tenant_a" } ] }
+ *
+ * Environment (OUTBOX_OUTBOXES=orders,tenant_a): for each name N, OUTBOX_<N>_DATABASE_URL
+ * or OUTBOX_<N>_DATABASE_URL_FILE, and optionally OUTBOX_<N>_SCHEMA and
+ * OUTBOX_<N>_BATCHES_IN_FLIGHT (N upper-cased).
+ *
+ * The connection string is a secret: it comes from an environment variable or a file the
+ * entry names. A literal `databaseUrl` in the file is accepted only without a password
+ * (a file of this kind tends to live in a ConfigMap or a repository). No message here
+ * ever quotes a connection string.
+ */
+import { readFileSync } from 'node:fs';
+import { ConfigError } from './errors.js';
+import { databaseUrlProblem, describeDatabase } from './database.js';
+import { DEFAULT_SCHEMA, identifierProblem } from './identifiers.js';
+
+/** One outbox of a relay group. */
+export interface OutboxDefinition {
+  /** Names the outbox in logs, the `outbox` metric label, /readyz and operator commands. */
+  name: string;
+  /** PostgreSQL connection string (resolved from the environment or a file). */
+  databaseUrl: string;
+  /** Schema of the outbox tables (default `public`). */
+  schema: string;
+  /** Batches of this outbox published at once (default: the group's batchesInFlight). */
+  batchesInFlight?: number;
+}
+
+/** Most outboxes one process takes: each holds its own connections, leases and loops. */
+export const MAX_OUTBOXES = 64;
+
+const NAME = /^[a-z][a-z0-9_]{0,39}$/;
+const ENTRY_KEYS = new Set(['name', 'databaseUrl', 'databaseUrlEnv', 'databaseUrlFile', 'schema', 'batchesInFlight']);
+
+/** What is wrong with an outbox name, or undefined. */
+export function outboxNameProblem(name: unknown): string | undefined {
+  return typeof name === 'string' && NAME.test(name)
+    ? undefined
+    : `${JSON.stringify(name)} is not an outbox name (1-40 lower-case letters, digits or underscores, starting with a letter)`;
+}
+
+/**
+ * Check a list of outboxes: names valid and unique, connection strings well-formed, no
+ * two entries on the same database and schema, at most {@link MAX_OUTBOXES}.
+ *
+ * @param setting names the source in errors (the file or the variable)
+ * @throws ConfigError
+ */
+export function checkOutboxList(list: readonly OutboxDefinition[], setting = 'outboxes'): OutboxDefinition[] {
+  if (!Array.isArray(list) || list.length === 0) throw new ConfigError(setting, 'needs at least one outbox');
+  if (list.length > MAX_OUTBOXES) throw new ConfigError(setting, `has ${list.length} outboxes; one process takes at most ${MAX_OUTBOXES} (run several)`);
+  const names = new Set<string>();
+  const places = new Map<string, string>();
+  return list.map((o, i) => {
+    const where = `${setting}[${i}]`;
+    const nameProblem = outboxNameProblem(o.name);
+    if (nameProblem) throw new ConfigError(`${where}.name`, nameProblem);
+    if (names.has(o.name)) throw new ConfigError(`${where}.name`, `${JSON.stringify(o.name)} is given twice`);
+    names.add(o.name);
+    if (typeof o.databaseUrl !== 'string') throw new ConfigError(`${where}.databaseUrl`, 'is required');
+    const urlProblem = databaseUrlProblem(o.databaseUrl);
+    if (urlProblem) throw new ConfigError(`outbox ${o.name}: database URL`, urlProblem);
+    const schema = o.schema ?? DEFAULT_SCHEMA;
+    const schemaProblem = identifierProblem(schema);
+    if (schemaProblem) throw new ConfigError(`outbox ${o.name}: schema`, schemaProblem);
+    const place = `${describeDatabase(o.databaseUrl)} ${schema}`;
+    const other = places.get(place);
+    if (other) throw new ConfigError(`outbox ${o.name}`, `is the same database and schema as outbox ${other} (${place})`);
+    places.set(place, o.name);
+    if (o.batchesInFlight !== undefined && !(Number.isInteger(o.batchesInFlight) && o.batchesInFlight >= 1 && o.batchesInFlight <= 64)) {
+      throw new ConfigError(`outbox ${o.name}: batchesInFlight`, `${JSON.stringify(o.batchesInFlight)} is not a whole number from 1 to 64`);
+    }
+    return { name: o.name, databaseUrl: o.databaseUrl, schema, ...(o.batchesInFlight !== undefined ? { batchesInFlight: o.batchesInFlight } : {}) };
+  });
+}
+
+function readSecretFile(path: string, setting: string): string {
+  try {
+    return readFileSync(path, 'utf8').trim();
+  } catch (error) {
+    throw new ConfigError(setting, `cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+  }
+}
+
+function hasPassword(url: string): boolean {
+  try {
+    return new URL(url).password !== '';
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Parse the text of an outboxes file (JSON, see the module comment).
+ *
+ * @param file the file's path, for error messages
+ * @throws ConfigError naming the entry and field at fault
+ */
+export function parseOutboxesFile(text: string, file: string, env: NodeJS.ProcessEnv): OutboxDefinition[] {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch (error) {
+    throw new ConfigError(file, `is not JSON: ${(error as Error).message}`);
+  }
+  const entries = (doc as { outboxes?: unknown } | null)?.outboxes;
+  if (!Array.isArray(entries)) throw new ConfigError(file, 'needs an "outboxes" list');
+  const list = entries.map((entry: unknown, i): OutboxDefinition => {
+    const where = `${file}: outboxes[${i}]`;
+    if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) throw new ConfigError(where, 'is not an object');
+    const e = entry as Record<string, unknown>;
+    const unknown = Object.keys(e).filter((k) => !ENTRY_KEYS.has(k));
+    if (unknown.length > 0) throw new ConfigError(where, `has unknown field ${unknown[0]} (known: ${[...ENTRY_KEYS].join(', ')})`);
+    const sources = (['databaseUrl', 'databaseUrlEnv', 'databaseUrlFile'] as const).filter((k) => e[k] !== undefined);
+    if (sources.length !== 1) throw new ConfigError(where, 'needs exactly one of databaseUrlEnv, databaseUrlFile or databaseUrl');
+    const source = sources[0]!;
+    if (typeof e[source] !== 'string' || e[source] === '') throw new ConfigError(`${where}.${source}`, 'is not a non-empty string');
+    let databaseUrl: string;
+    if (source === 'databaseUrlEnv') {
+      const value = env[e.databaseUrlEnv as string];
+      if (value === undefined || value === '') throw new ConfigError(`${where}.databaseUrlEnv`, `names ${e.databaseUrlEnv as string}, which is not set`);
+      databaseUrl = value.trim();
+    } else if (source === 'databaseUrlFile') {
+      databaseUrl = readSecretFile(e.databaseUrlFile as string, `${where}.databaseUrlFile`);
+    } else {
+      databaseUrl = (e.databaseUrl as string).trim();
+      if (hasPassword(databaseUrl)) {
+        throw new ConfigError(`${where}.databaseUrl`, 'holds a password: put the URL in an environment variable (databaseUrlEnv) or a file (databaseUrlFile) instead');
+      }
+    }
+    if (e.schema !== undefined && typeof e.schema !== 'string') throw new ConfigError(`${where}.schema`, 'is not a string');
+    return {
+      name: e.name as string,
+      databaseUrl,
+      schema: (e.schema as string | undefined) ?? DEFAULT_SCHEMA,
+      ...(e.batchesInFlight !== undefined ? { batchesInFlight: e.batchesInFlight as number } : {}),
+    };
+  });
+  return checkOutboxList(list, `${file}: outboxes`);
+}
+
+/**
+ * Read the outboxes from OUTBOX_OUTBOXES and its per-outbox variables (see the module comment).
+ *
+ * @throws ConfigError naming the variable at fault
+ */
+export function outboxesFromEnvironment(env: NodeJS.ProcessEnv): OutboxDefinition[] {
+  const names = (env.OUTBOX_OUTBOXES ?? '').split(',').map((s) => s.trim()).filter((s) => s !== '');
+  const list = names.map((name): OutboxDefinition => {
+    const problem = outboxNameProblem(name);
+    if (problem) throw new ConfigError('OUTBOX_OUTBOXES', problem);
+    const prefix = `OUTBOX_${name.toUpperCase()}_`;
+    const direct = env[`${prefix}DATABASE_URL`];
+    const file = env[`${prefix}DATABASE_URL_FILE`];
+    if (direct && file) throw new ConfigError(`${prefix}DATABASE_URL`, `and ${prefix}DATABASE_URL_FILE are both set; set one`);
+    let databaseUrl: string;
+    if (direct) databaseUrl = direct.trim();
+    else if (file) databaseUrl = readSecretFile(file, `${prefix}DATABASE_URL_FILE`);
+    else throw new ConfigError(`${prefix}DATABASE_URL`, `is required for outbox ${name} (or ${prefix}DATABASE_URL_FILE)`);
+    const inFlight = env[`${prefix}BATCHES_IN_FLIGHT`];
+    if (inFlight !== undefined && inFlight !== '' && !/^\d+$/.test(inFlight.trim())) {
+      throw new ConfigError(`${prefix}BATCHES_IN_FLIGHT`, `${JSON.stringify(inFlight)} is not a whole number from 1 to 64`);
+    }
+    return {
+      name,
+      databaseUrl,
+      schema: env[`${prefix}SCHEMA`] || DEFAULT_SCHEMA,
+      ...(inFlight ? { batchesInFlight: Number(inFlight) } : {}),
+    };
+  });
+  return checkOutboxList(list, 'OUTBOX_OUTBOXES');
+}
+
+/**
+ * The outboxes of this process: from `file` when given, else from OUTBOX_OUTBOXES_FILE,
+ * else from OUTBOX_OUTBOXES; undefined when none of them is set (one outbox, DATABASE_URL).
+ *
+ * @throws ConfigError
+ */
+export function readOutboxList(file: string | undefined, env: NodeJS.ProcessEnv): OutboxDefinition[] | undefined {
+  const path = file ?? (env.OUTBOX_OUTBOXES_FILE || undefined);
+  if (path !== undefined) {
+    if (env.OUTBOX_OUTBOXES) throw new ConfigError('OUTBOX_OUTBOXES', `and an outboxes file (${path}) are both set; use one`);
+    let text: string;
+    try {
+      text = readFileSync(path, 'utf8');
+    } catch (error) {
+      throw new ConfigError(file !== undefined ? '--outboxes-file' : 'OUTBOX_OUTBOXES_FILE', `cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    }
+    return parseOutboxesFile(text, path, env);
+  }
+  if (env.OUTBOX_OUTBOXES) return outboxesFromEnvironment(env);
+  return undefined;
+}
