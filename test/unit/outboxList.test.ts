@@ -1,0 +1,82 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigError } from '../../src/shared/errors.js';
+import { outboxesFromEnvironment, parseOutboxesFile, readOutboxList } from '../../src/shared/outboxList.js';
+
+const URL_A = 'postgres://relay:pw-a@db-a:5432/app';
+const URL_B = 'postgres://relay@db-b:5432/app';
+
+function refuses(run: () => unknown, pattern: RegExp, secret?: string): void {
+  assert.throws(run, (e: unknown) => {
+    assert.ok(e instanceof ConfigError, String(e));
+    assert.match(e.message, pattern);
+    if (secret) assert.ok(!e.message.includes(secret), `no secret in: ${e.message}`);
+    return true;
+  });
+}
+
+test('an outboxes file takes each URL from the variable or file it names, and the schema per outbox', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'outboxes-'));
+  const secret = join(dir, 'b-url');
+  writeFileSync(secret, `${URL_B}\n`);
+  const list = parseOutboxesFile(
+    JSON.stringify({
+      outboxes: [
+        { name: 'orders', databaseUrlEnv: 'ORDERS_URL', schema: 'orders' },
+        { name: 'tenant_b', databaseUrlFile: secret, batchesInFlight: 1 },
+        { name: 'plain', databaseUrl: 'postgres://relay@db-c/app' },
+      ],
+    }),
+    'outboxes.json',
+    { ORDERS_URL: URL_A },
+  );
+  assert.deepEqual(list, [
+    { name: 'orders', databaseUrl: URL_A, schema: 'orders' },
+    { name: 'tenant_b', databaseUrl: URL_B, schema: 'public', batchesInFlight: 1 },
+    { name: 'plain', databaseUrl: 'postgres://relay@db-c/app', schema: 'public' },
+  ]);
+});
+
+test('an outboxes file is refused, naming the entry, never quoting a URL', () => {
+  const parse = (doc: unknown, env: NodeJS.ProcessEnv = { U: URL_A }) => () => parseOutboxesFile(JSON.stringify(doc), 'f.json', env);
+  refuses(() => parseOutboxesFile('{', 'f.json', {}), /f\.json: is not JSON/);
+  refuses(parse({}), /needs an "outboxes" list/);
+  refuses(parse({ outboxes: [] }), /at least one outbox/);
+  refuses(parse({ outboxes: [{ name: 'a', databaseUrl: URL_A }] }), /holds a password: put the URL in an environment variable/, 'pw-a');
+  refuses(parse({ outboxes: [{ name: 'a', databaseUrlEnv: 'MISSING' }] }), /outboxes\[0\]\.databaseUrlEnv: names MISSING, which is not set/);
+  refuses(parse({ outboxes: [{ name: 'a', databaseUrlEnv: 'U', databaseUrlFile: '/x' }] }), /exactly one of/);
+  refuses(parse({ outboxes: [{ name: 'a', databaseUrlEnv: 'U', tables: 1 }] }), /unknown field tables/);
+  refuses(parse({ outboxes: [{ name: 'a', databaseUrlFile: '/nonexistent/url' }] }), /cannot read \/nonexistent\/url: ENOENT/);
+  refuses(parse({ outboxes: [{ name: 'A', databaseUrlEnv: 'U' }] }), /not an outbox name/);
+  refuses(parse({ outboxes: [{ name: 'a', databaseUrlEnv: 'U' }, { name: 'b', databaseUrlEnv: 'U' }] }), /same database and schema as outbox a/);
+  refuses(parse({ outboxes: [{ name: 'a', databaseUrlEnv: 'U', schema: 'x;drop' }] }), /not a valid name/);
+  refuses(parse({ outboxes: [{ name: 'a', databaseUrlEnv: 'U', batchesInFlight: 0 }] }), /batchesInFlight/);
+  refuses(parse({ outboxes: [{ name: 'a', databaseUrlEnv: 'U' }] }, { U: 'postgres://u:pw/x@host:5432/db' }), /database URL/, 'pw/x');
+});
+
+test('OUTBOX_OUTBOXES names the outboxes; each takes OUTBOX_<NAME>_DATABASE_URL (or _FILE), _SCHEMA and _BATCHES_IN_FLIGHT', () => {
+  const list = outboxesFromEnvironment({
+    OUTBOX_OUTBOXES: 'orders, billing',
+    OUTBOX_ORDERS_DATABASE_URL: URL_A,
+    OUTBOX_ORDERS_SCHEMA: 'orders',
+    OUTBOX_BILLING_DATABASE_URL: URL_B,
+    OUTBOX_BILLING_BATCHES_IN_FLIGHT: '4',
+  });
+  assert.deepEqual(list, [
+    { name: 'orders', databaseUrl: URL_A, schema: 'orders' },
+    { name: 'billing', databaseUrl: URL_B, schema: 'public', batchesInFlight: 4 },
+  ]);
+  refuses(() => outboxesFromEnvironment({ OUTBOX_OUTBOXES: 'orders' }), /OUTBOX_ORDERS_DATABASE_URL: is required/);
+  refuses(() => outboxesFromEnvironment({ OUTBOX_OUTBOXES: 'orders', OUTBOX_ORDERS_DATABASE_URL: URL_A, OUTBOX_ORDERS_DATABASE_URL_FILE: '/x' }), /both set/);
+  refuses(() => outboxesFromEnvironment({ OUTBOX_OUTBOXES: 'Orders' }), /not an outbox name/);
+  refuses(() => outboxesFromEnvironment({ OUTBOX_OUTBOXES: 'orders', OUTBOX_ORDERS_DATABASE_URL: URL_A, OUTBOX_ORDERS_BATCHES_IN_FLIGHT: 'many' }), /BATCHES_IN_FLIGHT/);
+});
+
+test('readOutboxList: nothing set is one outbox (undefined); a file and OUTBOX_OUTBOXES together are refused', () => {
+  assert.equal(readOutboxList(undefined, {}), undefined);
+  refuses(() => readOutboxList('/some/file.json', { OUTBOX_OUTBOXES: 'a' }), /both set/);
+  refuses(() => readOutboxList(undefined, { OUTBOX_OUTBOXES_FILE: '/nonexistent.json' }), /OUTBOX_OUTBOXES_FILE: cannot read/);
+});
