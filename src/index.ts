@@ -10,6 +10,12 @@ export type { DeadLetterPolicy } from './relay/publishBatch.js';
 export { runRelay, EXIT } from './commands/run.js';
 export type { RunRelayOptions } from './commands/run.js';
 export type { KafkaSecurityOptions, SaslMechanism } from './shared/kafkaSecurity.js';
+// Several outboxes in one process (docs/outboxes.md).
+export { createRelayGroup, RelayGroup } from './relay/relayGroup.js';
+export type { RelayGroupOptions, RelayGroupEvents, RelayGroupOutbox, OutboxState } from './relay/relayGroup.js';
+export type { OutboxDefinition } from './shared/outboxList.js';
+export { runRelayGroup } from './commands/run.js';
+export type { RunRelayGroupOptions } from './commands/run.js';
 
 // Writing events: plain SQL, or this helper inside the application's transaction.
 export { enqueue } from './enqueue.js';
@@ -56,6 +62,8 @@ export { instrumentConsumer, instrumentHandler } from './metrics/consumerMetrics
 export type { ConsumerInstrumentation, InstrumentConsumerOptions } from './metrics/consumerMetrics.js';
 export { startMetricsServer, serveRelayMetrics } from './metrics/server.js';
 export type { MetricsServer, MetricsServerOptions, RelayMetricsService } from './metrics/server.js';
+export { instrumentRelayGroup, serveRelayGroupMetrics } from './metrics/relayGroupMetrics.js';
+export type { RelayGroupInstrumentation, RelayGroupMetricsService } from './metrics/relayGroupMetrics.js';
 
 // Shared: errors, logging, identifiers.
 export { OutboxError, ConfigError, SchemaError, ConnectionError } from './shared/errors.js';

@@ -44,7 +44,7 @@ export const maxDatabaseConnections = settings.integer({
 export type OutboxState = 'starting' | 'running' | 'unavailable' | 'stopped';
 
 /** One outbox of a group as `status` and /readyz show it. */
-export interface OutboxStatus {
+export interface RelayGroupOutbox {
   name: string;
   schema: string;
   /** host:port/database, without user or password. */
@@ -93,7 +93,7 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
   /** The settings every outbox's relay gets (the first outbox's database and schema). */
   readonly options: ResolvedRelayOptions;
   private readonly logger: Logger;
-  private readonly entries: OutboxStatus[];
+  private readonly entries: RelayGroupOutbox[];
   private readonly relayOptions = new Map<string, RelayOptions>();
   private kafkaClient: Kafka | undefined;
   private readonly stopRequested = new WakeUp();
@@ -144,7 +144,7 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
   }
 
   /** Every outbox and where it stands, in the order configured. */
-  get outboxes(): readonly Readonly<OutboxStatus>[] {
+  get outboxes(): readonly Readonly<RelayGroupOutbox>[] {
     return this.entries.map((e) => ({ ...e }));
   }
 
@@ -202,7 +202,7 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
   }
 
   /** Start one outbox's relay, retrying with backoff until it starts or the group stops. */
-  private async runOutbox(entry: OutboxStatus, attempted: () => void): Promise<void> {
+  private async runOutbox(entry: RelayGroupOutbox, attempted: () => void): Promise<void> {
     const options = { ...this.relayOptions.get(entry.name)!, kafka: this.kafkaClient };
     while (!this.stopping) {
       const relay = createRelay(options);

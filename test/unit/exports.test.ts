@@ -12,10 +12,12 @@ const VALUES = [
   'formatStatus', 'getStatus', 'instrumentConsumer', 'instrumentHandler', 'listDeadLetters', 'lockEntity', 'migrate',
   'migrationScript', 'purgeProcessedMessages', 'quoteIdentifier', 'replayDeadLetters', 'roleScript', 'runRelay',
   'serveRelayMetrics', 'startMetricsServer',
+  'RelayGroup', 'createRelayGroup', 'instrumentRelayGroup', 'runRelayGroup', 'serveRelayGroupMetrics',
 ];
 
 const TYPES = [
   'BatchContext', 'BatchHandler',
+  'OutboxDefinition', 'OutboxState', 'RelayGroupEvents', 'RelayGroupInstrumentation', 'RelayGroupMetricsService', 'RelayGroupOptions', 'RelayGroupOutbox', 'RunRelayGroupOptions',
   'AdvanceVersionOptions', 'CleanupOptions', 'CleanupResult', 'ConcurrencyLimit', 'ConsumedMessage', 'ConsumerEvents',
   'ConsumerInstrumentation', 'ConsumerOptions', 'ConsumerStats', 'DatabaseOptions', 'DeadLetter', 'DeadLetterFilter',
   'DeadLetterPolicy', 'DeadLetterReason', 'DependencyLimit', 'DependencyLimitOptions', 'DependencyStats', 'DiscardDeadLettersOptions',
