@@ -6,6 +6,7 @@ import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 import { startLocalKafka, type LocalKafka } from '../scripts/localKafka.js';
 
 // This file runs its own broker: restarting the shared one would disturb other tests.
@@ -26,7 +27,7 @@ async function sentCount(): Promise<number> {
 test('integration: the relay rides out a broker restart by itself and every row arrives', async () => {
   const brokers = [kafka.brokers];
   const topic = await createTopic(3, brokers);
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: brokers, schema: db.schema, batchSize: 100, retryMaxDelayMs: 1_000 });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: brokers, schema: db.schema, batchSize: 100, retryMaxDelayMs: 1_000 });
   let failedBatches = 0;
   relay.on('batchError', () => failedBatches++);
   await relay.start();
@@ -67,7 +68,7 @@ test('integration: the relay rides out a broker restart by itself and every row 
 test('integration: broker stopped for 30 seconds while rows arrive: the breaker opens, nothing is dead-lettered, every row arrives after the restart', async () => {
   const brokers = [kafka.brokers];
   const topic = await createTopic(2, brokers);
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: brokers, schema: db.schema, batchSize: 100, retryMaxDelayMs: 2_000 });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: brokers, schema: db.schema, batchSize: 100, retryMaxDelayMs: 2_000 });
   const states: string[] = [];
   let failedBatches = 0;
   relay.on('breaker', (b) => states.push(b.state));
@@ -137,7 +138,7 @@ test('integration: Kafka unreachable when the relay starts is not fatal: it star
     client.release();
   }
   await kafka.stop();
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: brokers, schema: db.schema, retryMaxDelayMs: 1_000 });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: brokers, schema: db.schema, retryMaxDelayMs: 1_000 });
   let failed = 0;
   relay.on('batchError', () => failed++);
   try {

@@ -8,6 +8,7 @@ import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, type ReadMessage } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 // Claims start past what a worker has dealt with (src/relay/floor.ts). These are the
 // ways rows come back below that floor; each must still go out, in order per key.
@@ -60,7 +61,7 @@ async function parkThenPass(topic: string, relay: Relay): Promise<{ poison: numb
 
 test('integration: a replayed dead letter comes back under its old id, below every floor, and goes out before its key\'s waiting rows', async () => {
   const topic = await createTopic(2);
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 20, maxMessageBytes: 2_048 });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 20, maxMessageBytes: 2_048 });
   await relay.start();
   try {
     const { poison, held } = await parkThenPass(topic, relay);
@@ -78,7 +79,7 @@ test('integration: a replayed dead letter comes back under its old id, below eve
 
 test('integration: a discarded dead letter releases its key; the held rows, below every floor, go out before the key\'s new rows', async () => {
   const topic = await createTopic(2);
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 20, maxMessageBytes: 2_048 });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 20, maxMessageBytes: 2_048 });
   await relay.start();
   try {
     const { poison, held } = await parkThenPass(topic, relay);
@@ -94,7 +95,7 @@ test('integration: a discarded dead letter releases its key; the held rows, belo
 
 test('integration: after a forced horizon release, a row whose transaction commits late below the watermark is still found (the floor waits for it)', async () => {
   const topic = await createTopic(2);
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 20, horizonMaxWaitMs: 300 });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 20, horizonMaxWaitMs: 300 });
   let forced = 0;
   relay.on('horizon', (h) => {
     if (h.forced) forced++;

@@ -9,6 +9,7 @@ import { classifyPublishError } from '../src/relay/publishErrors.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 let db: TestSchema;
 before(async () => {
@@ -41,6 +42,7 @@ async function smallTopic(): Promise<string> {
 }
 
 const relayOptions = (extra: Partial<RelayOptions> = {}): RelayOptions => ({
+  producer: TEST_PRODUCER,
   databaseUrl: db.databaseUrl,
   kafkaBrokers: testBrokers(),
   schema: db.schema,

@@ -5,6 +5,7 @@ import { createLogger } from '../src/shared/logger.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, testBrokers } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 let db: TestSchema;
 before(async () => {
@@ -21,7 +22,7 @@ test('integration: a row inserted with an explicit id above the sequence is repo
   await db.pool.query(`INSERT INTO "${db.schema}".outbox (id, topic, key, payload) VALUES (1000000, $1, 'by-hand', '{}')`, [topic]);
   const lines: Array<Record<string, unknown>> = [];
   const logger = createLogger('warn', { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, logger });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, logger });
   await relay.start();
   try {
     await waitFor('the normal row sent', async () => {

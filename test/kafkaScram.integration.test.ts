@@ -19,6 +19,7 @@ import {
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 const USER = 'relay-user';
 const PASSWORD = 'relay-pass-8c1f';
@@ -96,7 +97,8 @@ for (const mechanism of ['scram-sha-256', 'scram-sha-512'] as const) {
 
     const topic = await createTopic(2, [broker.brokers]);
     await enqueueRows(topic, 25);
-    const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: [broker.saslBrokers as string], schema: db.schema, kafka: client(security), horizonMaxWaitMs: 1_000 });
+    // The security options too: the platformatic adapter builds its own client from them.
+    const relay = createRelay({ ...options, producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: [broker.saslBrokers as string], schema: db.schema, kafka: client(security), horizonMaxWaitMs: 1_000 });
     const errors: string[] = [];
     relay.on('batchError', (e) => errors.push(`${errorLabel(e.error)}: ${e.error.message}`));
     await relay.start();
@@ -116,7 +118,8 @@ for (const mechanism of ['scram-sha-256', 'scram-sha-512'] as const) {
 test('integration: a wrong SCRAM password fails authentication; the rows stay unsent', async () => {
   const topic = await createTopic(1, [broker.brokers]);
   await enqueueRows(topic, 5);
-  const wrong = kafkaSecurityConfig(fromEnvironment({ KAFKA_SASL_MECHANISM: 'scram-sha-512', KAFKA_SASL_USERNAME: USER, KAFKA_SASL_PASSWORD: 'not-the-password' }));
+  const wrongOptions = fromEnvironment({ KAFKA_SASL_MECHANISM: 'scram-sha-512', KAFKA_SASL_USERNAME: USER, KAFKA_SASL_PASSWORD: 'not-the-password' });
+  const wrong = kafkaSecurityConfig(wrongOptions);
   const admin = client(wrong).admin();
   await assert.rejects(admin.connect(), (e: Error) => e.name === 'KafkaJSSASLAuthenticationError');
   await admin.disconnect().catch(() => undefined);
@@ -131,7 +134,7 @@ test('integration: a wrong SCRAM password fails authentication; the rows stay un
   );
   await anonymous.disconnect().catch(() => undefined);
 
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: [broker.saslBrokers as string], schema: db.schema, kafka: client(wrong), retryMaxDelayMs: 100, horizonMaxWaitMs: 1_000 });
+  const relay = createRelay({ ...wrongOptions, producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: [broker.saslBrokers as string], schema: db.schema, kafka: client(wrong), retryMaxDelayMs: 100, horizonMaxWaitMs: 1_000 });
   const failed = new Promise<string>((resolve) => relay.once('batchError', (e) => resolve(errorLabel(e.error))));
   await relay.start();
   try {

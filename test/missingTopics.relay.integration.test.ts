@@ -8,6 +8,7 @@ import { startLocalKafka, type LocalKafka } from '../scripts/localKafka.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 // A broker of its own with auto.create.topics.enable=false: a topic nobody created stays
 // missing, as on most production clusters.
@@ -51,7 +52,7 @@ function next<K extends 'batch' | 'batchError'>(relay: ReturnType<typeof createR
   });
 }
 
-const relayOptions = (extra: Partial<RelayOptions>): RelayOptions => ({ databaseUrl: db.databaseUrl, kafkaBrokers: brokers(), schema: db.schema, ...extra });
+const relayOptions = (extra: Partial<RelayOptions>): RelayOptions => ({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: brokers(), schema: db.schema, ...extra });
 
 async function unsentIds(topic: string): Promise<number[]> {
   const { rows } = await db.pool.query(`SELECT id FROM "${db.schema}".outbox WHERE topic = $1 AND sent_at IS NULL ORDER BY id`, [topic]);

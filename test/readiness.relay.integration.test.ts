@@ -9,6 +9,7 @@ import { SchemaError } from '../src/shared/errors.js';
 import { RELAY_COLUMNS, schemaDrift } from '../src/shared/schema.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { testBrokers } from './helpers/kafka.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 // /readyz means "can claim and mark", not "can connect": a SELECT-only role, a read-only
 // database and a table altered after migrate are not ready, and migrate says so too.
@@ -90,7 +91,7 @@ test('integration: an outbox altered after migrate: readiness, the relay and mig
     assert.equal(report.ready, false);
     assert.equal(report.checks.schema?.detail, 'changed after migrate: column outbox.created_at is text, the migrations create it as timestamp with time zone');
     await assert.rejects(migrate({ databaseUrl: altered.databaseUrl, schema: altered.schema }), (e: Error) => e instanceof SchemaError && /outbox\.created_at is text/.test(e.message));
-    const relay = createRelay({ databaseUrl: altered.databaseUrl, kafkaBrokers: testBrokers(), schema: altered.schema });
+    const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: altered.databaseUrl, kafkaBrokers: testBrokers(), schema: altered.schema });
     await assert.rejects(relay.start(), (e: Error) => e instanceof SchemaError && /changed after it was migrated: column outbox\.created_at/.test(e.message));
     await altered.pool.query(`ALTER TABLE "${altered.schema}".outbox DROP COLUMN payload_bytes`);
     assert.ok((await schemaDrift(altered.pool as unknown as pg.ClientBase, altered.schema)).includes('column outbox.payload_bytes is missing (the migrations create it as bytea)'));

@@ -7,6 +7,7 @@ import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers } from './helpers/kafka.js';
 import { partitionOf } from './helpers/partition.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 let db: TestSchema;
 before(async () => {
@@ -22,7 +23,7 @@ test('integration: 10,000 rows over 200 keys from concurrent transactions arrive
   const keys = Array.from({ length: 200 }, (_, i) => `entity-${i}`);
   const writers = 8;
   const perWriter = 10_000 / writers;
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 500, batchesInFlight: 2 });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 500, batchesInFlight: 2 });
   const log: string[] = [];
   relay.on('batch', (b) => log.push(JSON.stringify(b)));
   relay.on('batchError', (b) => log.push('ERR ' + b.error.message));
@@ -104,7 +105,7 @@ test('integration: a tombstone, a binary payload and user headers arrive intact'
   } finally {
     client.release();
   }
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema });
   await relay.start();
   try {
     const messages = await readTopic(topic, (m) => m.length >= 3);
@@ -132,7 +133,7 @@ test('integration: Postgres connections dropped mid-stream (backends terminated)
   } finally {
     client.release();
   }
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 50, retryMaxDelayMs: 200, clientId: 'conndrop' });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 50, retryMaxDelayMs: 200, clientId: 'conndrop' });
   let errors = 0;
   relay.on('batchError', () => errors++);
   await relay.start();
@@ -170,7 +171,7 @@ test('integration: --on-publish delete removes rows once Kafka acknowledged them
     client.release();
   }
   const { rows: before } = await db.pool.query<{ message_id: string }>(`SELECT message_id FROM "${db.schema}".outbox WHERE topic = $1`, [topic]);
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, onPublish: 'delete' });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, onPublish: 'delete' });
   await relay.start();
   try {
     await waitFor('every row deleted', async () => {

@@ -8,6 +8,7 @@ import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 // Listeners observe; they never change an outcome. A `batch` or `deadLetter` listener
 // that throws (or rejects) after COMMIT must not turn the committed batch into a failed
@@ -29,7 +30,7 @@ test('integration: throwing and rejecting relay listeners are logged and change 
       done();
     },
   });
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, logger: createLogger('info', sink) });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, logger: createLogger('info', sink) });
   const batchErrors: string[] = [];
   let published = 0;
   let deadLetters = 0;

@@ -6,6 +6,7 @@ import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, type ReadMessage } from './helpers/kafka.js';
 import { spawnCli } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 let db: TestSchema;
 before(async () => {
@@ -59,6 +60,7 @@ const env = () => ({
   KAFKA_BROKERS: testBrokers().join(','),
   OUTBOX_SCHEMA: db.schema,
   OUTBOX_LOG_LEVEL: 'warn',
+  OUTBOX_PRODUCER: TEST_PRODUCER,
 });
 
 test('integration: a relay killed with SIGKILL mid-stream and started again delivers every row', async () => {

@@ -6,6 +6,7 @@ import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, testBrokers } from './helpers/kafka.js';
 import { spawnCli, type Spawned } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 import { assertDeliveredInOrder, runWriters } from './helpers/workload.js';
 
 const LEASE_TTL_MS = 2_000;
@@ -29,7 +30,7 @@ async function ownersByShardCount(): Promise<number[]> {
 
 test('integration: two relays split the shards fairly and publish every committed row in per-key order while writers commit out of order', async () => {
   const topic = await createTopic(4);
-  const options = { databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 50, leaseTtlMs: LEASE_TTL_MS };
+  const options = { producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 50, leaseTtlMs: LEASE_TTL_MS };
   const relays: Relay[] = [createRelay(options), createRelay(options)];
   for (const r of relays) await r.start();
   try {
@@ -52,7 +53,7 @@ test('integration: two relays split the shards fairly and publish every committe
 });
 
 test('integration: relays joining and leaving rebalance the shards fairly', async () => {
-  const options = { databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, leaseTtlMs: LEASE_TTL_MS };
+  const options = { producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, leaseTtlMs: LEASE_TTL_MS };
   const relays: Relay[] = [];
   try {
     for (let n = 1; n <= 3; n++) {
@@ -78,6 +79,7 @@ function relayProcess(): Spawned {
     OUTBOX_SCHEMA: db.schema,
     OUTBOX_LEASE_TTL_MS: String(LEASE_TTL_MS),
     OUTBOX_LOG_LEVEL: 'warn',
+    OUTBOX_PRODUCER: TEST_PRODUCER,
   });
 }
 
@@ -151,7 +153,7 @@ test('integration: a relay paused (SIGSTOP) past its lease is fenced off; after 
 });
 
 test('integration: outbox-relay status shows which relay owns which shards', async () => {
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, leaseTtlMs: LEASE_TTL_MS });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, leaseTtlMs: LEASE_TTL_MS });
   await relay.start();
   try {
     await waitFor('shards owned', () => relay.ownedShards.length === 256);

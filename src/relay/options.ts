@@ -5,6 +5,7 @@ import { silentLogger, type Logger } from '../shared/logger.js';
 import { kafkaSecurityConfig, type KafkaSecurityOptions } from '../shared/kafkaSecurity.js';
 import type { DeadLetterPolicy } from './publishBatch.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
+import { assertPlatformaticInstalled } from './platformaticProducer.js';
 
 // The relay's options: their types, the user-facing settings behind them (flag,
 // environment, default, accepted values), and their validation.
@@ -31,6 +32,15 @@ export interface RelayOptions extends KafkaSecurityOptions {
   clientId?: string;
   /** Batch compression (default `none`). */
   compression?: 'none' | 'gzip';
+  /**
+   * Kafka client that publishes (default `kafkajs`): `kafkajs` (a dependency) or
+   * `platformatic` (`@platformatic/kafka`, an optional peer dependency the application
+   * installs). Both give the same guarantees: acks=all, the relay's own murmur2
+   * partitioning, one request per partition. With `platformatic` the relay builds that
+   * client from kafkaBrokers, clientId and the Kafka security options (a `kafka` client
+   * passed in does not publish then).
+   */
+  producer?: 'kafkajs' | 'platformatic';
   /**
    * How long a row may wait behind an open transaction elsewhere in the database before
    * it is claimed anyway, in ms (default 60000). See the Horizon class.
@@ -134,6 +144,14 @@ export const compression = settings.choice({
   choices: ['none', 'gzip'] as const,
 });
 
+export const producer = settings.choice({
+  option: 'producer',
+  flag: '--producer',
+  env: 'OUTBOX_PRODUCER',
+  description: 'Kafka client that publishes: kafkajs (built in) or platformatic (@platformatic/kafka, installed separately). Same guarantees either way.',
+  defaultValue: 'kafkajs',
+  choices: ['kafkajs', 'platformatic'] as const,
+});
 
 export const horizonMaxWaitMs = settings.integer({
   option: 'horizonMaxWaitMs',
@@ -251,11 +269,12 @@ export const RELAY_SETTINGS = [
   breakerFailures,
   clientId,
   compression,
+  producer,
 ] as const;
 
 /** Validate options and fill in defaults. @throws ConfigError naming the bad option */
 export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
-  return {
+  const resolved: ResolvedRelayOptions = {
     databaseUrl: settings.optionValue(databaseUrl, options.databaseUrl),
     kafkaBrokers: settings.optionValue(kafkaBrokers, options.kafkaBrokers),
     schema: settings.optionValue(schema, options.schema),
@@ -274,8 +293,13 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     breakerFailures: settings.optionValue(breakerFailures, options.breakerFailures),
     clientId: settings.optionValue(clientId, options.clientId),
     compression: settings.optionValue(compression, options.compression),
+    producer: settings.optionValue(producer, options.producer),
     logger: options.logger ?? silentLogger(),
     kafka: options.kafka,
     kafkaSecurity: kafkaSecurityConfig(options),
   };
+  // An optional peer dependency: a missing package is a configuration error now, not a
+  // failure of every batch later.
+  if (resolved.producer === 'platformatic') assertPlatformaticInstalled();
+  return resolved;
 }

@@ -1,8 +1,9 @@
 import { CompressionTypes, Partitioners, type Kafka, type Message, type Producer } from 'kafkajs';
 import type { RelayMessage } from './message.js';
 import { partitionOf } from './partitioner.js';
-import { TopicMetadata } from './topicMetadata.js';
+import { KafkajsPartitionCounts, TopicMetadata } from './topicMetadata.js';
 import type { ResolvedRelayOptions } from './options.js';
+import { PlatformaticProducer } from './platformaticProducer.js';
 
 /** What Kafka did with one message of a send. */
 export type SendResult = { acknowledged: true } | { acknowledged: false; error: unknown };
@@ -16,6 +17,8 @@ export type SendResult = { acknowledged: true } | { acknowledged: false; error: 
  * are acknowledged or refused together.
  */
 export interface MessageProducer {
+  /** Which Kafka client publishes (the `producer` setting), for logs and metrics. */
+  readonly adapter: 'kafkajs' | 'platformatic';
   send(messages: readonly RelayMessage[]): Promise<SendResult[]>;
   disconnect(): Promise<void>;
 }
@@ -45,6 +48,7 @@ const COMPRESSION = {
  * sequential), so a retried request cannot overtake a later one of the same key.
  */
 export class BatchProducer implements MessageProducer {
+  readonly adapter = 'kafkajs';
   private readonly producer: Producer;
   /** Only asks for metadata (an empty send): lets a broker auto-create a topic, as producing would. */
   private readonly creator: Producer;
@@ -65,7 +69,7 @@ export class BatchProducer implements MessageProducer {
     this.creator.on(this.creator.events.DISCONNECT, () => {
       this.creatorConnected = false;
     });
-    this.metadata = new TopicMetadata(kafka, (topic) => this.createTopic(topic));
+    this.metadata = new TopicMetadata(new KafkajsPartitionCounts(kafka), (topic) => this.createTopic(topic));
   }
 
   async send(messages: readonly RelayMessage[]): Promise<SendResult[]> {
@@ -134,7 +138,19 @@ function toKafkajs(m: RelayMessage, partition: number): Message {
   return { key: m.key, value: m.value, headers: m.headers, timestamp: String(m.timestampMs), partition };
 }
 
-/** The relay's producer for its options (the producer adapter setting picks the adapter). */
-export function createMessageProducer(kafka: Kafka, options: Pick<ResolvedRelayOptions, 'compression'>): MessageProducer {
+/**
+ * The relay's producer for its options: the `producer` setting picks the adapter
+ * (kafkajs publishes through `kafka`; platformatic builds its own client from the
+ * brokers, client id and security options).
+ */
+export function createMessageProducer(
+  kafka: Kafka,
+  options: Pick<ResolvedRelayOptions, 'compression'> & Partial<Pick<ResolvedRelayOptions, 'producer' | 'kafkaBrokers' | 'clientId' | 'kafkaSecurity'>>,
+): MessageProducer {
+  if (options.producer === 'platformatic') {
+    const { kafkaBrokers, clientId, kafkaSecurity } = options;
+    if (!kafkaBrokers || !clientId || !kafkaSecurity) throw new TypeError('the platformatic producer needs kafkaBrokers, clientId and kafkaSecurity');
+    return new PlatformaticProducer({ kafkaBrokers, clientId, kafkaSecurity, compression: options.compression });
+  }
   return new BatchProducer(kafka, options.compression);
 }

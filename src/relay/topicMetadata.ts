@@ -32,8 +32,43 @@ export interface TopicMetadataOptions {
   now?: () => number;
 }
 
+/**
+ * Where partition counts come from: the Kafka client of the producer adapter (kafkajs'
+ * admin, or @platformatic/kafka's own metadata; see ./platformaticProducer.ts).
+ */
+export interface PartitionCountSource {
+  /**
+   * The topic's partition count as the broker says now.
+   * @throws an error with `type` UNKNOWN_TOPIC_OR_PARTITION (possibly wrapped, see
+   *   {@link isUnknownTopic}) when the broker does not know the topic; any other error
+   *   when no answer came
+   */
+  partitionCount(topic: string): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** Partition counts through a kafkajs admin client (the kafkajs adapter's source). */
+export class KafkajsPartitionCounts implements PartitionCountSource {
+  private admin: Admin | undefined;
+
+  constructor(private readonly kafka: Kafka) {}
+
+  async partitionCount(topic: string): Promise<number> {
+    this.admin ??= this.kafka.admin({ retry: { retries: 1, initialRetryTime: 100, maxRetryTime: 1_000 } });
+    await this.admin.connect();
+    const { topics } = await this.admin.fetchTopicMetadata({ topics: [topic] });
+    return topics.find((t) => t.name === topic)?.partitions.length ?? 0;
+  }
+
+  // kafkajs reconnects the admin client on the next connect().
+  async close(): Promise<void> {
+    await this.admin?.disconnect().catch(() => undefined);
+    this.admin = undefined;
+  }
+}
+
 /** UNKNOWN_TOPIC_OR_PARTITION, also inside kafkajs' "retries exceeded" wrapper. */
-function isUnknownTopic(error: unknown, depth = 0): boolean {
+export function isUnknownTopic(error: unknown, depth = 0): boolean {
   if (!error || typeof error !== 'object' || depth > 5) return false;
   const e = error as { type?: unknown; originalError?: unknown; cause?: unknown };
   return e.type === 'UNKNOWN_TOPIC_OR_PARTITION' || isUnknownTopic(e.originalError, depth + 1) || isUnknownTopic(e.cause, depth + 1);
@@ -49,7 +84,6 @@ function isUnknownTopic(error: unknown, depth = 0): boolean {
  * a missing topic means (./publishBatch.ts: wait a bounded time, then dead-letter).
  */
 export class TopicMetadata {
-  private admin: Admin | undefined;
   private readonly known = new Map<string, { partitions: number; atMs: number }>();
   private readonly missing = new Map<string, { sinceMs: number; checkedAtMs: number; cause: unknown }>();
   private readonly lookups = new Map<string, Promise<number | Error>>();
@@ -58,7 +92,7 @@ export class TopicMetadata {
   private readonly now: () => number;
 
   constructor(
-    private readonly kafka: Kafka,
+    private readonly source: PartitionCountSource,
     private readonly create: (topic: string) => Promise<void>,
     options: TopicMetadataOptions = {},
   ) {
@@ -80,8 +114,7 @@ export class TopicMetadata {
   }
 
   async close(): Promise<void> {
-    await this.admin?.disconnect().catch(() => undefined);
-    this.admin = undefined;
+    await this.source.close().catch(() => undefined);
   }
 
   private lookup(topic: string): Promise<number | Error> {
@@ -120,18 +153,14 @@ export class TopicMetadata {
   }
 
   private async fetchCount(topic: string): Promise<number> {
-    this.admin ??= this.kafka.admin({ retry: { retries: 1, initialRetryTime: 100, maxRetryTime: 1_000 } });
-    await this.admin.connect();
-    const { topics } = await this.admin.fetchTopicMetadata({ topics: [topic] });
-    const partitions = topics.find((t) => t.name === topic)?.partitions.length ?? 0;
+    const partitions = await this.source.partitionCount(topic);
     if (partitions < 1) throw Object.assign(new Error(`topic ${topic} has no partitions yet`), { type: 'UNKNOWN_TOPIC_OR_PARTITION' });
     this.known.set(topic, { partitions, atMs: this.now() });
     this.missing.delete(topic);
     return partitions;
   }
 
-  // A connection problem or the like: the answer is the error (kafkajs reconnects the
-  // admin client on the next connect()).
+  // A connection problem or the like: the answer is the error.
   private failed(error: unknown): Error {
     return error instanceof Error ? error : new Error(String(error));
   }

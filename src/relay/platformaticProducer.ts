@@ -1,0 +1,271 @@
+import { createRequire } from 'node:module';
+import type { ConnectionOptions as TlsOptions } from 'node:tls';
+import type { Producer as PltProducer, ProducerOptions as PltProducerOptions, MessageToProduce } from '@platformatic/kafka';
+import { ConfigError, OutboxError } from '../shared/errors.js';
+import type { RelayMessage } from './message.js';
+import { partitionOf } from './partitioner.js';
+import type { MessageProducer, SendResult } from './producer.js';
+import { kafkaErrorType } from './publishErrors.js';
+import { TopicMetadata, type PartitionCountSource } from './topicMetadata.js';
+import type { ResolvedRelayOptions } from './options.js';
+
+/** The npm package behind `producer: 'platformatic'` (an optional peer dependency). */
+export const PLATFORMATIC_PACKAGE = '@platformatic/kafka';
+
+type Buffers = MessageToProduce<Buffer, Buffer, Buffer, Buffer>;
+type Client = PltProducer<Buffer, Buffer, Buffer, Buffer>;
+
+/** What the platformatic adapter reads of the relay's options. */
+export type PlatformaticProducerOptions = Pick<ResolvedRelayOptions, 'kafkaBrokers' | 'clientId' | 'compression' | 'kafkaSecurity'>;
+
+function missingPackage(cause?: unknown): ConfigError {
+  const error = new ConfigError(
+    'producer',
+    `is platformatic, but the package ${PLATFORMATIC_PACKAGE} is not installed: \`npm install ${PLATFORMATIC_PACKAGE}@^1.35.0\`, or use the default producer kafkajs (--producer / OUTBOX_PRODUCER)`,
+  );
+  if (cause !== undefined) Object.defineProperty(error, 'cause', { value: cause });
+  return error;
+}
+
+/**
+ * Fail at configuration time, not at the first batch, when the package is missing: the
+ * adapter imports it lazily (only users who pick it install it).
+ *
+ * @throws ConfigError naming the setting (`producer`) and the package
+ */
+export function assertPlatformaticInstalled(resolve: (specifier: string) => string = createRequire(import.meta.url).resolve): void {
+  try {
+    resolve(PLATFORMATIC_PACKAGE);
+  } catch (error) {
+    throw missingPackage(error);
+  }
+}
+
+/**
+ * The client options for the relay's settings: acks=all, no idempotence (as with kafkajs:
+ * a key is never in two sends at once), no automatic topic creation on send (the
+ * metadata asks for it once, as the kafkajs adapter does), TLS and SASL as configured.
+ * Retries are bounded like the kafkajs client's (3, from 200 ms doubling to at most
+ * 2 s); the relay retries whole batches with its own backoff on top.
+ */
+export function platformaticClientOptions(o: PlatformaticProducerOptions): PltProducerOptions<Buffer, Buffer, Buffer, Buffer> {
+  const { ssl, sasl } = o.kafkaSecurity;
+  return {
+    clientId: o.clientId,
+    bootstrapBrokers: o.kafkaBrokers,
+    acks: -1,
+    idempotent: false,
+    autocreateTopics: false,
+    compression: o.compression,
+    connectTimeout: 3_000,
+    // kafkajs' requestTimeout, and the produce request's broker-side timeout.
+    timeout: 30_000,
+    retries: 3,
+    retryDelay: retryDelayMs,
+    ...(ssl ? { tls: ssl === true ? {} : (ssl as TlsOptions), tlsServerName: true } : {}),
+    ...(sasl ? { sasl: saslOptions(sasl) } : {}),
+  };
+}
+
+/**
+ * Delay before a retry of the client's own. A metadata request that failed (the
+ * usual case: a topic that does not exist yet) is retried sooner, as kafkajs' admin is,
+ * so that a missing topic is known as such in well under a second.
+ */
+export function retryDelayMs(_client: unknown, operationId: string, attempt: number): number {
+  const base = operationId === 'metadata' ? 100 : 200;
+  return Math.min(base * 2 ** Math.max(0, attempt - 1), 2_000);
+}
+
+type SaslIn = NonNullable<ResolvedRelayOptions['kafkaSecurity']['sasl']>;
+
+function saslOptions(sasl: SaslIn): NonNullable<PltProducerOptions<Buffer, Buffer, Buffer, Buffer>['sasl']> {
+  const { mechanism, username, password } = sasl as { mechanism: string; username: string; password: string };
+  // Ours are lower case (kafkajs' spelling); platformatic's are Kafka's.
+  const names: Record<string, 'PLAIN' | 'SCRAM-SHA-256' | 'SCRAM-SHA-512'> = { plain: 'PLAIN', 'scram-sha-256': 'SCRAM-SHA-256', 'scram-sha-512': 'SCRAM-SHA-512' };
+  const name = names[mechanism.toLowerCase()];
+  if (!name) throw new ConfigError('kafkaSaslMechanism', `${JSON.stringify(mechanism)} is not supported by the platformatic producer`);
+  return { mechanism: name, username, password };
+}
+
+/** One relay message as platformatic's (bytes everywhere: its noop serializers take Buffers). */
+export function toPlatformatic(m: RelayMessage, partition: number): Buffers {
+  const headers = new Map<Buffer, Buffer>();
+  for (const [name, value] of Object.entries(m.headers)) headers.set(Buffer.from(name, 'utf8'), Buffer.from(value, 'utf8'));
+  return {
+    topic: m.topic,
+    partition,
+    key: Buffer.from(m.key, 'utf8'),
+    // null stays null: a tombstone. (The client would take a string's length in
+    // characters, not bytes, so strings are encoded here.)
+    value: (m.value === null ? null : typeof m.value === 'string' ? Buffer.from(m.value, 'utf8') : m.value) as Buffer,
+    headers,
+    timestamp: BigInt(m.timestampMs),
+  };
+}
+
+/**
+ * Kafka refused the SASL authentication of the platformatic client. Named so that its
+ * metrics label (`kafka_sasl_authentication_error`) is the one kafkajs' failure has.
+ */
+export class KafkaSASLAuthenticationError extends OutboxError {
+  constructor(cause: unknown) {
+    super(`SASL authentication failed: ${(cause as Error)?.message ?? String(cause)}`, { retriable: true, cause });
+  }
+}
+
+/** Any error (or one inside it) that is a failed SASL authentication. */
+function isAuthenticationFailure(error: unknown, depth = 0): boolean {
+  if (!error || typeof error !== 'object' || depth > 5) return false;
+  const e = error as { code?: unknown; errors?: unknown; cause?: unknown };
+  if (e.code === 'PLT_KFK_AUTHENTICATION' || kafkaErrorType(e) === 'SASL_AUTHENTICATION_FAILED') return true;
+  if (Array.isArray(e.errors) && e.errors.some((inner) => isAuthenticationFailure(inner, depth + 1))) return true;
+  return isAuthenticationFailure(e.cause, depth + 1);
+}
+
+/** What a send tells the relay: the client's error, a SASL failure under one name. */
+function refusal(error: unknown): unknown {
+  return isAuthenticationFailure(error) ? new KafkaSASLAuthenticationError(error) : error;
+}
+
+/**
+ * platformatic's metadata answers an unknown topic with a UserError "Unknown topic X."
+ * (the protocol error inside is dropped); it is told apart by that message.
+ */
+export function isPlatformaticUnknownTopic(error: unknown): boolean {
+  const e = error as { code?: unknown; message?: unknown } | undefined;
+  return e?.code === 'PLT_KFK_USER' && typeof e.message === 'string' && e.message.startsWith('Unknown topic ');
+}
+
+/** Partition counts from the sending client's own metadata (see the class comment below). */
+class PlatformaticPartitionCounts implements PartitionCountSource {
+  constructor(private readonly client: () => Promise<Client>) {}
+
+  async partitionCount(topic: string): Promise<number> {
+    const client = await this.client();
+    try {
+      const metadata = await client.metadata({ topics: [topic], forceUpdate: true });
+      return metadata.topics.get(topic)?.partitionsCount ?? 0;
+    } catch (error) {
+      if (isPlatformaticUnknownTopic(error) || kafkaErrorType(error) === 'UNKNOWN_TOPIC_OR_PARTITION') {
+        throw Object.assign(new Error(`topic ${topic} is unknown to Kafka`), { type: 'UNKNOWN_TOPIC_OR_PARTITION', cause: error });
+      }
+      throw error;
+    }
+  }
+
+  async close(): Promise<void> {}
+}
+
+/**
+ * The @platformatic/kafka adapter of {@link MessageProducer} (`producer: 'platformatic'`),
+ * with the kafkajs adapter's guarantees (./producer.ts):
+ *
+ * - acks=all, no idempotence, the relay's own murmur2 partition set on every message;
+ * - one `send` per (topic, partition), all at once, so each partition's request is
+ *   appended or refused on its own and a refusal re-sends nothing acknowledged (the
+ *   client groups a send's messages by leader broker into one request, which would tie
+ *   several partitions' fates together);
+ * - a topic the broker does not know is refused with a TopicMissingError without being
+ *   sent, by the same ./topicMetadata.ts logic (ask, let the broker auto-create it, ask
+ *   again, remember it missing for a second).
+ *
+ * Partition counts come from this client's own metadata, not from a second client:
+ * platformatic reduces every explicit partition modulo the partition count it knows
+ * (`partition %= partitionsCount`), so a count read from another client that is ahead of
+ * this one's would silently send to another partition. Read from the same cache, the
+ * count the relay partitioned by is never above the one the client uses (counts only
+ * grow), and the modulo changes nothing.
+ *
+ * The package is imported on first use: only users who choose it install it.
+ */
+export class PlatformaticProducer implements MessageProducer {
+  readonly adapter = 'platformatic';
+  private loading: Promise<Client> | undefined;
+  private loaded: Client | undefined;
+  private readonly metadata: TopicMetadata;
+  private closed = false;
+
+  constructor(
+    private readonly options: PlatformaticProducerOptions,
+    /** The package's module, for tests; imported when not given. */
+    private readonly load: () => Promise<typeof import('@platformatic/kafka')> = () => import(PLATFORMATIC_PACKAGE) as Promise<typeof import('@platformatic/kafka')>,
+  ) {
+    this.metadata = new TopicMetadata(new PlatformaticPartitionCounts(() => this.client()), (topic) => this.createTopic(topic));
+  }
+
+  async send(messages: readonly RelayMessage[]): Promise<SendResult[]> {
+    const results: SendResult[] = new Array(messages.length);
+    const refuse = (indexes: number[], error: unknown): void => {
+      for (const i of indexes) results[i] = { acknowledged: false, error };
+    };
+    let client: Client;
+    try {
+      client = await this.client();
+    } catch (error) {
+      refuse(messages.map((_, i) => i), error);
+      return results;
+    }
+    const counts = await this.metadata.partitions(messages.map((m) => m.topic));
+    const groups = new Map<string, { topic: string; partition: number; indexes: number[] }>();
+    messages.forEach((m, i) => {
+      const count = counts.get(m.topic)!;
+      if (typeof count !== 'number') return refuse([i], count);
+      const partition = partitionOf(m.key, count);
+      const id = `${m.topic}\u0000${partition}`;
+      let group = groups.get(id);
+      if (!group) groups.set(id, (group = { topic: m.topic, partition, indexes: [] }));
+      group.indexes.push(i);
+    });
+    await Promise.all(
+      [...groups.values()].map(async ({ topic, partition, indexes }) => {
+        try {
+          await client.send({ messages: indexes.map((i) => toPlatformatic(messages[i]!, partition)), acks: -1 });
+          for (const i of indexes) results[i] = { acknowledged: true };
+        } catch (error) {
+          // Gone, or more partitions than we knew of: look the topic up again next time.
+          this.metadata.forget(topic);
+          refuse(indexes, refusal(error));
+        }
+      }),
+    );
+    return results;
+  }
+
+  async disconnect(): Promise<void> {
+    this.closed = true;
+    await this.metadata.close();
+    const client = this.loaded ?? (await this.loading?.catch(() => undefined));
+    await (client?.close(true) as Promise<void> | undefined)?.catch(() => undefined);
+  }
+
+  /** The client, created on first use (importing the package then). */
+  private client(): Promise<Client> {
+    if (this.loaded) return Promise.resolve(this.loaded);
+    this.loading ??= this.load().then(
+      (m) => {
+        if (this.closed) throw new OutboxError('the producer is disconnected', { retriable: true });
+        this.loaded = new m.Producer(platformaticClientOptions(this.options)) as Client;
+        return this.loaded;
+      },
+      (error: unknown) => {
+        // Not retried: a package that is not there now will not be there in a second.
+        throw missingPackage(error);
+      },
+    );
+    return this.loading;
+  }
+
+  // A metadata request that lets a broker with auto.create.topics.enable create the
+  // topic, as producing to it would; the client retries while the new topic has no
+  // leaders yet (LEADER_NOT_AVAILABLE).
+  private async createTopic(topic: string): Promise<void> {
+    const client = await this.client();
+    try {
+      await client.metadata({ topics: [topic], autocreateTopics: true, forceUpdate: true });
+    } catch (error) {
+      if (isPlatformaticUnknownTopic(error)) throw Object.assign(new Error(`topic ${topic} was not created`), { type: 'UNKNOWN_TOPIC_OR_PARTITION', cause: error });
+      throw error;
+    }
+  }
+}
