@@ -10,7 +10,9 @@
 // KAFKA_BROKERS (default 127.0.0.1:19092), BENCH_MESSAGES (default 50000),
 // BENCH_PARTITIONS (default 4), BENCH_MESSAGES_PER_TRANSACTION (default 50),
 // BENCH_ARMS (default `<per transaction>:on-failure:<partitions>`, a comma-separated list of
-// `messagesPerTransaction:savepoints:batchesInFlight`), BENCH_ROUNDS (default 1), BENCH_OUT
+// `messagesPerTransaction:savepoints:batchesInFlight`, savepoints `on-failure`, `always`, or
+// `batch` for handleBatch; a batch arm at the section's defaults is added when none is
+// given), BENCH_ROUNDS (default 1), BENCH_OUT
 // (default bench/results/<stamp>-consumer/).
 import { runSections } from './harness.js';
 import { resultsDir } from './report.js';
@@ -24,11 +26,15 @@ const rounds = Number(process.env.BENCH_ROUNDS ?? 1);
 const arms: ConsumerArm[] = (process.env.BENCH_ARMS ?? `${perTransaction}:on-failure:${partitions}`).split(',').map((a) => {
   const [n, sp, c] = a.split(':');
   const savepoints = sp === 'always' ? 'always' : 'on-failure';
+  const batch = sp === 'batch';
   const batchesInFlight = Number(c ?? partitions);
   return {
     key: a,
-    label: `consumer, dedup + one-row effect, ${n}/transaction, savepoints ${savepoints}, ${batchesInFlight} at once`,
+    label: batch
+      ? `consumer, handleBatch: dedup + one-row effect, ${n}/transaction, ${batchesInFlight} at once`
+      : `consumer, dedup + one-row effect, ${n}/transaction, savepoints ${savepoints}, ${batchesInFlight} at once`,
     savepoints,
+    batch,
     messagesPerTransaction: Number(n),
     batchesInFlight,
   };

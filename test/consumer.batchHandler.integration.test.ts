@@ -1,18 +1,22 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
 import type { ConsumerOptions } from '../src/consumer/options.js';
 import type { ConsumedMessage, ConsumerEvents } from '../src/consumer/types.js';
 import { DEAD_LETTER_HEADERS } from '../src/consumer/deadLetterTopic.js';
 import { OutboxError } from '../src/shared/errors.js';
-import { createTestSchema, type TestSchema } from './helpers/db.js';
-import { createTopic, readTopic, testKafka } from './helpers/kafka.js';
+import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
+import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
-import { applyBatchEffect, committedOffset, countRows, createEffectTables, effectCounts, produce, testConsumerOptions } from './helpers/consumer.js';
+import { applyBatchEffect, committedOffset, committedOffsets, countRows, createEffectTables, effectCounts, produce, testConsumerOptions } from './helpers/consumer.js';
 
 // handleBatch(messages, ctx): one call per transaction with the group's new messages, set-
 // based effects, the same exactly-once guarantees as handler; a failed batch is redone one
 // message at a time so the poison one is retried or dead-lettered alone.
+
+const BATCH_FIXTURE = fileURLToPath(new URL('./fixtures/batchConsumerProcess.ts', import.meta.url));
 
 let db: TestSchema;
 before(async () => {
@@ -297,3 +301,80 @@ test('integration: the batch handler cannot end the transaction: a batch sending
   const ids = sent.map((e) => e.messageId as string);
   await assertOnce(topic, [...ids.slice(0, 2), ...ids.slice(3)]);
 });
+
+// --- SIGKILL of a batch consumer (test/fixtures/batchConsumerProcess.ts) -----------------
+
+type ChildEvent = { event: string } & Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+const children: ChildProcess[] = [];
+after(() => {
+  for (const child of children) child.kill('SIGKILL');
+});
+
+function startBatchChild(env: Record<string, string>): { events: ChildEvent[]; exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>; stop: () => Promise<ChildEvent> } {
+  const { NODE_TEST_CONTEXT: _ignored, ...parentEnv } = process.env;
+  const child = spawn(process.execPath, ['--import', 'tsx', BATCH_FIXTURE], {
+    env: { ...parentEnv, DATABASE_URL: db.databaseUrl, KAFKA_BROKERS: testBrokers().join(','), OUTBOX_SCHEMA: db.schema, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  children.push(child);
+  const events: ChildEvent[] = [];
+  let buffered = '';
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+    buffered += chunk;
+    let newline: number;
+    while ((newline = buffered.indexOf('\n')) >= 0) {
+      const line = buffered.slice(0, newline);
+      buffered = buffered.slice(newline + 1);
+      try {
+        events.push(JSON.parse(line) as ChildEvent);
+      } catch {
+        // not one of the fixture's reports
+      }
+    }
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('close', (code, signal) => resolve({ code, signal })));
+  return {
+    events,
+    exited,
+    stop: async () => {
+      child.kill('SIGTERM');
+      await exited;
+      const stopped = events.find((e) => e.event === 'stopped');
+      assert.ok(stopped, 'the child reported its stats');
+      return stopped;
+    },
+  };
+}
+
+for (const kill of ['after-db-commit', 'batch'] as const) {
+  test(`integration: SIGKILL of a batch consumer ${kill === 'batch' ? 'inside the batch handler' : 'after the Postgres COMMIT, before the offset commit'}, then restart: every effect exactly once`, async () => {
+    const topic = await createTopic(2);
+    const groupId = uniqueName(`batch-crash-${kill}`);
+    const sent = await produce(topic, Array.from({ length: 60 }, (_, i) => ({ key: `k${i % 6}`, value: { amount: 1 } })));
+    const ids = sent.map((e) => e.messageId as string);
+    const first = startBatchChild({ GROUP_ID: groupId, TOPICS: topic, MESSAGES_PER_TRANSACTION: '5', ...(kill === 'batch' ? { KILL_IN_BATCH: '3' } : { KILL_AFTER_DB_COMMIT: '3' }) });
+    const killed = await waitFor('the kill', () => first.events.find((e) => e.event === 'killing'), { timeoutMs: 60_000 });
+    assert.deepEqual(await first.exited, { code: null, signal: 'SIGKILL' });
+    assert.equal(killed.in, kill);
+    if (kill === 'after-db-commit') {
+      // The window was hit: the killed transaction's effects are in Postgres, its offset is not in Kafka.
+      const inKilled = await countRows(db.pool, `SELECT 1 FROM "${db.schema}".effects WHERE topic = $1 AND kafka_partition = $2 AND kafka_offset BETWEEN $3 AND $4`, [topic, killed.partition, killed.firstOffset, killed.lastOffset]);
+      assert.equal(inKilled, killed.count, 'the killed transaction committed');
+      const offset = await committedOffset(groupId, topic, killed.partition);
+      assert.ok(offset === undefined || offset === '-1' || BigInt(offset) <= BigInt(killed.firstOffset), `offset ${offset} not past ${killed.firstOffset}`);
+    } else {
+      const written = await countRows(db.pool, `SELECT 1 FROM "${db.schema}".effects WHERE topic = $1 AND kafka_partition = $2 AND kafka_offset = ANY($3::bigint[])`, [topic, killed.partition, killed.offsets]);
+      assert.equal(written, 0, "the killed batch's effects were rolled back with the connection");
+    }
+    const second = startBatchChild({ GROUP_ID: groupId, TOPICS: topic, MESSAGES_PER_TRANSACTION: '5' });
+    await waitFor('every message handled after the restart', async () => (await effectCounts(db.pool, db.schema, topic)).size === ids.length, { timeoutMs: 60_000 });
+    await waitFor('offsets committed to the end', async () => {
+      const offsets = await committedOffsets(groupId, topic);
+      return Number(offsets.get(0) ?? 0) + Number(offsets.get(1) ?? 0) === 60;
+    });
+    const stopped = await second.stop();
+    await assertOnce(topic, ids);
+    if (kill === 'after-db-commit') assert.ok(stopped.stats.duplicates >= killed.count, `the redelivered transaction was skipped as duplicates (${stopped.stats.duplicates})`);
+  });
+}

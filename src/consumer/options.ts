@@ -87,7 +87,9 @@ export interface ConsumerOptions<V = unknown> {
   partitionsConcurrency?: number;
   /**
    * Messages of a partition per Postgres transaction (default 100, at most 1000). With
-   * `savepoints: 'always'`, at most 64 are used (one savepoint each).
+   * `savepoints: 'always'`, at most 64 are used (one savepoint each). With `handleBatch`
+   * the default is 500: a batch costs its four round trips (BEGIN, the key claim, the
+   * handler's statement, COMMIT) and an offset commit per transaction, not per message.
    */
   messagesPerTransaction?: number;
   /**
@@ -213,6 +215,9 @@ export const messagesPerTransaction = libraryInteger({
   min: 1,
   max: 1_000,
 });
+
+/** messagesPerTransaction's default with handleBatch (see ConsumerOptions.messagesPerTransaction). */
+export const BATCH_MESSAGES_PER_TRANSACTION = 500;
 
 export const shutdownTimeoutMs = libraryInteger({
   option: 'shutdownTimeoutMs',
@@ -348,7 +353,7 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
     retryBaseDelayMs: optionValue(retryBaseDelayMs, options.retryBaseDelayMs),
     retryMaxDelayMs: optionValue(retryMaxDelayMs, options.retryMaxDelayMs),
     batchesInFlight: withDeprecatedName(batchesInFlight, options.batchesInFlight, 'partitionsConcurrency', options.partitionsConcurrency),
-    messagesPerTransaction: optionValue(messagesPerTransaction, options.messagesPerTransaction),
+    messagesPerTransaction: optionValue(messagesPerTransaction, options.messagesPerTransaction ?? (options.handleBatch ? BATCH_MESSAGES_PER_TRANSACTION : undefined)),
     savepoints: savepointsWhen,
     shutdownTimeoutMs: withDeprecatedName(shutdownTimeoutMs, options.shutdownTimeoutMs, 'stopTimeoutMs', options.stopTimeoutMs),
     sessionTimeoutMs: optionValue(sessionTimeoutMs, options.sessionTimeoutMs),

@@ -47,3 +47,9 @@ test('checkHandlers alone: the same rules on a plain object', () => {
   assert.throws(() => checkHandlers({}), ConfigError);
   assert.throws(() => checkHandlers({ handler, handleBatch }), ConfigError);
 });
+
+test('messagesPerTransaction defaults to 500 with handleBatch, 100 with handler; an explicit value wins', () => {
+  assert.equal(createConsumer({ ...base, handleBatch }).options.messagesPerTransaction, 500);
+  assert.equal(createConsumer({ ...base, handler }).options.messagesPerTransaction, 100);
+  assert.equal(createConsumer({ ...base, handleBatch, messagesPerTransaction: 10 }).options.messagesPerTransaction, 10);
+});
