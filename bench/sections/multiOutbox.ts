@@ -17,7 +17,8 @@
  * - when each outbox's backlog reached 0, from that same start (unfair sharing shows here);
  * - CPU-seconds per 100,000 rows of the relay process(es) (summed over the four for the
  *   N-process arm), each process from its own first claim to the end, /proc/<pid>/stat
- *   sampled with the polls; start-up (spawn → first claim) apart;
+ *   sampled with the polls; start-up apart (spawn → every outbox claiming; CPU of each
+ *   process up to its first claim);
  * - CPU-seconds per 100,000 rows of their Postgres backends (application_name
  *   `<clientId>` or `<clientId>:…`), over the same window as rows/s;
  * - peak RSS (VmHWM, summed over the processes) and the most Postgres connections the arm
@@ -62,7 +63,7 @@ export interface ArmFigures {
   relayCpu: number;
   /** CPU-seconds per 100,000 rows of the relays' Postgres backends. */
   postgresCpu: number;
-  /** Spawn → first claim: the slowest process's seconds, and the CPU-seconds of all of them. */
+  /** Start-up: seconds from the first spawn to the last outbox's first claim; CPU-seconds of each process up to its own first claim, summed. */
   startSeconds: number;
   startCpu: number;
   /** Sum of the processes' VmHWM. */
@@ -237,7 +238,7 @@ async function drainArm(pool: pg.Pool, rows: number, arm: ArmName, round: number
       drainSpread: Math.max(...drainedSeconds) / Math.min(...drainedSeconds),
       relayCpu: relayCpu * per,
       postgresCpu: postgresCpu * per,
-      startSeconds: Math.max(...procs.map((p, k) => (procStart[k]! - p.spawnedAt) / 1000)),
+      startSeconds: (Math.max(...firstClaim) - Math.min(...procs.map((p) => p.spawnedAt))) / 1000,
       startCpu,
       peakRssMiB: rss / 2 ** 20,
       connections,
@@ -344,7 +345,7 @@ export async function multiOutbox(pool: pg.Pool, o: { quick: boolean }): Promise
         `${a.drainedSeconds.map((d) => fmt(d, 2)).join(' / ')}; slowest/fastest ${fmt(a.drainSpread, 2)}; first claims at ${a.firstClaimSeconds.map((d) => fmt(d, 2)).join(' / ')}`,
       ),
     );
-    out.push(row(S, `${ARM_LABEL[a.arm]}: start-up, spawn → first claim`, `${fmt(a.startSeconds, 2)} s, ${fmt(a.startCpu, 2)} CPU-s`));
+    out.push(row(S, `${ARM_LABEL[a.arm]}: start-up, spawn → every outbox claiming`, `${fmt(a.startSeconds, 2)} s; ${fmt(a.startCpu, 2)} CPU-s of the process(es) to their first claim`));
   }
   out.push(row(S, 'one process / 4 processes: rows/s', fmt(ratios.rowsPerSecond, 2)));
   out.push(row(S, 'one process / 4 processes: relay CPU-s per row', fmt(ratios.relayCpu, 2)));
