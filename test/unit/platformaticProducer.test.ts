@@ -102,7 +102,7 @@ test('messages become bytes: UTF-8 key, value and headers (not characters), a to
   assert.equal(m.topic, 't');
   assert.deepEqual(m.key, Buffer.from('clé'));
   assert.equal(m.value!.length, Buffer.byteLength('é€'));
-  assert.deepEqual([...m.headers!.entries()].map(([k, v]) => [String(k), String(v)]), [['h-ü', 'v€']]);
+  assert.deepEqual([...(m.headers as Map<Buffer, Buffer>).entries()].map(([k, v]) => [String(k), String(v)]), [['h-ü', 'v€']]);
   assert.equal(m.timestamp, 1_700_000_000_123n);
   assert.equal(toPlatformatic(message({ value: null }), 0).value, null);
   const bytes = Buffer.from([0, 255, 1]);
