@@ -55,6 +55,8 @@ export { purgeProcessedMessages } from './commands/purgeProcessed.js';
 export type { PurgeProcessedOptions, PurgeProcessedResult } from './commands/purgeProcessed.js';
 export { roleScript } from './commands/roles.js';
 export type { RoleScriptOptions } from './commands/roles.js';
+export { attachDebeziumOutbox, detachDebeziumOutbox, debeziumAttachScript } from './commands/debeziumOutbox.js';
+export type { DebeziumOutboxOptions, AttachDebeziumResult, DetachDebeziumResult } from './commands/debeziumOutbox.js';
 export type { DatabaseOptions } from './shared/database.js';
 
 // Metrics and health (src/metrics/).

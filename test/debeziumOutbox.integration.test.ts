@@ -361,10 +361,13 @@ test('integration: attach checks the table, its columns and the options first; r
     );
   });
 
-  // The script for a DBA does what attach does.
-  const script = debeziumAttachScript({ schema: db.schema, table, topicPattern: 'third.${routedByValue}', additionalPlacement: 'tenant:header:tenant-id' });
+  // The script for a DBA does what attach does; printing it changes nothing.
+  const script = await debeziumAttachScript({ databaseUrl: db.databaseUrl, schema: db.schema, table, topicPattern: 'third.${routedByValue}', additionalPlacement: 'tenant:header:tenant-id' });
   assert.match(script, /CREATE TRIGGER outbox_relay_debezium AFTER INSERT ON "[^"]+"\."checked_events"/);
+  await write();
+  assert.deepEqual(await topics(), ['first.thing', 'second.thing']);
   await db.pool.query(script);
   await write();
   assert.deepEqual(await topics(), ['first.thing', 'second.thing', 'third.thing']);
+  await assert.rejects(debeziumAttachScript({ ...base, payloadColumn: 'body' }), /payloadColumn: column "body" does not exist/);
 });

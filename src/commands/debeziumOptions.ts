@@ -318,15 +318,27 @@ export function resolveDebeziumOptions(options: DebeziumMapping & { schema?: str
   };
 }
 
+/** How the trigger copies the id, payload and timestamp columns: decided by their types at attach. */
+export interface ColumnKinds {
+  /** `uuid`: the id is the message-id; `other`: a uuid is derived from table and id. */
+  id: 'uuid' | 'other';
+  payload: 'jsonb' | 'json' | 'text' | 'bytea';
+  /** `utc`: timestamp without time zone, read as UTC; `tz`: timestamptz; '' no column. */
+  timestamp: 'utc' | 'tz' | '';
+}
+
 /** The trigger arguments of sql/007_debezium_outbox.sql for a mapping, in order. */
-export function triggerArguments(m: ResolvedDebeziumMapping): string[] {
+export function triggerArguments(m: ResolvedDebeziumMapping, kinds: ColumnKinds): string[] {
   return [
     m.routeByColumn,
     m.topicPattern,
     m.keyColumn,
     m.idColumn,
+    kinds.id,
     m.payloadColumn,
+    kinds.payload,
     m.timestampColumn ?? '',
+    kinds.timestamp,
     String(m.tombstoneOnEmptyPayload),
     ...(m.typeColumn === undefined ? [] : [m.typeColumn, 'type']),
     ...m.placements.flatMap((h) => [h.column, h.header]),

@@ -9,7 +9,7 @@ import {
   DEBEZIUM_TRIGGER,
   resolveDebeziumOptions,
   triggerArguments,
-  type DebeziumMapping,
+  type ColumnKinds,
   type ResolvedDebeziumMapping,
 } from './debeziumOptions.js';
 
@@ -60,6 +60,7 @@ export interface AttachDebeziumResult {
 
 /** What {@link detachDebeziumOutbox} did. */
 export interface DetachDebeziumResult {
+  /** The table, quoted, as `"schema"."table"`. */
   table: string;
   /** False when the table had no trigger of ours. */
   detached: boolean;
@@ -78,9 +79,9 @@ function quotedTable(m: ResolvedDebeziumMapping): string {
   return `${quoteIdentifier(m.tableSchema, 'table')}.${quoteIdentifier(m.tableName, 'table')}`;
 }
 
-function triggerStatements(m: ResolvedDebeziumMapping): string[] {
+function triggerStatements(m: ResolvedDebeziumMapping, kinds: ColumnKinds): string[] {
   const table = quotedTable(m);
-  const args = triggerArguments(m).map(sqlLiteral).join(', ');
+  const args = triggerArguments(m, kinds).map(sqlLiteral).join(', ');
   return [
     // Drop and create in one transaction: atomic for the writers (they wait on the
     // table's lock for a moment), and works on every Postgres version.
@@ -89,23 +90,14 @@ function triggerStatements(m: ResolvedDebeziumMapping): string[] {
   ];
 }
 
-/**
- * The SQL {@link attachDebeziumOutbox} runs, as one script for a DBA to read and apply
- * with psql, after `outbox-relay migrate`, as the role that ran it (it owns the trigger
- * function) holding the TRIGGER privilege on the table. Needs no database, so it does
- * not check the columns the way `attach` does: a missing column fails the writers'
- * inserts. Applying it again with other settings replaces them.
- *
- * @throws ConfigError naming the option at fault
- */
-export function debeziumAttachScript(options: Omit<DebeziumOutboxOptions, 'client' | 'pool' | 'databaseUrl' | 'logger'>): string {
-  const m = resolveDebeziumOptions(options);
-  const [drop, create] = triggerStatements(m);
+function script(m: ResolvedDebeziumMapping, kinds: ColumnKinds): string {
+  const [drop, create] = triggerStatements(m, kinds);
   return [
     `-- outbox-relay: events inserted into ${quotedTable(m)} also go into ${quoteIdentifier(m.schema, 'schema')}.outbox,`,
     '-- in the same transaction (docs/debezium.md). Trigger arguments: route-by column, topic pattern,',
-    '-- key column, id column, payload column, timestamp column, tombstone on empty payload, then',
-    '-- (column, header) pairs. `outbox-relay debezium attach` checks the columns before it runs this.',
+    '-- key column, id column and kind, payload column and kind, timestamp column and kind, tombstone',
+    '-- on empty payload, then (column, header) pairs. The kinds are the column types found now:',
+    '-- print the script again after changing the type of one of these columns.',
     'BEGIN;',
     `${drop};`,
     `${create};`,
@@ -135,8 +127,11 @@ async function tableColumns(db: pg.ClientBase | pg.Pool, m: ResolvedDebeziumMapp
   return new Map(rows.map((r) => [r.name, r.type]));
 }
 
-/** The problems of a mapping against the table's columns, as ConfigErrors naming the option. */
-function checkColumns(m: ResolvedDebeziumMapping, columns: Map<string, string>, table: string): void {
+/**
+ * Check a mapping against the table's columns (ConfigErrors naming the option) and
+ * return how the trigger copies them.
+ */
+function checkColumns(m: ResolvedDebeziumMapping, columns: Map<string, string>, table: string): ColumnKinds {
   const listed = [...columns.keys()].join(', ');
   const need = (option: string, name: string, types?: readonly string[]): void => {
     const type = columns.get(name);
@@ -152,6 +147,65 @@ function checkColumns(m: ResolvedDebeziumMapping, columns: Map<string, string>, 
   if (m.timestampColumn !== undefined) need('timestampColumn', m.timestampColumn, TIMESTAMP_TYPES);
   if (m.typeColumn !== undefined) need('typeColumn', m.typeColumn);
   for (const h of m.placements) need('additionalPlacement', h.column);
+  const payload = columns.get(m.payloadColumn);
+  return {
+    id: columns.get(m.idColumn) === 'uuid' ? 'uuid' : 'other',
+    payload: payload === 'jsonb' || payload === 'json' || payload === 'bytea' ? payload : 'text',
+    timestamp: m.timestampColumn === undefined ? '' : columns.get(m.timestampColumn) === 'timestamp with time zone' ? 'tz' : 'utc',
+  };
+}
+
+/** Resolve the options, open the database, check the table: what attach and the script share. */
+async function inspect<T>(
+  options: DebeziumOutboxOptions,
+  work: (client: pg.ClientBase, m: ResolvedDebeziumMapping, kinds: ColumnKinds, attachedTo: string | undefined) => Promise<T>,
+): Promise<T> {
+  const m = resolveDebeziumOptions(options);
+  const table = quotedTable(m);
+  if (m.tableSchema === m.schema && OWN_TABLES.includes(m.tableName)) {
+    throw new ConfigError('table', `${table} is one of outbox-relay's own tables; name the Debezium outbox table (put ours in its own schema if yours is also called outbox)`);
+  }
+  const { db, close } = await openDatabase({ ...options, schema: m.schema }, 'outbox-relay:debezium');
+  try {
+    const client = db instanceof pg.Pool ? await db.connect() : db;
+    try {
+      const columns = await tableColumns(client, m);
+      if (!columns) throw new ConfigError('table', `table ${table} does not exist`);
+      const kinds = checkColumns(m, columns, table);
+      const existing = await client.query<{ schema: string }>(
+        `SELECT pn.nspname AS schema
+           FROM pg_catalog.pg_trigger AS tg
+           JOIN pg_catalog.pg_proc AS p ON p.oid = tg.tgfoid
+           JOIN pg_catalog.pg_namespace AS pn ON pn.oid = p.pronamespace
+          WHERE tg.tgrelid = $1::regclass AND tg.tgname = $2`,
+        [table, DEBEZIUM_TRIGGER],
+      );
+      const attachedTo = existing.rows[0]?.schema;
+      if (attachedTo !== undefined && attachedTo !== m.schema) {
+        throw new ConfigError('table', `${table} is attached to the outbox in schema ${JSON.stringify(attachedTo)}; detach it there first`);
+      }
+      return await work(client, m, kinds, attachedTo);
+    } finally {
+      if (db instanceof pg.Pool) (client as pg.PoolClient).release();
+    }
+  } finally {
+    await close();
+  }
+}
+
+/**
+ * The SQL {@link attachDebeziumOutbox} would run, as one script for a DBA to read and
+ * apply with psql (after `outbox-relay migrate`, as the role that ran it, which owns the
+ * trigger function, holding the TRIGGER privilege on the table). It reads the database
+ * (the catalog only; nothing is changed): the table and columns are checked as attach
+ * checks them, and the columns' types go into the trigger's arguments. Applying it
+ * again with other settings replaces them.
+ *
+ * @throws ConfigError naming the option at fault (see {@link attachDebeziumOutbox});
+ *   SchemaError; ConnectionError
+ */
+export async function debeziumAttachScript(options: DebeziumOutboxOptions): Promise<string> {
+  return inspect(options, async (_client, m, kinds) => script(m, kinds));
 }
 
 /**
@@ -169,48 +223,21 @@ function checkColumns(m: ResolvedDebeziumMapping, columns: Map<string, string>, 
  *   SchemaError when the outbox is not migrated to this version; ConnectionError
  */
 export async function attachDebeziumOutbox(options: DebeziumOutboxOptions): Promise<AttachDebeziumResult> {
-  const m = resolveDebeziumOptions(options);
   const logger = options.logger ?? silentLogger();
-  const table = quotedTable(m);
-  if (m.tableSchema === m.schema && OWN_TABLES.includes(m.tableName)) {
-    throw new ConfigError('table', `${table} is one of outbox-relay's own tables; name the Debezium outbox table (put ours in its own schema if yours is also called outbox)`);
-  }
-  const { db, close } = await openDatabase({ ...options, schema: m.schema }, 'outbox-relay:debezium');
-  try {
-    const client = db instanceof pg.Pool ? await db.connect() : db;
+  return inspect(options, async (client, m, kinds, attachedTo) => {
+    const table = quotedTable(m);
+    await client.query('BEGIN');
     try {
-      const columns = await tableColumns(client, m);
-      if (!columns) throw new ConfigError('table', `table ${table} does not exist`);
-      checkColumns(m, columns, table);
-      const existing = await client.query<{ schema: string }>(
-        `SELECT pn.nspname AS schema
-           FROM pg_catalog.pg_trigger AS tg
-           JOIN pg_catalog.pg_proc AS p ON p.oid = tg.tgfoid
-           JOIN pg_catalog.pg_namespace AS pn ON pn.oid = p.pronamespace
-          WHERE tg.tgrelid = $1::regclass AND tg.tgname = $2`,
-        [table, DEBEZIUM_TRIGGER],
-      );
-      const other = existing.rows[0]?.schema;
-      if (other !== undefined && other !== m.schema) {
-        throw new ConfigError('table', `${table} is attached to the outbox in schema ${JSON.stringify(other)}; detach it there first`);
-      }
-      await client.query('BEGIN');
-      try {
-        for (const statement of triggerStatements(m)) await client.query(statement);
-        await client.query('COMMIT');
-      } catch (error) {
-        await client.query('ROLLBACK').catch(() => undefined);
-        throw error;
-      }
-      const result = { table, trigger: DEBEZIUM_TRIGGER, replaced: other !== undefined, arguments: triggerArguments(m) };
-      logger.info({ table, schema: m.schema, replaced: result.replaced }, 'attached Debezium outbox table');
-      return result;
-    } finally {
-      if (db instanceof pg.Pool) (client as pg.PoolClient).release();
+      for (const statement of triggerStatements(m, kinds)) await client.query(statement);
+      await client.query('COMMIT');
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw error;
     }
-  } finally {
-    await close();
-  }
+    const result = { table, trigger: DEBEZIUM_TRIGGER, replaced: attachedTo !== undefined, arguments: triggerArguments(m, kinds) };
+    logger.info({ table, schema: m.schema, replaced: result.replaced }, 'attached Debezium outbox table');
+    return result;
+  });
 }
 
 /**

@@ -13,10 +13,12 @@ const VALUES = [
   'migrationScript', 'purgeProcessedMessages', 'quoteIdentifier', 'replayDeadLetters', 'roleScript', 'runRelay',
   'serveRelayMetrics', 'startMetricsServer',
   'RelayGroup', 'createRelayGroup', 'instrumentRelayGroup', 'runRelayGroup', 'serveRelayGroupMetrics',
+  'attachDebeziumOutbox', 'debeziumAttachScript', 'detachDebeziumOutbox',
 ];
 
 const TYPES = [
   'BatchContext', 'BatchHandler',
+  'AttachDebeziumResult', 'DebeziumOutboxOptions', 'DetachDebeziumResult',
   'OutboxDefinition', 'OutboxState', 'RelayGroupEvents', 'RelayGroupInstrumentation', 'RelayGroupMetricsService', 'RelayGroupOptions', 'RelayGroupOutbox', 'RunRelayGroupOptions',
   'AdvanceVersionOptions', 'CleanupOptions', 'CleanupResult', 'ConcurrencyLimit', 'ConsumedMessage', 'ConsumerEvents',
   'ConsumerInstrumentation', 'ConsumerOptions', 'ConsumerStats', 'DatabaseOptions', 'DeadLetter', 'DeadLetterFilter',
