@@ -302,6 +302,32 @@ test('integration: the batch handler cannot end the transaction: a batch sending
   await assertOnce(topic, [...ids.slice(0, 2), ...ids.slice(3)]);
 });
 
+test('integration: a batch handler that swallows a database error (the COMMIT rolls back) is redone one message at a time; only the culprit fails', async () => {
+  const topic = await createTopic(1);
+  const deadLetterTopic = await createTopic(1, undefined, 'dlt');
+  const sent = await produce(topic, Array.from({ length: 8 }, (_, i) => ({ key: `s${i}`, value: { amount: 1, ...(i === 5 && { poison: 'permanent' as const }) } })));
+  const c = consumer({
+    topics: topic,
+    deadLetterTopic,
+    maxAttempts: 1,
+    messagesPerTransaction: 8,
+    handleBatch: async (messages, ctx) => {
+      await applyBatchEffect(db.schema, messages, ctx);
+      // Caught and ignored: the transaction is aborted, and the batch handler returns normally.
+      if (messages.some((m) => m.value.poison)) await ctx.client.query('SELECT 1/0').catch(() => undefined);
+    },
+  });
+  const fallbacks = collect(c, 'batchFallback');
+  await c.start();
+  await waitFor('offset at the end', async () => (await committedOffset(c.options.groupId, topic)) === '8');
+  const dead = await readTopic(deadLetterTopic, (m) => m.length >= 1);
+  assert.deepEqual(dead.map((m) => [m.headers[DEAD_LETTER_HEADERS.offset], m.headers[DEAD_LETTER_HEADERS.errorName]]), [['5', 'HandlerLeftTransactionAborted']]);
+  assert.ok(fallbacks.length >= 1);
+  assert.equal(c.stats().processed, 7);
+  const ids = sent.map((e) => e.messageId as string);
+  await assertOnce(topic, [...ids.slice(0, 5), ...ids.slice(6)]);
+});
+
 // --- SIGKILL of a batch consumer (test/fixtures/batchConsumerProcess.ts) -----------------
 
 type ChildEvent = { event: string } & Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
