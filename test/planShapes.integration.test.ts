@@ -1,15 +1,18 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type pg from 'pg';
-import { beginClaimSql, claimSql } from '../src/relay/sql/claim.js';
-import { markSentSql } from '../src/relay/sql/markSent.js';
+import { BATCH_SETTINGS_SQL, CLAIM_STATEMENT, claimSql, executeClaimSql, prepareClaimSql } from '../src/relay/sql/claim.js';
+import { MARK_STATEMENT, executeMarkSql, markSentSql, prepareMarkSql } from '../src/relay/sql/markSent.js';
+import { intArrayLiteral, textLiteral } from '../src/relay/sql/literals.js';
 import { deadLetterSql } from '../src/relay/sql/deadLetter.js';
 import { shardsOf } from '../src/relay/shards.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 
 // The relay's statements must take the same plan, whatever the outbox looks like to the
 // planner: never analyzed, small and analyzed, large and analyzed. EXPLAIN (FORMAT JSON)
-// in a transaction begun as the relay begins its batches (beginClaimSql).
+// in a transaction with the relay's batch settings (BATCH_SETTINGS_SQL), of the plan
+// the relay runs (the generic plan of its prepared claim and mark, and of the dead-letter
+// move, which plan_cache_mode makes generic too) and of the plan for the values at hand.
 
 const RELAY = 'plan-relay';
 const schemas: TestSchema[] = [];
@@ -72,24 +75,47 @@ interface Shapes {
   deadLetterNodes: PlanNode[];
 }
 
-async function shapesOf(db: TestSchema): Promise<Shapes> {
+/** The generic plan of `sql` prepared as `name` and executed with `args` (SQL text), as the relay runs it. */
+async function explainPrepared(client: pg.ClientBase, prepare: string, name: string, args: string): Promise<PlanNode> {
+  await client.query(prepare);
+  try {
+    const { rows } = await client.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(`EXPLAIN (FORMAT JSON) EXECUTE ${name}(${args})`);
+    return rows[0]!['QUERY PLAN'][0]!.Plan;
+  } finally {
+    await client.query(`DEALLOCATE ${name}`);
+  }
+}
+
+async function shapesOf(db: TestSchema, generic: boolean): Promise<Shapes> {
   const s = `"${db.schema}"`;
   const client = await db.pool.connect();
   try {
-    await client.query(beginClaimSql(s));
+    await client.query(`BEGIN; ${BATCH_SETTINGS_SQL}`);
     const { rows: started } = await client.query<{ started: string }>('SELECT pg_postmaster_start_time()::text AS started');
     const { rows: gen } = await client.query<{ generation: string }>(`SELECT generation::text AS generation FROM ${s}.outbox_claim_floors`);
     const { rows: maxId } = await client.query<{ max: string }>(`SELECT max(id)::text AS max FROM ${s}.outbox`);
-    const claimParams = [Number(maxId[0]!.max), shardsOf(0, 2), 500, RELAY, started[0]!.started, 0, gen[0]!.generation];
-    const claim = await explain(client, claimSql(s), claimParams);
+    const claimArgs = { watermark: Number(maxId[0]!.max), shards: shardsOf(0, 2), batchSize: 500, relayId: RELAY, incarnation: started[0]!.started, floor: 0, generation: gen[0]!.generation };
+    const claimParams = Object.values(claimArgs);
+    const claim = generic
+      ? await explainPrepared(client, prepareClaimSql(s), CLAIM_STATEMENT, executeClaimSql(claimArgs).replace(/^EXECUTE \w+\((.*)\)$/s, '$1'))
+      : await explain(client, claimSql(s), claimParams);
     // The rows a claim would return, for the statements that follow it.
     const { rows: claimed } = await client.query<{ id: string }>(claimSql(s), claimParams);
     assert.equal(claimed.length, 500);
     const ids = claimed.map((r) => Number(r.id));
-    const mark = await explain(client, markSentSql(s, 'mark'), [ids, RELAY]);
-    const del = await explain(client, markSentSql(s, 'delete'), [ids, RELAY]);
+    const markArgs = executeMarkSql(ids, RELAY).replace(/^EXECUTE \w+\((.*)\)$/s, '$1');
+    const mark = generic ? await explainPrepared(client, prepareMarkSql(s, 'mark'), MARK_STATEMENT, markArgs) : await explain(client, markSentSql(s, 'mark'), [ids, RELAY]);
+    const del = generic ? await explainPrepared(client, prepareMarkSql(s, 'delete'), MARK_STATEMENT, markArgs) : await explain(client, markSentSql(s, 'delete'), [ids, RELAY]);
     const few = ids.slice(0, 3);
-    const deadLetter = await explain(client, deadLetterSql(s), [few, few.map(() => 'reason'), few.map(() => 'E'), few.map(() => 'park'), RELAY]);
+    const texts = (xs: string[]): string => `ARRAY[${xs.map(textLiteral).join(', ')}]::text[]`;
+    const deadLetter = generic
+      ? await explainPrepared(
+          client,
+          `PREPARE plan_dead_letter (bigint[], text[], text[], text[], text) AS ${deadLetterSql(s)}`,
+          'plan_dead_letter',
+          [intArrayLiteral(few, 'bigint'), texts(few.map(() => 'reason')), texts(few.map(() => 'E')), texts(few.map(() => 'park')), textLiteral(RELAY)].join(', '),
+        )
+      : await explain(client, deadLetterSql(s), [few, few.map(() => 'reason'), few.map(() => 'E'), few.map(() => 'park'), RELAY]);
     return {
       claim: shape(claim),
       claimNodes: nodes(claim),
@@ -119,14 +145,17 @@ function assertIndexOnly(what: string, list: PlanNode[], index: string): void {
   assert.ok(!list.some((n) => /Join/.test(n['Node Type']) && nodes(n).some(onOutbox) && !/Anti/.test(JSON.stringify(n['Node Type']))), `${what}: the outbox is not joined`);
 }
 
-test('integration: plan shapes: the claim, mark, delete and dead-letter statements take the same index plans on a never-analyzed, a small and a large outbox', async () => {
+test('integration: plan shapes: the claim, mark, delete and dead-letter statements take the same index plans on a never-analyzed, a small and a large outbox (generic plans as the relay runs them, and plans for the values)', async () => {
   const cases = {
     'never analyzed, 200,000 rows': await outboxOf(200_000, { analyze: false }),
     'analyzed, 10,000 rows': await outboxOf(10_000, { analyze: true }),
     'analyzed, 600,000 rows, 400,000 of them sent': await outboxOf(200_000, { sent: 400_000, analyze: true }),
   };
   const shapes: Record<string, Shapes> = {};
-  for (const [name, db] of Object.entries(cases)) shapes[name] = await shapesOf(db);
+  for (const [name, db] of Object.entries(cases)) {
+    shapes[`${name}, generic`] = await shapesOf(db, true);
+    shapes[`${name}, for the values`] = await shapesOf(db, false);
+  }
 
   for (const [name, s] of Object.entries(shapes)) {
     // Claim: walk the unsent-row index in id order and stop at the batch size; parked
@@ -139,10 +168,12 @@ test('integration: plan shapes: the claim, mark, delete and dead-letter statemen
     assertIndexOnly(`delete (${name})`, s.deleteNodes, 'outbox_pkey');
     assertIndexOnly(`dead letter (${name})`, s.deadLetterNodes, 'outbox_pkey');
   }
-  const [first, ...rest] = Object.entries(shapes);
-  for (const [name, s] of rest) {
-    for (const statement of ['claim', 'mark', 'delete', 'deadLetter'] as const) {
-      assert.equal(s[statement], first![1][statement], `${statement}: same plan on "${name}" as on "${first![0]}"`);
+  for (const kind of ['generic', 'for the values']) {
+    const [first, ...rest] = Object.entries(shapes).filter(([name]) => name.endsWith(kind));
+    for (const [name, s] of rest) {
+      for (const statement of ['claim', 'mark', 'delete', 'deadLetter'] as const) {
+        assert.equal(s[statement], first![1][statement], `${statement}: same plan on "${name}" as on "${first![0]}"`);
+      }
     }
   }
 });

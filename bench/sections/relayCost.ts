@@ -10,14 +10,22 @@
  *   transaction id of its own) from before the drain to its end;
  * - delete: `--on-publish delete`.
  *
- * Then an idle relay: % of a core of the relay process and its backends over a quiet window.
+ * Then steady load: pgbench writers offering 1,000 rows/s (8 clients, Poisson arrivals, one
+ * autocommit insert each, created_at = clock_timestamp()) for `steadySeconds`, the relay as
+ * its own process at defaults: CPU-seconds per 100,000 rows of the relay process, its
+ * backends and the broker, and commit → Kafka ack p50/p99.
+ *
+ * Then an idle relay: % of a core of the relay process and its backends over a quiet
+ * window, and pick-up latency after silence: single rows at random gaps of 0.2-1.5 s
+ * (so the horizon probe has backed off before most of them), commit → Kafka ack.
  */
 import pg from 'pg';
 import { withRelay } from '../children.js';
-import { DATABASE_URL, KEYS, PARTITIONS, benchSchema, createTopic, fillBacklog } from '../common.js';
+import { DATABASE_URL, KEYS, PARTITIONS, PAYLOAD, benchSchema, createTopic, fillBacklog } from '../common.js';
 import { CpuMeter, backendPids, brokerPid } from '../procCpu.js';
 import { row, type Row, type SectionResult } from '../report.js';
-import { fmt, log, sleep, until } from '../util.js';
+import { pgbench, tps } from '../pgbench.js';
+import { fmt, log, percentiles, sleep, until, type Percentiles } from '../util.js';
 
 export interface CostArm {
   name: string;
@@ -28,10 +36,25 @@ export interface CostArm {
   brokerCpu: number;
 }
 
+export interface SteadyCost {
+  offered: number;
+  achieved: number;
+  seconds: number;
+  rows: number;
+  /** CPU-seconds per 100,000 rows. */
+  relayCpu: number;
+  postgresCpu: number;
+  brokerCpu: number;
+  /** Relay backends, % of a core over the window. */
+  postgresPct: number;
+  ack: Percentiles;
+}
+
 export interface RelayCostData {
   rows: number;
   arms: CostArm[];
-  idle: { seconds: number; relayPct: number; postgresPct: number };
+  steady: SteadyCost;
+  idle: { seconds: number; relayPct: number; postgresPct: number; pickUp: Percentiles; pickUps: number };
 }
 
 type ArmSetup = { name: string; relayOptions?: Record<string, unknown>; analyze: boolean; holdSnapshot?: boolean };
@@ -85,7 +108,84 @@ async function drainArm(pool: pg.Pool, rows: number, arm: ArmSetup, index: numbe
   }
 }
 
-async function idleArm(pool: pg.Pool, seconds: number): Promise<RelayCostData['idle']> {
+const STEADY_RATE = 1_000;
+
+/** Rows inserted by `pgbench` since `afterId`, id → commit time (ms since epoch). */
+async function committedSince(pool: pg.Pool, schema: string, afterId: number): Promise<Map<number, number>> {
+  const { rows } = await pool.query<{ id: string; t: number }>(`SELECT id, extract(epoch FROM created_at) * 1000 AS t FROM "${schema}".outbox WHERE id > $1`, [afterId]);
+  return new Map(rows.map((r) => [Number(r.id), Number(r.t)]));
+}
+
+/** Commit → first ack of each row, sorted. */
+function ackLatencies(committed: Map<number, number>, acks: Array<[number, number]>): number[] {
+  const firstAck = new Map<number, number>();
+  for (const [id, t] of acks) if (!firstAck.has(id)) firstAck.set(id, t);
+  const out: number[] = [];
+  for (const [id, t] of committed) {
+    const a = firstAck.get(id);
+    if (a !== undefined) out.push(Math.max(0, a - t));
+  }
+  return out.sort((a, b) => a - b);
+}
+
+async function maxId(pool: pg.Pool, schema: string): Promise<number> {
+  const { rows } = await pool.query<{ m: string | null }>(`SELECT max(id) AS m FROM "${schema}".outbox`);
+  return Number(rows[0]!.m ?? 0);
+}
+
+export async function steadyArm(pool: pg.Pool, seconds: number): Promise<SteadyCost> {
+  const { schema, drop } = await benchSchema(pool, 'benchsteady');
+  const clientId = 'bench-cost-steady';
+  try {
+    const topic = await createTopic(PARTITIONS);
+    const broker = brokerPid();
+    return await withRelay(
+      schema,
+      async (relay) => {
+        await pool.query(`INSERT INTO "${schema}".outbox (topic, key, payload) VALUES ($1, 'warm-up', '{}')`, [topic]);
+        await until('9. cost, steady: the warm-up row through', () => relay.acks.length > 0, 60_000, 10);
+        const before = await maxId(pool, schema);
+        const relayMeter = new CpuMeter(async () => (relay.process.pid ? [relay.process.pid] : []));
+        const pgMeter = new CpuMeter(() => backendPids(pool, clientId));
+        const brokerMeter = new CpuMeter(async () => (broker ? [broker] : []));
+        log(`9. cost, steady: ${fmt(STEADY_RATE)} rows/s for ${seconds} s`);
+        const started = Date.now();
+        await Promise.all([relayMeter.start(), pgMeter.start(), brokerMeter.start()]);
+        const script = `\\set k random(1, ${KEYS})\nINSERT INTO "${schema}".outbox (topic, key, payload, created_at) VALUES ('${topic}', 'key-' || :k, '${PAYLOAD}', clock_timestamp());\n`;
+        const achieved = tps(await pgbench(script, ['-c', '8', '-j', '2', '-R', String(STEADY_RATE), '-T', String(seconds)]));
+        const committed = await committedSince(pool, schema, before);
+        await until(
+          '9. cost, steady: every row acknowledged',
+          () => {
+            const seen = new Set(relay.acks.map((a) => a[0]));
+            return [...committed.keys()].every((id) => seen.has(id));
+          },
+          300_000,
+          50,
+        );
+        const [relayCpu, postgresCpu, brokerCpu] = await Promise.all([relayMeter.stop(), pgMeter.stop(), brokerMeter.stop()]);
+        const windowSeconds = (Date.now() - started) / 1000;
+        const per = 100_000 / committed.size;
+        return {
+          offered: STEADY_RATE,
+          achieved,
+          seconds,
+          rows: committed.size,
+          relayCpu: relayCpu * per,
+          postgresCpu: postgresCpu * per,
+          brokerCpu: broker ? brokerCpu * per : NaN,
+          postgresPct: (100 * postgresCpu) / windowSeconds,
+          ack: percentiles(ackLatencies(committed, relay.acks)),
+        };
+      },
+      { clientId },
+    );
+  } finally {
+    await drop();
+  }
+}
+
+export async function idleArm(pool: pg.Pool, seconds: number): Promise<RelayCostData['idle']> {
   const { schema, drop } = await benchSchema(pool, 'benchidle');
   const clientId = 'bench-cost-idle';
   try {
@@ -99,7 +199,20 @@ async function idleArm(pool: pg.Pool, seconds: number): Promise<RelayCostData['i
         await Promise.all([relayMeter.start(), pgMeter.start()]);
         await sleep(seconds * 1_000);
         const [relayCpu, postgresCpu] = await Promise.all([relayMeter.stop(), pgMeter.stop()]);
-        return { seconds, relayPct: (100 * relayCpu) / seconds, postgresPct: (100 * postgresCpu) / seconds };
+        // Pick-up after silence: one row at a time, each after a random gap (seeded, so
+        // runs compare), committed with clock_timestamp() as created_at.
+        const topic = await createTopic(PARTITIONS);
+        const before = await maxId(pool, schema);
+        let seed = 12345;
+        const random = (): number => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+        const pickUps = Math.max(10, seconds * 3);
+        for (let i = 0; i < pickUps; i++) {
+          await sleep(200 + random() * 1_300);
+          await pool.query(`INSERT INTO "${schema}".outbox (topic, key, payload, created_at) VALUES ($1, $2, $3, clock_timestamp())`, [topic, `key-${i}`, PAYLOAD]);
+        }
+        const committed = await committedSince(pool, schema, before);
+        await until('9. cost, idle: the pick-up rows acknowledged', () => ackLatencies(committed, relay.acks).length === committed.size, 60_000, 20);
+        return { seconds, relayPct: (100 * relayCpu) / seconds, postgresPct: (100 * postgresCpu) / seconds, pickUp: percentiles(ackLatencies(committed, relay.acks)), pickUps };
       },
       { clientId },
     );
@@ -108,7 +221,11 @@ async function idleArm(pool: pg.Pool, seconds: number): Promise<RelayCostData['i
   }
 }
 
-export async function relayCost(pool: pg.Pool, o: { rows: number; idleSeconds: number }): Promise<SectionResult<RelayCostData>> {
+/**
+ * @param o.rows rows per drain arm; o.idleSeconds the idle window; o.steadySeconds the
+ *   steady-load window (default twice the idle window: 10 s quick, 20 s full).
+ */
+export async function relayCost(pool: pg.Pool, o: { rows: number; idleSeconds: number; steadySeconds?: number }): Promise<SectionResult<RelayCostData>> {
   const setups: ArmSetup[] = [
     { name: 'mark (analyzed)', analyze: true },
     { name: 'never analyzed', analyze: false },
@@ -117,6 +234,7 @@ export async function relayCost(pool: pg.Pool, o: { rows: number; idleSeconds: n
   ];
   const arms: CostArm[] = [];
   for (const [i, s] of setups.entries()) arms.push(await drainArm(pool, o.rows, s, i));
+  const steady = await steadyArm(pool, o.steadySeconds ?? 2 * o.idleSeconds);
   const idle = await idleArm(pool, o.idleSeconds);
   const S = '9. cost per row';
   const ref = arms[0]!;
@@ -133,9 +251,22 @@ export async function relayCost(pool: pg.Pool, o: { rows: number; idleSeconds: n
   rows.push(row(S, 'delete / mark', fmt(ratio('delete'), 2), '≥ 1.0', ratio('delete') >= 1.0));
   rows.push(row(S, 'Postgres CPU-s per 100k rows, drain (mark)', fmt(ref.postgresCpu, 2), '≤ 1.5', ref.postgresCpu <= 1.5));
   rows.push(row(S, 'relay process CPU-s per 100k rows, drain (mark)', fmt(ref.relayCpu, 2), '≤ 3', ref.relayCpu <= 3));
+  const st = steady;
+  rows.push(
+    row(
+      S,
+      `steady ${fmt(st.offered)} rows/s offered (${fmt(st.achieved)} achieved) for ${st.seconds} s, relay at defaults`,
+      `CPU-s per 100k rows: relay ${fmt(st.relayCpu, 2)}, Postgres ${fmt(st.postgresCpu, 2)} (${fmt(st.postgresPct, 1)} % of a core), broker ${fmt(st.brokerCpu, 2)}`,
+    ),
+  );
+  rows.push(row(S, 'Postgres CPU-s per 100k rows, steady 1,000 rows/s', fmt(st.postgresCpu, 2), '≤ 12', st.postgresCpu <= 12));
+  rows.push(row(S, 'commit → ack at steady 1,000 rows/s', `p50 ${fmt(st.ack.p50, 1)} / p99 ${fmt(st.ack.p99, 1)} ms`, 'p50 ≤ 8, p99 ≤ 20', st.ack.p50 <= 8 && st.ack.p99 <= 20));
   const idleTotal = idle.relayPct + idle.postgresPct;
   rows.push(
     row(S, `idle relay over ${idle.seconds} s: relay process + its backends, % of a core`, `${fmt(idle.relayPct, 2)} + ${fmt(idle.postgresPct, 2)} = ${fmt(idleTotal, 2)}`, '≤ 1.5', idleTotal <= 1.5),
   );
-  return { data: { rows: o.rows, arms, idle }, rows };
+  rows.push(
+    row(S, `pick-up after silence (${idle.pickUps} single rows, 0.2-1.5 s apart): commit → ack`, `p50 ${fmt(idle.pickUp.p50, 1)} / p95 ${fmt(idle.pickUp.p95, 1)} ms`, 'p50 ≤ 15', idle.pickUp.p50 <= 15),
+  );
+  return { data: { rows: o.rows, arms, steady, idle }, rows };
 }

@@ -2,9 +2,34 @@ import type pg from 'pg';
 import { connect } from '../shared/database.js';
 import { horizonProbeSql, lsnToBigInt, type HorizonProbeRow } from './sql/horizon.js';
 
-/** A connection for {@link Horizon.probe}: read-only, outside any transaction. */
+/**
+ * A name for a statement node-pg prepares once per connection and then only executes
+ * (Bind/Execute, no Parse): the horizon probe runs up to 200 times a second, and parsing
+ * and planning it each time was 85 % of its Postgres time (0.31 ms planning against 0.05 ms
+ * executing, pg_stat_statements at 1,000 rows/s). The text's hash is in the name: node-pg
+ * refuses one name for two texts on a connection (two schemas probed on one connection).
+ */
+export function statementName(prefix: string, text: string): string {
+  let h = 5381;
+  for (let i = 0; i < text.length; i++) h = ((h * 33) ^ text.charCodeAt(i)) >>> 0;
+  return `${prefix}_${h.toString(36)}`;
+}
+
+/**
+ * A connection for {@link Horizon.probe}: read-only, outside any transaction. Its prepared
+ * statements take their generic plan: left to choose, Postgres kept planning the probe
+ * for its values at every call (a custom plan costs it nothing more to run: the probe's
+ * plan does not depend on them).
+ */
 export async function openProbeConnection(databaseUrl: string, applicationName: string): Promise<pg.Client> {
-  return connect(databaseUrl, applicationName);
+  const client = await connect(databaseUrl, applicationName);
+  try {
+    await client.query('SET plan_cache_mode = force_generic_plan');
+  } catch (error) {
+    await client.end().catch(() => undefined);
+    throw error;
+  }
+  return client;
 }
 
 /**
@@ -77,6 +102,8 @@ export class Horizon {
   /** Pairs released by force whose transactions may still run (oldest first). */
   private forced: Array<{ lastId: number; xid: bigint; lsn: bigint }> = [];
   private readonly sql: string;
+  /** The probe's prepared-statement name on its connection (see {@link statementName}). */
+  private readonly name: string;
 
   constructor(
     quotedSchema: string,
@@ -84,6 +111,7 @@ export class Horizon {
     private readonly now: () => number = Date.now,
   ) {
     this.sql = horizonProbeSql(quotedSchema);
+    this.name = statementName('outbox_relay_horizon', this.sql);
   }
 
   /**
@@ -94,7 +122,11 @@ export class Horizon {
    */
   async probe(client: pg.ClientBase): Promise<boolean> {
     const waitingFor = this.pending.at(-1)?.xid ?? this.forced.at(-1)?.xid;
-    const { rows } = await client.query<HorizonProbeRow>(this.sql, [this.pairedUpTo, waitingFor === undefined ? null : waitingFor.toString()]);
+    const { rows } = await client.query<HorizonProbeRow>({
+      name: this.name,
+      text: this.sql,
+      values: [this.pairedUpTo, waitingFor === undefined ? null : waitingFor.toString()],
+    });
     const row = rows[0];
     if (!row) return false;
     if (this.incarnation !== undefined && row.started !== this.incarnation) this.reset();

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { statementName } from './horizon.js';
 
 /**
  * Rows whose id is above the outbox sequence's last value: someone set `id` by hand
@@ -34,6 +35,7 @@ export class IdAudit {
   private lastCheckMs = Number.NEGATIVE_INFINITY;
   private reported: number | undefined;
   private readonly sql: string;
+  private readonly name: string;
 
   constructor(
     quotedSchema: string,
@@ -41,6 +43,7 @@ export class IdAudit {
     private readonly now: () => number = Date.now,
   ) {
     this.sql = idsAboveSequenceSql(quotedSchema);
+    this.name = statementName('outbox_relay_id_audit', this.sql);
   }
 
   /** @returns a finding when unsent rows above the sequence appeared (or their largest id changed) since the last report */
@@ -48,7 +51,7 @@ export class IdAudit {
     const now = this.now();
     if (now - this.lastCheckMs < this.intervalMs) return undefined;
     this.lastCheckMs = now;
-    const { rows } = await client.query<{ max_unsent_id: string | null; last_id: string; rows_above: string }>(this.sql);
+    const { rows } = await client.query<{ max_unsent_id: string | null; last_id: string; rows_above: string }>({ name: this.name, text: this.sql });
     const row = rows[0];
     const maxUnsentId = row?.max_unsent_id === null || row === undefined ? 0 : Number(row.max_unsent_id);
     const sequenceLastValue = Number(row?.last_id ?? 0);

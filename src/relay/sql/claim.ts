@@ -1,3 +1,5 @@
+import { bigintLiteral, intArrayLiteral, intLiteral, textLiteral } from './literals.js';
+
 /**
  * Claim the next batch of unsent rows of some shards, oldest first.
  *
@@ -15,7 +17,10 @@
  *
  * Each row also says whether every shard of $2 was leased to the relay when the claim ran
  * (all_leased): a shard whose lease had lapsed (a late renewal) has its rows skipped by the
- * lease check, so a claim that saw one must not raise the worker's floor over them.
+ * lease check, so a claim that saw one must not raise the worker's floor over them; and
+ * the outbox_claim_floors generation (generation, text: bigint) in the claim's own
+ * statement snapshot, the one $7 is compared in, for the floor the claim produces
+ * (floor.ts: a release or replay after this snapshot bumps it past this value).
  *
  * Rows of a parked key (its dead letter waits for an operator) are left where they are,
  * in order, until the key is released.
@@ -33,13 +38,14 @@
  * REPEATABLE READ report, a pg_dump): the index entries of the rows published since
  * cannot be removed, and a scan from the lowest id walked every one of them (measured
  * 4,461 against 14,853 rows/s on a 1,000,000-row drain). The plan itself is fixed by
- * {@link beginClaimSql}.
+ * {@link BATCH_SETTINGS_SQL}.
  */
 export function claimSql(quotedSchema: string): string {
   return `
 SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, headers, created_at,
        (SELECT count(*) FROM ${quotedSchema}.outbox_shard_leases
-         WHERE owner = $4 AND expires_at > now() AND shard = ANY($2::smallint[])) = cardinality($2::smallint[]) AS all_leased
+         WHERE owner = $4 AND expires_at > now() AND shard = ANY($2::smallint[])) = cardinality($2::smallint[]) AS all_leased,
+       (SELECT generation::text FROM ${quotedSchema}.outbox_claim_floors) AS generation
   FROM ${quotedSchema}.outbox
  WHERE sent_at IS NULL
    AND id <= $1
@@ -56,9 +62,22 @@ SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, head
    FOR UPDATE OF outbox SKIP LOCKED`;
 }
 
+/** The claim's prepared statement, per connection (see {@link prepareClaimSql}). */
+export const CLAIM_STATEMENT = 'outbox_relay_claim';
+
 /**
- * Begin a batch's transaction, fix its plans, and read the claim-floor generation, in one
- * round trip (a simple query: no parameters).
+ * Prepare {@link claimSql} on a connection, once: each batch then only executes it, with no
+ * parsing and, under the batch settings, no planning either (one generic plan, built
+ * under the same settings; measured at 1,000 rows/s: parse and plan were half the claim's
+ * Postgres time). A simple query (no parameters); runs outside a transaction.
+ */
+export function prepareClaimSql(quotedSchema: string): string {
+  return `PREPARE ${CLAIM_STATEMENT} (bigint, smallint[], int, text, timestamptz, bigint, bigint) AS ${claimSql(quotedSchema)}`;
+}
+
+/**
+ * The plan settings of a batch's transaction, for this transaction only (SET LOCAL:
+ * nothing else on the connection sees them).
  *
  * The claim, the mark, the delete and the dead-letter move must take the same plan on a
  * never-analyzed table, a 10,000- and a 10,000,000-row backlog (test/planShapes.integration.test.ts).
@@ -70,16 +89,56 @@ SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, head
  * measured and are worse: a LATERAL index scan per shard reads up to a batch per shard
  * (64,000 entries for a 500-row batch over 128 shards, 53 ms); a UNION ALL per shard
  * under a Merge Append has the right plan but costs ~10 ms to plan per claim. So, as a
- * last resort, for this transaction only (SET LOCAL: nothing else on the connection sees
- * it): no sort and no bitmap scan, which leaves the ordered index scan for the claim and
- * a plain index scan of the primary key for the others. jit off as well: a statement
- * that has to sort anyway (the dead-letter move's DISTINCT ON) is then costed above
- * jit_above_cost, and compiling it took 300-700 ms here.
+ * last resort: no sort, no bitmap scan and no sequential scan, which leaves the ordered
+ * index scan for the claim, a plain index scan of the primary key for the others, and an
+ * index probe of the parked keys per claimed row. jit off as well: a statement that has
+ * to sort or scan anyway (the dead-letter move's DISTINCT ON, the one-row floors table)
+ * is then costed above jit_above_cost, and compiling it took 300-700 ms here.
  *
- * Returns the generation (text: bigint) as the last result.
+ * plan_cache_mode: the prepared claim and mark take their generic plan, built once (at
+ * their first execution, or again after an ANALYZE invalidated it) and always inside a
+ * batch's transaction, so under these same settings; the plan shapes test checks that
+ * generic plan. Without it, Postgres plans the first five executions afresh and may keep
+ * doing so. enable_seqscan is off for the generic plan's sake: without values it chose a
+ * sequential scan of the parked keys per claimed row on one of the three outboxes the
+ * plan shapes test builds (an index probe on the others); a planned-for-values claim never
+ * did.
  */
-export function beginClaimSql(quotedSchema: string): string {
-  return `BEGIN; SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off; SET LOCAL jit = off; SELECT generation::text AS generation FROM ${quotedSchema}.outbox_claim_floors`;
+export const BATCH_SETTINGS_SQL =
+  'SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off; SET LOCAL jit = off; SET LOCAL plan_cache_mode = force_generic_plan';
+
+/** The arguments of one claim ({@link claimSql} has what each means). */
+export interface ClaimArguments {
+  watermark: number;
+  shards: readonly number[];
+  batchSize: number;
+  relayId: string;
+  incarnation: string;
+  floor: number;
+  generation: string;
+}
+
+/** Execute the prepared claim ({@link prepareClaimSql}) with its arguments written as literals (./literals.ts). */
+export function executeClaimSql(a: ClaimArguments): string {
+  const args = [
+    bigintLiteral(a.watermark),
+    intArrayLiteral(a.shards, 'smallint'),
+    intLiteral(a.batchSize),
+    textLiteral(a.relayId),
+    `${textLiteral(a.incarnation)}::timestamptz`,
+    bigintLiteral(a.floor),
+    bigintLiteral(a.generation),
+  ];
+  return `EXECUTE ${CLAIM_STATEMENT}(${args.join(', ')})`;
+}
+
+/**
+ * Begin a batch's transaction, fix its plans and claim, in one round trip: a simple query
+ * (no parameters: {@link executeClaimSql} writes them as integers and quoted strings). The
+ * claimed rows are the last result.
+ */
+export function beginClaimSql(a: ClaimArguments): string {
+  return `BEGIN; ${BATCH_SETTINGS_SQL}; ${executeClaimSql(a)}`;
 }
 
 export interface ClaimedRow {
@@ -91,4 +150,7 @@ export interface ClaimedRow {
   payload_bytes: Buffer | null;
   headers: Record<string, unknown> | null;
   created_at: Date;
+  /** See {@link claimSql}. */
+  all_leased?: boolean;
+  generation?: string;
 }

@@ -1,3 +1,5 @@
+import { intArrayLiteral, intLiteral, textLiteral } from './literals.js';
+
 /**
  * Mark published rows sent. Runs in the claim's transaction, after Kafka acknowledged
  * the batch, so a crash before the commit leaves the rows unsent (published again: at
@@ -33,4 +35,53 @@ UPDATE ${quotedSchema}.outbox
  WHERE id = ANY($1::bigint[])
    AND shard = ANY (ARRAY(SELECT shard FROM ${quotedSchema}.outbox_shard_leases
                            WHERE owner = $2 AND expires_at > now()))`;
+}
+
+/** The mark's prepared statement, per connection (see {@link prepareMarkSql}). */
+export const MARK_STATEMENT = 'outbox_relay_mark';
+
+/** What the lease check of {@link prepareMarkSql} says when it fails: `lease lost: marked N of M`. */
+const LEASE_LOST = 'outbox-relay lease lost: marked';
+
+/**
+ * Prepare the mark (or the delete) of {@link markSentSql} on a connection, once, with the
+ * lease check inside it, so that the mark and COMMIT can go in one simple-query message
+ * ({@link markAndCommitSql}) and a lost lease still aborts the transaction before COMMIT.
+ *
+ * $1 bigint[] ids of the batch   $2 text relay id   $3 int how many rows must change
+ *
+ * Fewer rows changed than published means the lease of one of their shards was lost while
+ * publishing: the statement then fails (an integer cast of a text that names the counts,
+ * evaluated only on that branch: it depends on count(*), so the planner cannot fold it),
+ * Postgres skips the rest of the message, COMMIT included, and the batch rolls back.
+ * {@link leaseLostCounts} reads the counts back from the error.
+ */
+export function prepareMarkSql(quotedSchema: string, onPublish: 'mark' | 'delete' = 'mark'): string {
+  return `PREPARE ${MARK_STATEMENT} (bigint[], text, int) AS
+WITH changed AS (${markSentSql(quotedSchema, onPublish)}
+RETURNING 1)
+SELECT CASE WHEN count(*) = $3 THEN count(*)::int
+            ELSE ('${LEASE_LOST} ' || count(*) || ' of ' || $3)::int END AS changed
+  FROM changed`;
+}
+
+/**
+ * Mark `ids` sent (or delete them), check the lease, and commit: one round trip. Ids and
+ * the relay id go in as literals (./literals.ts).
+ */
+export function markAndCommitSql(ids: readonly number[], relayId: string): string {
+  return `${executeMarkSql(ids, relayId)}; COMMIT`;
+}
+
+/** Execute the prepared mark ({@link prepareMarkSql}): every one of `ids` must change. */
+export function executeMarkSql(ids: readonly number[], relayId: string): string {
+  return `EXECUTE ${MARK_STATEMENT}(${intArrayLiteral(ids, 'bigint')}, ${textLiteral(relayId)}, ${intLiteral(ids.length)})`;
+}
+
+/** The counts of a failed lease check of {@link prepareMarkSql}, or undefined for any other error. */
+export function leaseLostCounts(error: unknown): { expected: number; changed: number } | undefined {
+  const message = (error as { message?: unknown } | undefined)?.message;
+  if (typeof message !== 'string') return undefined;
+  const m = /outbox-relay lease lost: marked (\d+) of (\d+)/.exec(message);
+  return m ? { changed: Number(m[1]), expected: Number(m[2]) } : undefined;
 }
