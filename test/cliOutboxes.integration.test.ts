@@ -1,0 +1,109 @@
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { DATABASE_URL, uniqueName } from './helpers/db.js';
+import { createTopic, testBrokers } from './helpers/kafka.js';
+import { spawnCli } from './helpers/processes.js';
+import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER_ENV } from './helpers/producer.js';
+
+// `outbox-relay` with a list of outboxes: `run` relays each, the operator commands act on
+// the one --outbox names (migrate and status on each when none is named).
+
+const SECRET = 'pw-never-logged-7f3a';
+// Trust auth ignores the password; it is there to show it never reaches the output.
+const URL_WITH_PASSWORD = (() => {
+  const u = new URL(DATABASE_URL);
+  u.username = u.username || 'postgres';
+  u.password = SECRET;
+  return u.toString();
+})();
+const schemas = [uniqueName('cli_one'), uniqueName('cli_two')];
+let admin: pg.Pool;
+let file: string;
+
+before(async () => {
+  admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
+  const dir = mkdtempSync(join(tmpdir(), 'outboxes-'));
+  file = join(dir, 'outboxes.json');
+  writeFileSync(file, JSON.stringify({ outboxes: [{ name: 'one', databaseUrlEnv: 'ONE_URL', schema: schemas[0] }, { name: 'two', databaseUrlEnv: 'TWO_URL', schema: schemas[1] }] }));
+});
+
+after(async () => {
+  for (const s of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
+  await admin.end();
+});
+
+const env = (extra: Record<string, string> = {}) => ({ ONE_URL: URL_WITH_PASSWORD, TWO_URL: URL_WITH_PASSWORD, KAFKA_BROKERS: testBrokers().join(','), ...extra });
+
+async function cli(args: string[], extra: Record<string, string> = {}): Promise<{ code: number | string; output: string }> {
+  const p = spawnCli(args, env(extra));
+  const code = await p.exited;
+  return { code, output: p.output() };
+}
+
+test('integration: migrate, run and status over an outboxes file; operator commands take --outbox; the password never shows', async () => {
+  const migrated = await cli(['migrate', '--outboxes-file', file]);
+  assert.equal(migrated.code, 0, migrated.output);
+  assert.match(migrated.output, /outbox one: applied 001_outbox/);
+  assert.match(migrated.output, /outbox two: applied 001_outbox/);
+
+  const [t1, t2] = [await createTopic(2), await createTopic(2)];
+  await admin.query(`INSERT INTO "${schemas[0]}".outbox (topic, key, payload) SELECT $1, 'k' || (i % 5), '{}' FROM generate_series(1, 40) i`, [t1]);
+  await admin.query(`INSERT INTO "${schemas[1]}".outbox (topic, key, payload) SELECT $1, 'k' || (i % 5), '{}' FROM generate_series(1, 30) i`, [t2]);
+
+  const relay = spawnCli(['run', '--log-level', 'debug'], { ...env(), ...TEST_PRODUCER_ENV, OUTBOX_OUTBOXES_FILE: file });
+  try {
+    const sent = async (schema: string) => (await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".outbox WHERE sent_at IS NOT NULL`)).rows[0]!.n;
+    await waitFor('both outboxes relayed', async () => (await sent(schemas[0]!)) === 40 && (await sent(schemas[1]!)) === 30);
+    const address = await waitFor('the metrics address', async () => /"address":"(http:\/\/[^"]+)"/.exec(relay.output())?.[1]);
+    const ready = await waitFor('/readyz 200', async () => {
+      const r = await fetch(`${address}/readyz`);
+      return r.status === 200 ? ((await r.json()) as { checks: Record<string, { ok: boolean }> }) : undefined;
+    });
+    assert.ok(ready.checks['one.claim']?.ok && ready.checks['two.claim']?.ok, JSON.stringify(ready));
+    const metrics = await (await fetch(`${address}/metrics`)).text();
+    assert.match(metrics, /^outbox_relay_outbox_up\{outbox="one"\} 1$/m);
+    assert.match(metrics, /^outbox_relay_published_rows_total\{topic="[^"]+",outbox="two"\} 30$/m);
+
+    const status = await cli(['status', '--outboxes-file', file]);
+    assert.equal(status.code, 0, status.output);
+    assert.match(status.output, /== outbox one/);
+    assert.match(status.output, /== outbox two/);
+    const one = await cli(['status', '--json', '--outboxes-file', file, '--outbox', 'two']);
+    assert.equal(one.code, 0, one.output);
+    assert.equal((JSON.parse(one.output) as { schema: string }).schema, schemas[1]);
+
+    const listed = await cli(['dead-letters', 'list', '--outboxes-file', file, '--outbox', 'one']);
+    assert.equal(listed.code, 0, listed.output);
+    for (const out of [migrated.output, status.output, listed.output]) assert.ok(!out.includes(SECRET));
+  } finally {
+    relay.child.kill('SIGTERM');
+    assert.equal(await relay.exited, 0, relay.output());
+  }
+  assert.ok(!relay.output().includes(SECRET), 'no password in the relay output, even at debug level');
+  assert.match(relay.output(), /"outbox":"one"/);
+});
+
+test('integration: misuse of the outbox flags exits 2 with one line and touches nothing', async () => {
+  const cases: Array<[string[], Record<string, string>, RegExp]> = [
+    [['dead-letters', 'list', '--outboxes-file', file], {}, /--outbox: is required: the list has 2 outboxes \(one, two\)/],
+    [['cleanup', '--outboxes-file', file, '--outbox', 'three'], {}, /--outbox: "three" is not in the list \(one, two\)/],
+    [['status', '--outbox', 'one'], { DATABASE_URL }, /--outbox: needs a list of outboxes/],
+    [['run', '--outboxes-file', file], { DATABASE_URL }, /DATABASE_URL: and a list of outboxes are both set/],
+    [['run', '--outboxes-file', file, '--schema', 'x'], {}, /--schema: is per outbox/],
+    [['run', '--outboxes-file', '/nonexistent/outboxes.json'], {}, /cannot read \/nonexistent\/outboxes.json/],
+    [['run', '--outboxes-file', file, '--max-database-connections', '5'], {}, /need up to 14 connections/],
+    [['run'], { OUTBOX_OUTBOXES: 'one', OUTBOX_ONE_DATABASE_URL: 'postgres://u:pw-x@h:5432/d@x' }, /outbox one: database URL: has an '@' after the host/],
+  ];
+  for (const [args, extra, pattern] of cases) {
+    const r = await cli(args, extra);
+    assert.equal(r.code, 2, `${args.join(' ')}: ${r.output}`);
+    assert.match(r.output, pattern, args.join(' '));
+    assert.equal(r.output.trim().split('\n').length, 1, `one line: ${r.output}`);
+    assert.ok(!r.output.includes('pw-x') && !r.output.includes(SECRET), r.output);
+  }
+});
