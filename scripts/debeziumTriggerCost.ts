@@ -3,8 +3,10 @@
  * pgbench inserting into two identical Debezium-shaped tables, one plain and one
  * attached to an outbox, taking turns in one run so that both see the same load.
  * Two workloads: one insert per transaction, and insert-then-delete (the pattern
- * Debezium recommends). No relay runs: this is the write-side cost alone (the rows
- * the trigger adds are published like any outbox row).
+ * Debezium recommends). Then the cost per row inside the server, without commits: one
+ * statement inserting 20,000 rows (rolled back), the two tables taking turns. No relay
+ * runs: this is the write-side cost alone (the rows the trigger adds are published like
+ * any outbox row).
  *
  *   npx tsx scripts/debeziumTriggerCost.ts [seconds per run = 10] [rounds = 3] [clients = 4]
  *
@@ -91,6 +93,22 @@ try {
         `ratio ${(median(captured) / median(plain)).toFixed(2)} ×\n`,
     );
   }
+  const perRow: Record<string, number[]> = { plain: [], captured: [] };
+  for (let round = 0; round < 5; round += 1) {
+    for (const table of round % 2 === 0 ? ['plain', 'captured'] : ['captured', 'plain']) {
+      await db.query('BEGIN');
+      const started = process.hrtime.bigint();
+      await db.query(
+        `INSERT INTO ${schema}.${table}_events (id, aggregatetype, aggregateid, type, payload, tenant)
+         SELECT gen_random_uuid(), 'order', (g % 10000)::text, 'OrderCreated', ${PAYLOAD}, 'acme' FROM generate_series(1, 20000) AS g`,
+      );
+      perRow[table]!.push(Number(process.hrtime.bigint() - started) / 1e3 / 20_000);
+      await db.query('ROLLBACK');
+    }
+  }
+  process.stdout.write(
+    `per row in one 20,000-row statement: plain ${median(perRow.plain!).toFixed(1)} µs, with trigger ${median(perRow.captured!).toFixed(1)} µs (medians of 5)\n`,
+  );
   const { rows } = await db.query(`SELECT count(*)::int AS n FROM ${schema}.outbox`);
   process.stdout.write(`outbox rows written by the trigger: ${rows[0].n}\n`);
 } finally {

@@ -17,7 +17,8 @@
 --   value), 2 key column, 3 event id column, 4 its kind (uuid, other), 5 payload column,
 --   6 its kind (jsonb, json, text, bytea), 7 timestamp column or '', 8 its kind (utc for
 --   a timestamp without time zone, tz, or ''), 9 tombstone on empty payload (true,
---   false), then pairs of (column, header name).
+--   false), 10 key converter and 11 value converter (string, json: what the connector's
+--   key.converter and value.converter were), then pairs of (column, header name).
 -- The kinds are the columns' types as `attach` found them: frozen into the arguments so
 -- that no row pays for a catalog lookup (a third of the function's cost when it did).
 -- Attach again after changing the type of a mapped column.
@@ -40,6 +41,8 @@ DECLARE
   ts_column      text := TG_ARGV[7];
   ts_kind        text := TG_ARGV[8];
   tombstone_on_empty boolean := TG_ARGV[9] = 'true';
+  key_json       boolean := TG_ARGV[10] = 'json';
+  value_json     boolean := TG_ARGV[11] = 'json';
   -- The row as jsonb, read once: static SQL only, so every statement here keeps its
   -- plan for the session (dynamic SQL, planned per row, cost five times as much).
   -- Columns come out in their JSON text form: text as is, numbers and booleans as
@@ -48,6 +51,7 @@ DECLARE
   route_value  text;
   message_id   uuid;
   topic        text;
+  key          text;
   payload      jsonb;
   payload_text text;
   bytes        bytea;
@@ -55,8 +59,8 @@ DECLARE
   headers      jsonb;
   i integer;
 BEGIN
-  IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'ROW' OR TG_OP <> 'INSERT' OR TG_NARGS < 10 OR TG_NARGS % 2 = 1 THEN
-    RAISE EXCEPTION 'outbox_debezium_capture must run AFTER INSERT FOR EACH ROW with 10 + 2n arguments; attach it with `outbox-relay debezium attach`';
+  IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'ROW' OR TG_OP <> 'INSERT' OR TG_NARGS < 12 OR TG_NARGS % 2 = 1 THEN
+    RAISE EXCEPTION 'outbox_debezium_capture must run AFTER INSERT FOR EACH ROW with 12 + 2n arguments; attach it with `outbox-relay debezium attach`';
   END IF;
 
   -- Topic: the pattern with the route-by value put in. A NULL value leaves the
@@ -103,6 +107,29 @@ BEGIN
     bytes := convert_to(payload_text, 'UTF8');
   END IF;
 
+  -- With the JSON converter (org.apache.kafka.connect.json.JsonConverter, schemas.enable
+  -- false), the connector wrote the payload, a string to Kafka Connect (jsonb and json
+  -- are io.debezium.data.Json strings), as a JSON string literal: {"a": 1} went out as
+  -- "{\"a\": 1}"; bytes as a base64 string without line breaks.
+  IF value_json THEN
+    IF payload IS NOT NULL THEN
+      payload := to_jsonb(payload::text);
+    ELSIF payload_kind = 'bytea' AND bytes IS NOT NULL THEN
+      payload := to_jsonb(translate(encode(bytes, 'base64'), E'\n', ''));
+    ELSIF payload_kind <> 'bytea' AND payload_text IS NOT NULL THEN
+      payload := to_jsonb(payload_text);
+    END IF;
+    bytes := NULL;
+  END IF;
+
+  -- The key as text (StringConverter), or as JSON (JsonConverter: a string key in
+  -- quotes, a number as it is). The partition follows these bytes, as in Kafka Connect.
+  IF key_json THEN
+    key := CASE WHEN jsonb_typeof(r -> key_column) = 'null' THEN NULL ELSE (r -> key_column)::text END;
+  ELSE
+    key := r ->> key_column;
+  END IF;
+
   -- Kafka timestamp from a column, as table.field.event.timestamp: a timestamp without
   -- time zone is read as UTC (Debezium's MicroTimestamp); NULL or no column: now().
   IF ts_kind = 'utc' THEN
@@ -114,10 +141,10 @@ BEGIN
   -- Headers: `id` (the event id, as table.field.event.id puts it), then the placed
   -- columns. NULLs are left out: outbox headers are strings.
   headers := jsonb_build_object('id', r ->> id_column);
-  IF payload_kind = 'json' AND payload_text IS NOT NULL THEN
+  IF payload_kind = 'json' AND payload_text IS NOT NULL AND NOT value_json THEN
     headers := headers || jsonb_build_object('content-type', 'application/json');
   END IF;
-  i := 10;
+  i := 12;
   WHILE i < TG_NARGS LOOP
     headers := headers || jsonb_build_object(TG_ARGV[i + 1], r ->> TG_ARGV[i]);
     i := i + 2;
@@ -126,7 +153,7 @@ BEGIN
   -- A NULL key becomes '', which the relay dead-letters (validation:empty_key): every
   -- outbox row has a key, where the event router would send a null one.
   INSERT INTO :"schema".outbox (message_id, topic, key, payload, payload_bytes, headers, created_at)
-  VALUES (coalesce(message_id, gen_random_uuid()), topic, coalesce(r ->> key_column, ''), payload, bytes,
+  VALUES (coalesce(message_id, gen_random_uuid()), topic, coalesce(key, ''), payload, bytes,
           jsonb_strip_nulls(headers), created);
   RETURN NULL;
 END

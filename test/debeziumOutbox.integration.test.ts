@@ -9,6 +9,7 @@ import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, uniqueName, DATABASE_URL, type TestSchema } from './helpers/db.js';
 import { readTopic, testBrokers, testKafka, type ReadMessage } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { partitionOf } from './helpers/partition.js';
 
 // Writers that know only a Debezium-shaped outbox table (the event router's default
 // shape), the trigger of sql/007 copying their rows into our outbox, and a relay with
@@ -256,6 +257,37 @@ test('integration: text, json and bytea payloads, a non-uuid id, a timestamp col
     assert.equal(b1!.headers.eventType, 'blob');
     assert.equal(b1!.headers.type, undefined, 'typeColumn null: no type header');
     assert.equal(b2!.value?.length, 0, 'an empty bytea is an empty value, not a tombstone (the event router never sees bytes as empty)');
+  } finally {
+    await relay.stop();
+  }
+});
+
+test('integration: with the JSON converters, keys and values are the JSON the connector wrote (a quoted key, so the same partition; the payload as a JSON string; bytes as base64)', async () => {
+  const topic = uniqueName('dbzjson').replaceAll('_', '-');
+  await createTopics([topic]);
+  const jsonb = await debeziumTable('jsonconv_events');
+  const bytes = await debeziumTable('jsonconv_bytes', 'id uuid, aggregatetype text, aggregateid bigint, type text, payload bytea');
+  const common = { databaseUrl: db.databaseUrl, schema: db.schema, topicPattern: topic, keyConverter: 'json', valueConverter: 'json' } as const;
+  await attachDebeziumOutbox({ ...common, table: jsonb });
+  await attachDebeziumOutbox({ ...common, table: bytes });
+  const binary = Buffer.alloc(100, 7); // long enough for Postgres' base64 to break lines
+  await asWriter(async (c) => {
+    await c.query(`INSERT INTO "${app}".jsonconv_events (id, aggregatetype, aggregateid, type, payload) VALUES (gen_random_uuid(), 'x', 'order-"7"', 'T', '{"b": [1, 2], "a": "é"}'), (gen_random_uuid(), 'x', 'order-"7"', 'T', NULL)`);
+    await c.query(`INSERT INTO "${app}".jsonconv_bytes VALUES (gen_random_uuid(), 'x', 42, 'B', $1)`, [binary]);
+  });
+  const relay = startRelay();
+  await relay.start();
+  try {
+    const messages = await readTopic(topic, (m) => m.length >= 3);
+    const jsonKey = JSON.stringify('order-"7"');
+    const [first, tombstone] = messages.filter((m) => m.key === jsonKey).sort((a, b) => Number(a.headers[HEADERS.outboxId]) - Number(b.headers[HEADERS.outboxId]));
+    assert.ok(first && tombstone, `the key is the JSON string (got ${messages.map((m) => m.key).join(', ')})`);
+    assert.equal(first.value?.toString('utf8'), JSON.stringify('{"a": "é", "b": [1, 2]}'), 'the jsonb text, as a JSON string');
+    assert.equal(first.partition, partitionOf(jsonKey, 3), "the JSON key's partition, as Kafka Connect's producer picks it");
+    assert.equal(tombstone.value, null);
+    const b = messages.find((m) => m.key === '42');
+    assert.ok(b, 'a number key is the number');
+    assert.equal(b.value?.toString('utf8'), JSON.stringify(binary.toString('base64')));
   } finally {
     await relay.stop();
   }

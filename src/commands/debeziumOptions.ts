@@ -2,7 +2,7 @@ import { ConfigError } from '../shared/errors.js';
 import { DEFAULT_SCHEMA, identifierProblem } from '../shared/identifiers.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
 import { HEADERS } from '../shared/kafka.js';
-import { optionValue, type Setting, type SettingDescriptor } from '../shared/settings.js';
+import { choice, optionValue, type Setting, type SettingDescriptor } from '../shared/settings.js';
 
 // Settings of `outbox-relay debezium attach|detach|print` (src/commands/debeziumOutbox.ts,
 // docs/debezium.md). Named after the event router options they stand for; defaults are
@@ -223,6 +223,27 @@ export const debeziumTombstoneOnEmptyPayload: Setting<boolean> = {
   },
 };
 
+/** Kafka Connect converters whose bytes the relay can reproduce. */
+export type DebeziumConverter = 'string' | 'json';
+
+export const debeziumKeyConverter = choice<DebeziumConverter>({
+  option: 'keyConverter',
+  flag: '--key-converter',
+  env: 'OUTBOX_DEBEZIUM_KEY_CONVERTER',
+  description: "The connector's key.converter: string (StringConverter: the key as text) or json (JsonConverter, schemas.enable=false: a text key in quotes). Keys, and so partitions, stay as they were.",
+  defaultValue: 'string',
+  choices: ['string', 'json'],
+});
+
+export const debeziumValueConverter = choice<DebeziumConverter>({
+  option: 'valueConverter',
+  flag: '--value-converter',
+  env: 'OUTBOX_DEBEZIUM_VALUE_CONVERTER',
+  description: "The connector's value.converter: string (StringConverter, or ByteArray/BinaryData for bytea: the payload as it is) or json (JsonConverter, schemas.enable=false: the payload as a JSON string).",
+  defaultValue: 'string',
+  choices: ['string', 'json'],
+});
+
 /** The settings of `debezium attach` and `print`, in help order (besides database URL, schema, log level). */
 export const DEBEZIUM_SETTINGS = [
   debeziumTable,
@@ -235,6 +256,8 @@ export const DEBEZIUM_SETTINGS = [
   debeziumTimestampColumn,
   debeziumAdditionalPlacement,
   debeziumTombstoneOnEmptyPayload,
+  debeziumKeyConverter,
+  debeziumValueConverter,
 ] as const;
 
 /** How a Debezium-shaped table maps to outbox rows; see {@link resolveDebeziumOptions}. */
@@ -250,6 +273,8 @@ export interface DebeziumMapping {
   timestampColumn?: string | null;
   additionalPlacement?: string;
   tombstoneOnEmptyPayload?: boolean;
+  keyConverter?: DebeziumConverter;
+  valueConverter?: DebeziumConverter;
 }
 
 /** A validated mapping: everything the trigger needs. */
@@ -266,6 +291,8 @@ export interface ResolvedDebeziumMapping {
   /** undefined: no timestamp column (the time of the insert). */
   timestampColumn: string | undefined;
   tombstoneOnEmptyPayload: boolean;
+  keyConverter: DebeziumConverter;
+  valueConverter: DebeziumConverter;
   /** Sent as header `type`; undefined for none. */
   typeColumn: string | undefined;
   /** The additional placements (header only). */
@@ -313,6 +340,8 @@ export function resolveDebeziumOptions(options: DebeziumMapping & { schema?: str
     payloadColumn: optionValue(debeziumPayloadColumn, options.payloadColumn),
     timestampColumn: timestampColumn === '' ? undefined : timestampColumn,
     tombstoneOnEmptyPayload: optionValue(debeziumTombstoneOnEmptyPayload, options.tombstoneOnEmptyPayload),
+    keyConverter: optionValue(debeziumKeyConverter, options.keyConverter),
+    valueConverter: optionValue(debeziumValueConverter, options.valueConverter),
     typeColumn: typeColumn === '' ? undefined : typeColumn,
     placements: placements.value,
   };
@@ -340,6 +369,8 @@ export function triggerArguments(m: ResolvedDebeziumMapping, kinds: ColumnKinds)
     m.timestampColumn ?? '',
     kinds.timestamp,
     String(m.tombstoneOnEmptyPayload),
+    m.keyConverter,
+    m.valueConverter,
     ...(m.typeColumn === undefined ? [] : [m.typeColumn, 'type']),
     ...m.placements.flatMap((h) => [h.column, h.header]),
   ];

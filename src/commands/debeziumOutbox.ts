@@ -43,6 +43,18 @@ export interface DebeziumOutboxOptions extends DatabaseOptions {
   additionalPlacement?: string;
   /** route.tombstone.on.empty.payload (default false): an empty or blank text payload is a tombstone. NULL always is. */
   tombstoneOnEmptyPayload?: boolean;
+  /**
+   * The connector's key.converter (default `string`, StringConverter: the key as text;
+   * `json`, JsonConverter with schemas.enable=false: a text key in quotes). The key's
+   * bytes decide its partition, so match the connector's.
+   */
+  keyConverter?: 'string' | 'json';
+  /**
+   * The connector's value.converter (default `string`: StringConverter, or ByteArray /
+   * BinaryData for a bytea payload, the payload as it is; `json`: JsonConverter with
+   * schemas.enable=false, the payload as a JSON string, bytes as base64).
+   */
+  valueConverter?: 'string' | 'json';
   logger?: Logger;
 }
 
@@ -96,7 +108,7 @@ function script(m: ResolvedDebeziumMapping, kinds: ColumnKinds): string {
     `-- outbox-relay: events inserted into ${quotedTable(m)} also go into ${quoteIdentifier(m.schema, 'schema')}.outbox,`,
     '-- in the same transaction (docs/debezium.md). Trigger arguments: route-by column, topic pattern,',
     '-- key column, id column and kind, payload column and kind, timestamp column and kind, tombstone',
-    '-- on empty payload, then (column, header) pairs. The kinds are the column types found now:',
+    '-- on empty payload, key and value converters, then (column, header) pairs. The kinds are the column types found now:',
     '-- print the script again after changing the type of one of these columns.',
     'BEGIN;',
     `${drop};`,

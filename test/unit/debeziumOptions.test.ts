@@ -36,11 +36,13 @@ test("the event router's defaults apply, and the arguments follow sql/007's orde
     payloadColumn: 'payload',
     timestampColumn: undefined,
     tombstoneOnEmptyPayload: false,
+    keyConverter: 'string',
+    valueConverter: 'string',
     typeColumn: 'type',
     placements: [],
   });
   assert.deepEqual(triggerArguments(m, { id: 'uuid', payload: 'jsonb', timestamp: '' }), [
-    'aggregatetype', 'outbox.event.${routedByValue}', 'aggregateid', 'id', 'uuid', 'payload', 'jsonb', '', '', 'false', 'type', 'type',
+    'aggregatetype', 'outbox.event.${routedByValue}', 'aggregateid', 'id', 'uuid', 'payload', 'jsonb', '', '', 'false', 'string', 'string', 'type', 'type',
   ]);
   assert.equal(resolveDebeziumOptions({ table: 'outboxevent' }).tableSchema, 'public', 'a bare table name is in public');
 });
@@ -53,7 +55,7 @@ test('typeColumn null sends no type header; placements follow it as (column, hea
     { column: 'tenant', header: 'tenant-id' },
     { column: 'region', header: 'region' },
   ]);
-  assert.deepEqual(triggerArguments(m, { id: 'other', payload: 'text', timestamp: 'utc' }).slice(10), ['type', 'eventType', 'tenant', 'tenant-id', 'region', 'region']);
+  assert.deepEqual(triggerArguments(m, { id: 'other', payload: 'text', timestamp: 'utc' }).slice(12), ['type', 'eventType', 'tenant', 'tenant-id', 'region', 'region']);
 });
 
 test('placements other than header are refused with the reason; malformed ones too', () => {
@@ -95,6 +97,12 @@ test('names are plain identifiers, checked with the option named', () => {
   refused({ table: 'a.b', typeColumn: 'a-b' }, 'typeColumn', /not a valid name/);
   refused({ table: 'a.b', timestampColumn: 'a-b' }, 'timestampColumn', /not a valid name/);
   refused({ table: 'a.b', tombstoneOnEmptyPayload: 'yes' as unknown as boolean }, 'tombstoneOnEmptyPayload', /not true or false/);
+  refused({ table: 'a.b', keyConverter: 'avro' as 'json' }, 'keyConverter', /one of string, json/);
+  refused({ table: 'a.b', valueConverter: 'bytes' as 'json' }, 'valueConverter', /one of string, json/);
+  assert.deepEqual(
+    triggerArguments(resolveDebeziumOptions({ table: 'a.b', keyConverter: 'json', valueConverter: 'json' }), { id: 'uuid', payload: 'jsonb', timestamp: '' }).slice(10, 12),
+    ['json', 'json'],
+  );
   assert.equal(resolveDebeziumOptions({ table: 'a.b', timestampColumn: 'created_at' }).timestampColumn, 'created_at');
   assert.equal(resolveDebeziumOptions({ table: 'a.b', timestampColumn: null }).timestampColumn, undefined);
 });
