@@ -10,6 +10,8 @@ import { OutboxError } from '../src/shared/errors.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { instrumentConsumer } from '../src/metrics/consumerMetrics.js';
+import { metricValue } from './helpers/metrics.js';
 import { applyBatchEffect, committedOffset, committedOffsets, countRows, createEffectTables, effectCounts, produce, testConsumerOptions } from './helpers/consumer.js';
 
 // handleBatch(messages, ctx): one call per transaction with the group's new messages, set-
@@ -156,8 +158,11 @@ test('integration: a permanent poison message in the middle of a batch is dead-l
     },
   });
   const fallbacks = collect(c, 'batchFallback');
+  const metrics = instrumentConsumer(c, { processMetrics: false });
   await c.start();
   await waitFor('offset at the end', async () => (await committedOffset(c.options.groupId, topic)) === '10');
+  assert.equal(await metricValue(metrics.registry, 'outbox_consumer_batch_fallbacks_total', { topic }), fallbacks.length, 'each redone batch counted');
+  await metrics.close();
   const dead = await readTopic(deadLetterTopic, (m) => m.length >= 1);
   assert.equal(dead.length, 1);
   assert.equal(dead[0]?.headers[DEAD_LETTER_HEADERS.reason], 'permanent-error');

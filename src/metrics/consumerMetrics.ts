@@ -26,6 +26,7 @@ export interface ConsumerMetrics {
   inFlight: Gauge;
   lag: Gauge<'topic' | 'partition'>;
   deadLetters: Counter<'topic' | 'error_class'>;
+  batchFallbacks: Counter<'topic'>;
   missingKey: Counter<'topic'>;
   transactions: Counter;
   errors: Counter<'error_class'>;
@@ -66,6 +67,12 @@ export const CONSUMER_METRICS: MetricTable<ConsumerMetrics> = {
     name: 'outbox_consumer_dead_letters_total',
     help: 'Messages sent to the dead-letter topic, by reason (undecodable, missing-key, permanent-error, retries-exhausted).',
     labelNames: ['topic', 'error_class'],
+  },
+  batchFallbacks: {
+    type: 'counter',
+    name: 'outbox_consumer_batch_fallbacks_total',
+    help: 'handleBatch only: batches that failed and were redone one message at a time to find the culprit.',
+    labelNames: ['topic'],
   },
   missingKey: {
     type: 'counter',
@@ -135,7 +142,7 @@ export interface ConsumerInstrumentation {
 }
 
 /** The consumer events the metrics listen to. */
-type ObservedEvent = 'committed' | 'duplicate' | 'stale' | 'retry' | 'deadLettered' | 'missingKey' | 'error' | 'assigned' | 'stopped';
+type ObservedEvent = 'committed' | 'duplicate' | 'stale' | 'retry' | 'deadLettered' | 'missingKey' | 'batchFallback' | 'error' | 'assigned' | 'stopped';
 
 /**
  * Observe a consumer through its events, and sample its lag. Wrap its handler with
@@ -174,6 +181,7 @@ export function instrumentConsumer<V>(consumer: Consumer<V>, options: Instrument
       m.deadLetters.inc({ topic: e.topic, error_class: e.reason });
     },
     missingKey: (e) => m.missingKey.inc({ topic: e.topic }),
+    batchFallback: (e) => m.batchFallbacks.inc({ topic: e.topic }),
     error: (e) => {
       const inner = (e.error as { cause?: unknown } | null)?.cause;
       m.errors.inc({ error_class: errorLabel(inner instanceof Error ? inner : e.error) });
