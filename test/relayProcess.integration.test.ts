@@ -127,7 +127,8 @@ test('integration: secrets never reach the logs, even at debug level', async () 
   await waitFor('the row to be sent', async () => (await countSentOf(topic)) === 1);
   relay.child.kill('SIGTERM');
   assert.equal(await relay.exited, 0, relay.output());
-  assert.match(relay.output(), /"component":"kafkajs"/, 'kafkajs logged through pino');
+  // The adapter under test's client: kafkajs' own logs, or platformatic's connection events.
+  assert.match(relay.output(), TEST_PRODUCER === 'kafkajs' ? /"component":"kafkajs"/ : /"component":"platformatic-kafka"/, 'the Kafka client logged through pino');
   assert.match(relay.output(), /relay started[\s\S]*relay stopped/);
   assert.doesNotMatch(relay.output(), /pw-that-must-not-leak/);
 });

@@ -2,11 +2,12 @@ import { createRequire } from 'node:module';
 import type { ConnectionOptions as TlsOptions } from 'node:tls';
 import type { Producer as PltProducer, ProducerOptions as PltProducerOptions, MessageToProduce } from '@platformatic/kafka';
 import { ConfigError, OutboxError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
 import type { RelayMessage } from './message.js';
 import { partitionOf } from './partitioner.js';
 import type { MessageProducer, SendResult } from './producer.js';
 import { kafkaErrorType } from './publishErrors.js';
-import { TopicMetadata, type PartitionCountSource } from './topicMetadata.js';
+import { TopicMetadata, TopicMissingError, type PartitionCountSource } from './topicMetadata.js';
 import type { ResolvedRelayOptions } from './options.js';
 
 /** The npm package behind `producer: 'platformatic'` (an optional peer dependency). */
@@ -16,7 +17,10 @@ type Buffers = MessageToProduce<Buffer, Buffer, Buffer, Buffer>;
 type Client = PltProducer<Buffer, Buffer, Buffer, Buffer>;
 
 /** What the platformatic adapter reads of the relay's options. */
-export type PlatformaticProducerOptions = Pick<ResolvedRelayOptions, 'kafkaBrokers' | 'clientId' | 'compression' | 'kafkaSecurity'>;
+export type PlatformaticProducerOptions = Pick<ResolvedRelayOptions, 'kafkaBrokers' | 'clientId' | 'compression' | 'kafkaSecurity'> & {
+  /** Where the client's connection events go (component `platformatic-kafka`), as kafkajs' logs do. */
+  logger?: Logger;
+};
 
 function missingPackage(cause?: unknown): ConfigError {
   const error = new ConfigError(
@@ -128,6 +132,23 @@ function refusal(error: unknown): unknown {
   return isAuthenticationFailure(error) ? new KafkaSASLAuthenticationError(error) : error;
 }
 
+type BrokerEvent = { broker?: { host?: string; port?: number } };
+const brokerOf = (e: BrokerEvent | undefined): string => `${e?.broker?.host}:${e?.broker?.port}`;
+
+/**
+ * The client logs nothing itself (it has `debug` and diagnostics channels): its
+ * connection events go through the relay's logger, as kafkajs' own logs do, with the
+ * broker's address only (never the connection's options, which hold the SASL password).
+ */
+function logClientEvents(client: Client, logger: Logger): void {
+  const log = logger.child({ component: 'platformatic-kafka' });
+  const on = client.on.bind(client) as (event: string, listener: (...args: unknown[]) => void) => void;
+  on('client:broker:connect', (e) => log.debug({ broker: brokerOf(e as BrokerEvent) }, 'connected to broker'));
+  on('client:broker:disconnect', (e) => log.debug({ broker: brokerOf(e as BrokerEvent) }, 'disconnected from broker'));
+  on('client:broker:failed', (e) => log.warn({ broker: brokerOf(e as BrokerEvent) }, 'connection to broker failed'));
+  on('client:performWithRetry:retry', (operation, attempt, retries, delayMs) => log.debug({ operation, attempt, retries, delayMs }, 'retrying'));
+}
+
 /**
  * platformatic's metadata answers an unknown topic with a UserError "Unknown topic X."
  * (the protocol error inside is dropped); it is told apart by that message.
@@ -203,14 +224,14 @@ export class PlatformaticProducer implements MessageProducer {
     try {
       client = await this.client();
     } catch (error) {
-      refuse(messages.map((_, i) => i), error);
+      refuse(messages.map((_, i) => i), refusal(error));
       return results;
     }
     const counts = await this.metadata.partitions(messages.map((m) => m.topic));
     const groups = new Map<string, { topic: string; partition: number; indexes: number[] }>();
     messages.forEach((m, i) => {
       const count = counts.get(m.topic)!;
-      if (typeof count !== 'number') return refuse([i], count);
+      if (typeof count !== 'number') return refuse([i], count instanceof TopicMissingError ? count : refusal(count));
       const partition = partitionOf(m.key, count);
       const id = `${m.topic}\u0000${partition}`;
       let group = groups.get(id);
@@ -246,6 +267,7 @@ export class PlatformaticProducer implements MessageProducer {
       (m) => {
         if (this.closed) throw new OutboxError('the producer is disconnected', { retriable: true });
         this.loaded = new m.Producer(platformaticClientOptions(this.options)) as Client;
+        if (this.options.logger) logClientEvents(this.loaded, this.options.logger);
         return this.loaded;
       },
       (error: unknown) => {

@@ -145,12 +145,12 @@ function toKafkajs(m: RelayMessage, partition: number): Message {
  */
 export function createMessageProducer(
   kafka: Kafka,
-  options: Pick<ResolvedRelayOptions, 'compression'> & Partial<Pick<ResolvedRelayOptions, 'producer' | 'kafkaBrokers' | 'clientId' | 'kafkaSecurity'>>,
+  options: Pick<ResolvedRelayOptions, 'compression'> & Partial<Pick<ResolvedRelayOptions, 'producer' | 'kafkaBrokers' | 'clientId' | 'kafkaSecurity' | 'logger'>>,
 ): MessageProducer {
   if (options.producer === 'platformatic') {
     const { kafkaBrokers, clientId, kafkaSecurity } = options;
     if (!kafkaBrokers || !clientId || !kafkaSecurity) throw new TypeError('the platformatic producer needs kafkaBrokers, clientId and kafkaSecurity');
-    return new PlatformaticProducer({ kafkaBrokers, clientId, kafkaSecurity, compression: options.compression });
+    return new PlatformaticProducer({ kafkaBrokers, clientId, kafkaSecurity, compression: options.compression, logger: options.logger });
   }
   return new BatchProducer(kafka, options.compression);
 }
