@@ -206,6 +206,7 @@ export class PlatformaticProducer implements MessageProducer {
   private loaded: Client | undefined;
   private readonly metadata: TopicMetadata;
   private closed = false;
+  private announced = false;
 
   constructor(
     private readonly options: PlatformaticProducerOptions,
@@ -243,6 +244,10 @@ export class PlatformaticProducer implements MessageProducer {
         try {
           await client.send({ messages: indexes.map((i) => toPlatformatic(messages[i]!, partition)), acks: -1 });
           for (const i of indexes) results[i] = { acknowledged: true };
+          if (!this.announced) {
+            this.announced = true;
+            this.options.logger?.info({ producer: this.adapter }, 'producer adapter publishing');
+          }
         } catch (error) {
           // Gone, or more partitions than we knew of: look the topic up again next time.
           this.metadata.forget(topic);

@@ -3,6 +3,7 @@ import type { RelayMessage } from './message.js';
 import { partitionOf } from './partitioner.js';
 import { KafkajsPartitionCounts, TopicMetadata } from './topicMetadata.js';
 import type { ResolvedRelayOptions } from './options.js';
+import type { Logger } from '../shared/logger.js';
 import { PlatformaticProducer } from './platformaticProducer.js';
 
 /** What Kafka did with one message of a send. */
@@ -17,7 +18,11 @@ export type SendResult = { acknowledged: true } | { acknowledged: false; error: 
  * are acknowledged or refused together.
  */
 export interface MessageProducer {
-  /** Which Kafka client publishes (the `producer` setting), for logs and metrics. */
+  /**
+   * Which Kafka client publishes (the `producer` setting), for logs and metrics. Each
+   * adapter also logs it (info, `producer adapter publishing`, field `producer`) once, at
+   * its first acknowledged message: what ran, not only what was configured.
+   */
   readonly adapter: 'kafkajs' | 'platformatic';
   send(messages: readonly RelayMessage[]): Promise<SendResult[]>;
   disconnect(): Promise<void>;
@@ -55,8 +60,13 @@ export class BatchProducer implements MessageProducer {
   private readonly metadata: TopicMetadata;
   private connected = false;
   private creatorConnected = false;
+  private announced = false;
 
-  constructor(kafka: Kafka, private readonly compression: keyof typeof COMPRESSION) {
+  constructor(
+    kafka: Kafka,
+    private readonly compression: keyof typeof COMPRESSION,
+    private readonly logger?: Logger,
+  ) {
     this.producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false });
     this.producer.on(this.producer.events.DISCONNECT, () => {
       this.connected = false;
@@ -107,6 +117,7 @@ export class BatchProducer implements MessageProducer {
             compression: COMPRESSION[this.compression],
           });
           for (const i of indexes) results[i] = { acknowledged: true };
+          this.announce();
         } catch (error) {
           // Gone, or more partitions than we knew of: look the topic up again next time.
           this.metadata.forget(topic);
@@ -115,6 +126,12 @@ export class BatchProducer implements MessageProducer {
       }),
     );
     return results;
+  }
+
+  private announce(): void {
+    if (this.announced) return;
+    this.announced = true;
+    this.logger?.info({ producer: this.adapter }, 'producer adapter publishing');
   }
 
   async disconnect(): Promise<void> {
@@ -152,5 +169,5 @@ export function createMessageProducer(
     if (!kafkaBrokers || !clientId || !kafkaSecurity) throw new TypeError('the platformatic producer needs kafkaBrokers, clientId and kafkaSecurity');
     return new PlatformaticProducer({ kafkaBrokers, clientId, kafkaSecurity, compression: options.compression, logger: options.logger });
   }
-  return new BatchProducer(kafka, options.compression);
+  return new BatchProducer(kafka, options.compression, options.logger);
 }

@@ -98,6 +98,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   writeFileSync(join(logs, 'schedule.txt'), schedule.join('\n') + '\n');
 
   const baseEnv = { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: url, KAFKA_BROKERS: brokers.join(','), OUTBOX_SCHEMA: schema };
+  // The producer adapters each relay slot's processes said they published through.
+  const adaptersSeen = Array.from({ length: p.relays }, () => new Map<string, number>());
   const relaySlots = Array.from(
     { length: p.relays },
     (_, i) =>
@@ -107,7 +109,10 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
         cwd: codeDir,
         env: {
           ...baseEnv,
-          OUTBOX_LOG_LEVEL: 'warn',
+          // info: the adapter's own "producer adapter publishing" line (once per process),
+          // the self-check's evidence of what published; info is a few lines a process.
+          OUTBOX_LOG_LEVEL: 'info',
+          OUTBOX_PRODUCER: cfg.producer,
           OUTBOX_CLIENT_ID: relayClientId(i),
           OUTBOX_METRICS_ADDRESS: '127.0.0.1:0', // several relays on one host: any free port
           OUTBOX_BATCH_SIZE: String(p.batchSize),
@@ -120,6 +125,11 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
         restartDelayMs: 1_000,
         maxUnexpectedExits: 100,
         log,
+        onReport: (line) => {
+          if (line.msg === 'producer adapter publishing' && typeof line.producer === 'string') {
+            adaptersSeen[i]!.set(line.producer, (adaptersSeen[i]!.get(line.producer) ?? 0) + 1);
+          }
+        },
       }),
   );
   const makeConsumer = (name: string): Slot =>
@@ -237,19 +247,21 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   const actual = emptyTally();
   actual.relays = relaySlots.filter((s, i) => s.starts > 0 && relaysSeen.seen.has(relayClientId(i))).length;
   actual.relaysLiveAtOnce = relaysSeen.maxLiveAtOnce;
+  actual.relaysOnProducer = adaptersSeen.filter((seen) => seen.size === 1 && seen.has(cfg.producer)).length;
   actual.consumers = consumerSlots.filter((s) => (s.events.started ?? 0) > 0 && (s.events.assigned ?? 0) > 0).length;
   actual.brokers = brokersInCluster;
   for (const { kind } of FAULT_KINDS) actual.faults[kind] = injector.injected[kind] ?? 0;
   const lines = selfCheck(expectedTally(p), actual, {
     relays: `started ${relaySlots.reduce((n, s) => n + s.starts, 0)} times; seen heartbeating in outbox_relays: ${[...relaysSeen.seen].sort().join(', ') || 'none'}`,
     relaysLiveAtOnce: `sampled every ${RelaySightings.intervalMs} ms`,
+    relaysOnProducer: `${cfg.producer}; each slot's processes reported ${adaptersSeen.map((seen, i) => `relay ${i}: ${[...seen].map(([a, n]) => `${a} x${n}`).join(', ') || 'none'}`).join('; ')}`,
     consumers: 'reported themselves started and were assigned partitions',
     brokers: `describeCluster at the start of the run${ctx.servers.cluster ? `; nodes ${ctx.servers.cluster.nodes.map((n) => n.id).join(", ")}` : ""}`,
     'broker-kill': injector.brokerKills.filter((k) => k.ledPartition === undefined).map((k) => `node ${k.node}, back in sync after ${k.recoveredMs} ms`).join('; ') || undefined,
     'leader-kill': injector.brokerKills.filter((k) => k.ledPartition !== undefined).map((k) => `node ${k.node} leading partition ${k.ledPartition}, new leader after ${k.failoverMs} ms, back in sync after ${k.recoveredMs} ms`).join('; ') || undefined,
     'consumer-kill': `${injector.worstMomentKills} killed themselves between the Postgres commit and the offset commit`,
     'consumer-join': 'counted once the joining consumer was assigned partitions',
-  } satisfies Partial<Record<FaultKind | 'relays' | 'relaysLiveAtOnce' | 'consumers' | 'brokers', string>>);
+  } satisfies Partial<Record<FaultKind | 'relays' | 'relaysLiveAtOnce' | 'relaysOnProducer' | 'consumers' | 'brokers', string>>);
 
   const found = violations(result);
   if (drainedAt === undefined) found.push('not drained');
@@ -262,6 +274,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     code: ctx.code,
     profile: cfg.profileName,
     plant: cfg.plant,
+    producer: cfg.producer,
     seed: cfg.seed,
     command: cfg.command,
     settings: p,

@@ -140,6 +140,10 @@ export const PLANTED: Record<PlantedBug, Partial<Profile>> = {
   },
 };
 
+/** The relay's producer adapters (its `producer` setting); the relays of a run use one. */
+export const PRODUCERS = ['kafkajs', 'platformatic'] as const;
+export type Producer = (typeof PRODUCERS)[number];
+
 /** One run of the harness. */
 export interface RunConfig {
   name: string;
@@ -147,6 +151,8 @@ export interface RunConfig {
   profile: Profile;
   seed: number;
   plant: Plant;
+  /** The relays' producer adapter (OUTBOX_PRODUCER); the self-check checks they ran it. */
+  producer: Producer;
   /** The command that repeats this run alone. */
   command: string;
 }
@@ -159,6 +165,8 @@ export interface RunRequest {
   relays?: number;
   plant: Plant;
   verifyPlanted: boolean;
+  /** Default kafkajs. */
+  producer?: Producer;
 }
 
 /** The runs one command makes, in order: a lone planted run, or the normal run followed,
@@ -167,20 +175,25 @@ export function planRuns(req: RunRequest): RunConfig[] {
   const base = PROFILES[req.profile];
   if (!base) throw new Error(`unknown profile ${req.profile}`);
   const profile: Profile = { ...base, ...(req.rows ? { rows: req.rows } : {}), ...(req.relays ? { relays: req.relays } : {}) };
+  const producer = req.producer ?? 'kafkajs';
+  // Runs on the other adapter are named apart (their results files too).
+  const suffix = producer === 'kafkajs' ? '' : `-${producer}`;
+  const producerFlag = producer === 'kafkajs' ? '' : ` --producer ${producer}`;
   const relaysFlag = req.relays ? ` --relays ${req.relays}` : '';
   const overrides = `${req.rows ? ` --rows ${req.rows}` : ''}${relaysFlag}`;
-  const command = (extra: string): string => `npx tsx test/faults/run.ts --profile ${req.profile} --seed ${req.seed}${extra}`;
+  const command = (extra: string): string => `npx tsx test/faults/run.ts --profile ${req.profile} --seed ${req.seed}${producerFlag}${extra}`;
   const planted = (plant: PlantedBug, rows: boolean): RunConfig => ({
-    name: `${req.profile}-${req.seed}-${plant}`,
+    name: `${req.profile}-${req.seed}${suffix}-${plant}`,
     profileName: req.profile,
     // The planted settings win, except an explicit --rows for a lone planted run.
     profile: { ...profile, ...PLANTED[plant], ...(rows && req.rows ? { rows: req.rows } : {}) },
     seed: req.seed,
     plant,
+    producer,
     command: command(` --plant ${plant}${rows ? overrides : relaysFlag}`),
   });
   if (req.plant !== 'none') return [planted(req.plant, true)];
-  const runs: RunConfig[] = [{ name: `${req.profile}-${req.seed}`, profileName: req.profile, profile, seed: req.seed, plant: 'none', command: command(overrides) }];
+  const runs: RunConfig[] = [{ name: `${req.profile}-${req.seed}${suffix}`, profileName: req.profile, profile, seed: req.seed, plant: 'none', producer, command: command(overrides) }];
   if (req.verifyPlanted) for (const plant of PLANTS) runs.push(planted(plant, false));
   return runs;
 }

@@ -7,7 +7,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CheckResult } from './checker.js';
-import type { Plant, Profile } from './profiles.js';
+import type { Plant, Producer, Profile } from './profiles.js';
 import { formatLine, type SelfCheckLine } from './selfCheck.js';
 import { ROOT, type CodeVersion } from './snapshot.js';
 import type { WorkloadStats } from './workload.js';
@@ -19,6 +19,8 @@ export interface RunReport {
   code: CodeVersion;
   profile: string;
   plant: Plant;
+  /** The relays' producer adapter (--producer); the self-check says whether they ran it. */
+  producer: Producer;
   seed: number;
   command: string;
   settings: Profile;
@@ -50,6 +52,7 @@ export function printReport(r: RunReport): void {
     ['seed', r.seed],
     ['code', `${r.code.commit.slice(0, 12)}${r.code.uncommitted.length ? ` + ${r.code.uncommitted.length} uncommitted src/sql files` : ''}`],
     ['plant', r.plant],
+    ['producer adapter (relays)', `${r.producer} (ran: see self-check)`],
     ['relays / consumers / partitions', `${r.settings.relays} / ${r.settings.consumers} / ${r.settings.partitions} (profile; ran: see self-check)`],
     ['faults injected', Object.entries(r.faultsInjected).map(([k, v]) => `${k} ${v}`).join(', ') || 'none'],
     ['transactions (writers)', r.workload.transactions],

@@ -4,6 +4,7 @@
  *
  *   tsx test/faults/run.ts --profile smoke|ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N]
  *                          [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot]
+ *                          [--producer kafkajs|platformatic]   (the relays' adapter, OUTBOX_PRODUCER)
  *                          [--committed-src]   (src/ and sql/ from HEAD, not the working tree)
  *
  * This file parses the arguments and runs. The rest, by concept: profiles.ts (what a run
@@ -19,7 +20,7 @@
 import { killAllChildren } from './processes.js';
 import { runOnce } from './harness.js';
 import { elapsedMs, log } from './log.js';
-import { PLANTS, PROFILES, planRuns, type Plant, type RunRequest } from './profiles.js';
+import { PLANTS, PRODUCERS, PROFILES, planRuns, type Plant, type Producer, type RunRequest } from './profiles.js';
 import { judge, printReport, saveReport, type RunReport } from './report.js';
 import { formatLine, runsCheck } from './selfCheck.js';
 import { onEmergency, startServers, stopServers, type Servers } from './servers.js';
@@ -51,10 +52,12 @@ function parseArgs(argv: string[]): Args {
     else if (a === '--no-snapshot') args.snapshot = false;
     else if (a === '--committed-src') args.committedSrc = true;
     else if (a === '--code-dir') args.codeDir = value();
+    else if (a === '--producer') args.producer = value() as Producer;
     else usage(`unknown argument ${a}`);
   }
   if (!PROFILES[args.profile]) usage(`unknown profile ${args.profile}`);
   if (!['none', ...PLANTS].includes(args.plant)) usage(`unknown plant ${args.plant}`);
+  if (args.producer !== undefined && !PRODUCERS.includes(args.producer)) usage(`unknown producer ${args.producer} (${PRODUCERS.join(' or ')})`);
   if (args.plant !== 'none' && args.verifyPlanted) usage('--plant and --verify-planted do not go together');
   if (!Number.isSafeInteger(args.seed) || args.seed < 0) usage('--seed must be a non-negative integer');
   if (args.rows !== undefined && !(Number.isSafeInteger(args.rows) && args.rows > 0)) usage('--rows must be a positive integer');
@@ -64,7 +67,7 @@ function parseArgs(argv: string[]): Args {
 
 function usage(problem: string): never {
   process.stderr.write(
-    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot] [--committed-src] [--code-dir DIR]\n`,
+    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot] [--committed-src] [--code-dir DIR] [--producer kafkajs|platformatic]\n`,
   );
   process.exit(2);
 }

@@ -28,6 +28,12 @@ export interface Tally {
   relays: number;
   /** The most relays seen live in the lease table at one time. */
   relaysLiveAtOnce: number;
+  /**
+   * Relay slots whose processes published through the run's producer adapter, by their
+   * own account (the `producer adapter publishing` log line each adapter writes at its
+   * first acknowledged message), and never through another.
+   */
+  relaysOnProducer: number;
   /** Consumer processes that ran: reported themselves started, and were assigned partitions. */
   consumers: number;
   /** Kafka brokers in the cluster, as the cluster itself reports them. */
@@ -40,14 +46,14 @@ export interface Tally {
 export function expectedTally(p: Profile): Tally {
   const faults = {} as Record<FaultKind, number>;
   for (const { kind, count } of FAULT_KINDS) faults[kind] = p.counts[count];
-  return { relays: p.relays, relaysLiveAtOnce: p.relays, consumers: p.consumers, brokers: p.brokers, faults };
+  return { relays: p.relays, relaysLiveAtOnce: p.relays, relaysOnProducer: p.relays, consumers: p.consumers, brokers: p.brokers, faults };
 }
 
 /** An empty tally, to count into. */
 export function emptyTally(): Tally {
   const faults = {} as Record<FaultKind, number>;
   for (const { kind } of FAULT_KINDS) faults[kind] = 0;
-  return { relays: 0, relaysLiveAtOnce: 0, consumers: 0, brokers: 0, faults };
+  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, consumers: 0, brokers: 0, faults };
 }
 
 /** One line of the self-check: "relays: 2 of 2". */
@@ -69,6 +75,7 @@ export function selfCheck(expected: Tally, actual: Tally, details: Partial<Recor
   const lines = [
     line('relays', expected.relays, actual.relays, details.relays),
     line('relays live at once', expected.relaysLiveAtOnce, actual.relaysLiveAtOnce, details.relaysLiveAtOnce),
+    line('relays on the producer adapter', expected.relaysOnProducer, actual.relaysOnProducer, details.relaysOnProducer),
     line('consumers', expected.consumers, actual.consumers, details.consumers),
     line('Kafka brokers', expected.brokers, actual.brokers, details.brokers),
   ];

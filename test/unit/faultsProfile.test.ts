@@ -45,7 +45,7 @@ test('self-check: a run that ran what its profile says passes', () => {
   const lines = selfCheck(expectedTally(ci), faithful());
   assert.deepEqual(selfCheckFailures(lines), []);
   assert.ok(lines.every((l) => l.ok));
-  assert.equal(lines.length, 4 + FAULT_KINDS.length);
+  assert.equal(lines.length, 5 + FAULT_KINDS.length);
 });
 
 test('self-check: one relay where the profile says two fails the run', () => {
@@ -72,7 +72,7 @@ test('self-check: a missing consumer, broker or fault of any kind fails the run;
   }
   // Nothing ran at all: every line fails except the fault kinds the profile has none of.
   const nothing = selfCheckFailures(selfCheck(expectedTally(ci), emptyTally()));
-  assert.equal(nothing.length, 4 + FAULT_KINDS.filter(({ count }) => ci.counts[count] > 0).length);
+  assert.equal(nothing.length, 5 + FAULT_KINDS.filter(({ count }) => ci.counts[count] > 0).length);
 });
 
 test('self-check: --verify-planted that completed fewer planted cases than listed fails', () => {
