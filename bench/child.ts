@@ -60,10 +60,38 @@ function recordingKafka(): Kafka {
   return kafka;
 }
 
+/**
+ * The same recording for the platformatic adapter: its client's `send` (one per
+ * partition, as kafkajs' sendBatch is), patched on the class the adapter imports.
+ */
+async function recordPlatformaticSends(): Promise<void> {
+  const { Producer } = await import('@platformatic/kafka');
+  type Send = (this: unknown, options: { messages: Array<{ headers?: Map<Buffer, Buffer> | Record<string, Buffer> }> }, callback?: unknown) => unknown;
+  const proto = Producer.prototype as unknown as { send: Send };
+  const send = proto.send;
+  const outboxIdHeader = Buffer.from(HEADERS.outboxId);
+  proto.send = function (this: unknown, options, callback) {
+    if (callback) return send.call(this, options, callback);
+    const started = now();
+    return (send.call(this, options) as Promise<unknown>).then((result) => {
+      const t = now();
+      timing.sendMs += t - started;
+      timing.sends++;
+      for (const m of options.messages) {
+        const headers = m.headers instanceof Map ? [...m.headers] : [];
+        const id = headers.find(([k]) => k.equals(outboxIdHeader))?.[1];
+        acks.push([Number(id?.toString()), t]);
+      }
+      return result;
+    });
+  };
+}
+
 async function main(): Promise<void> {
   let stop: () => Promise<unknown>;
   if (mode === 'relay') {
     const options = JSON.parse(process.env.BENCH_RELAY_OPTIONS ?? '{}') as Partial<RelayOptions>;
+    if (options.producer === 'platformatic') await recordPlatformaticSends();
     const relay = createRelay({
       databaseUrl,
       kafkaBrokers: brokers,

@@ -48,8 +48,10 @@ test('a missing @platformatic/kafka is a ConfigError naming the setting and the 
     () => assertPlatformaticInstalled(notThere),
     (e: unknown) => e instanceof ConfigError && e.setting === 'producer' && e.message.includes(PLATFORMATIC_PACKAGE) && e.message.includes('kafkajs'),
   );
-  // If the import fails anyway, every message is refused with that error; send does not reject.
-  const adapter = new PlatformaticProducer(base, () => Promise.reject(new Error('ERR_MODULE_NOT_FOUND')));
+  // If loading fails anyway, every message is refused with that error; send does not reject.
+  const adapter = new PlatformaticProducer(base, () => {
+    throw Object.assign(new Error(`Cannot find module '${PLATFORMATIC_PACKAGE}'`), { code: 'MODULE_NOT_FOUND' });
+  });
   const results = await adapter.send([message(), message({ key: 'other' })]);
   assert.equal(results.length, 2);
   for (const r of results) {
