@@ -39,6 +39,8 @@ export interface Worker {
   /** Watermark up to which this worker found nothing more to claim. */
   drainedTo: number;
   lastClaimAtMs: number;
+  /** Rechecks in a row (claims while the horizon had not moved) that found nothing (relay.ts). */
+  emptyRechecks: number;
   failures: number;
   /** The connection of the batch in flight, so a hard stop can destroy it. */
   client: pg.PoolClient | undefined;
