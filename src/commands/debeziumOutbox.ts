@@ -107,9 +107,10 @@ function script(m: ResolvedDebeziumMapping, kinds: ColumnKinds): string {
   return [
     `-- outbox-relay: events inserted into ${quotedTable(m)} also go into ${quoteIdentifier(m.schema, 'schema')}.outbox,`,
     '-- in the same transaction (docs/debezium.md). Trigger arguments: route-by column, topic pattern,',
-    '-- key column, id column and kind, payload column and kind, timestamp column and kind, tombstone',
-    '-- on empty payload, key and value converters, then (column, header) pairs. The kinds are the column types found now:',
-    '-- print the script again after changing the type of one of these columns.',
+    '-- key column, id column and kind, payload column and kind, timestamp column and kind,',
+    '-- tombstone on empty payload, key and value converters, then (column, header) pairs.',
+    '-- The kinds are the column types found now: print and apply the script again after',
+    '-- changing the type of one of these columns.',
     'BEGIN;',
     `${drop};`,
     `${create};`,
