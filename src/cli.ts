@@ -427,6 +427,34 @@ addSettings(
   process.stdout.write(`deleted ${result.deleted} sent rows older than ${o.retention as string} (${result.batches} batches)\n`);
 });
 
+// debezium: a Debezium outbox event router table feeding the outbox
+// (src/commands/debeziumOutbox.ts, docs/debezium.md).
+const dbz = await import('./commands/debeziumOptions.js');
+const DEBEZIUM_ATTACH_SETTINGS = [databaseUrl, schema, ...dbz.DEBEZIUM_SETTINGS, logLevel] as const;
+const DEBEZIUM_DETACH_SETTINGS = [databaseUrl, schema, dbz.debeziumTable, logLevel] as const;
+const debezium = program.command('debezium').description("Attach a table shaped for Debezium's outbox event router: its inserts go into the outbox (docs/debezium.md).");
+for (const [name, description, list] of [
+  ['attach', 'Put the trigger on the table (checks its columns first; again with other settings replaces them).', DEBEZIUM_ATTACH_SETTINGS],
+  ['print', 'Print the SQL attach would run, for a DBA (reads the catalog, changes nothing).', DEBEZIUM_ATTACH_SETTINGS],
+  ['detach', 'Drop the trigger: inserts stop going into the outbox.', DEBEZIUM_DETACH_SETTINGS],
+] as const) {
+  addSettings(withOutboxFlags(debezium.command(name).description(description)), list).action(async (flags: Record<string, unknown>) => {
+    selectOutbox(flags);
+    const o = resolve(list, flags);
+    const { attachDebeziumOutbox, debeziumAttachScript, detachDebeziumOutbox } = await import('./commands/debeziumOutbox.js');
+    const options = { ...o, logger: createLogger(o.logLevel as LogLevel) } as unknown as import('./commands/debeziumOutbox.js').DebeziumOutboxOptions;
+    if (name === 'print') {
+      process.stdout.write(await debeziumAttachScript(options));
+    } else if (name === 'attach') {
+      const r = await attachDebeziumOutbox(options);
+      process.stdout.write(`${r.replaced ? 'replaced the settings of' : 'attached'} ${r.trigger} on ${r.table}\n`);
+    } else {
+      const r = await detachDebeziumOutbox(options);
+      process.stdout.write(r.detached ? `detached ${r.table}\n` : `${r.table} was not attached\n`);
+    }
+  });
+}
+
 try {
   await program.parseAsync(process.argv);
 } catch (error) {

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { DATABASE_URL, uniqueName } from './helpers/db.js';
+import { migrate } from '../src/commands/migrate.js';
 import { createTopic, testBrokers } from './helpers/kafka.js';
 import { spawnCli } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';
@@ -106,4 +107,27 @@ test('integration: misuse of the outbox flags exits 2 with one line and touches 
     assert.equal(r.output.trim().split('\n').length, 1, `one line: ${r.output}`);
     assert.ok(!r.output.includes('pw-x') && !r.output.includes(SECRET), r.output);
   }
+});
+
+test('integration: debezium print, attach and detach from the CLI, on the outbox --outbox names', async () => {
+  await migrate({ databaseUrl: DATABASE_URL, schema: schemas[1]! }); // a no-op after the first test
+  const table = `${schemas[1]}.outboxevent`;
+  await admin.query(`CREATE TABLE "${schemas[1]}".outboxevent (id uuid, aggregatetype text, aggregateid text, type text, payload jsonb)`);
+  const args = ['--outboxes-file', file, '--outbox', 'two', '--table', table, '--topic-pattern', 'cli.${routedByValue}'];
+  const printed = await cli(['debezium', 'print', ...args]);
+  assert.equal(printed.code, 0, printed.output);
+  assert.match(printed.output, /CREATE TRIGGER/);
+  const count = async () => (await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_trigger WHERE tgrelid = $1::regclass`, [`"${schemas[1]}".outboxevent`])).rows[0]!.n;
+  assert.equal(await count(), 0, 'print changes nothing');
+  const attached = await cli(['debezium', 'attach', ...args]);
+  assert.equal(attached.code, 0, attached.output);
+  assert.match(attached.output, /^attached outbox_relay_debezium on /m);
+  await admin.query(`INSERT INTO "${schemas[1]}".outboxevent VALUES (gen_random_uuid(), 'order', 'o-1', 'Created', '{"a":1}')`);
+  const { rows } = await admin.query<{ topic: string; key: string }>(`SELECT topic, key FROM "${schemas[1]}".outbox WHERE topic = 'cli.order'`);
+  assert.deepEqual(rows, [{ topic: 'cli.order', key: 'o-1' }]);
+  const bad = await cli(['debezium', 'attach', ...args.slice(0, 4), '--table', `${schemas[1]}.missing_table`]);
+  assert.equal(bad.code, 2, bad.output);
+  const detached = await cli(['debezium', 'detach', '--outboxes-file', file, '--outbox', 'two', '--table', table]);
+  assert.equal(detached.code, 0, detached.output);
+  assert.equal(await count(), 0);
 });
