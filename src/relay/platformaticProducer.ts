@@ -77,6 +77,11 @@ export function platformaticClientOptions(o: PlatformaticProducerOptions): PltPr
     autocreateTopics: false,
     compression: o.compression,
     connectTimeout: 3_000,
+    // Requests in flight per broker connection (the client's default is 5): a relay has
+    // batchesInFlight × partitions one-partition requests out at once, all to the leader
+    // of each partition; kafkajs does not limit them. Safe for order: a key is never in two
+    // requests at once (see ./producer.ts).
+    maxInflights: 64,
     // kafkajs' requestTimeout, and the produce request's broker-side timeout.
     timeout: 30_000,
     retries: 3,
