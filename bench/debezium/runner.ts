@@ -82,8 +82,8 @@ export interface DebeziumProcess {
   firstAck: number;
   lastAck: number;
   ackedAtFirst: number;
-  /** Rejects when the process exits before stop() was called. */
-  failed: Promise<never>;
+  /** Set when the process exited before stop() was called. */
+  exitError: Error | undefined;
   stop(): Promise<void>;
 }
 
@@ -101,11 +101,7 @@ export function startDebezium(o: DebeziumOptions): DebeziumProcess {
     firstAck: 0,
     lastAck: 0,
     ackedAtFirst: 0,
-    failed: new Promise<never>((_, reject) => {
-      proc.once('exit', (code, signal) => {
-        if (!stopping) reject(new Error(`the Debezium runner exited (${code ?? signal}) before it was stopped`));
-      });
-    }),
+    exitError: undefined,
     stop: async () => {
       stopping = true;
       if (proc.exitCode !== null || proc.signalCode !== null) return;
@@ -116,7 +112,9 @@ export function startDebezium(o: DebeziumOptions): DebeziumProcess {
       clearTimeout(timer);
     },
   };
-  d.failed.catch(() => undefined); // observed by whoever races it
+  proc.once('exit', (code, signal) => {
+    if (!stopping) d.exitError = new Error(`the Debezium runner exited (${code ?? signal}) before it was stopped`);
+  });
   createInterface({ input: proc.stdout! }).on('line', (line) => {
     if (!line.startsWith('{')) return;
     try {

@@ -118,8 +118,8 @@ interface Running {
   /** Rows/s from the first acknowledgement to the last (the first batch's rows not counted). */
   drainRate(): number;
   backends(): Promise<number[]>;
-  /** Rejects if the process dies before stop(). */
-  failed: Promise<never>;
+  /** Throws if the process exited before stop(): called by every wait on it. */
+  check(): void;
   stop(): Promise<void>;
 }
 
@@ -127,6 +127,7 @@ class Bench {
   readonly pool: pg.Pool;
   private readonly admin;
   private armNo = 0;
+  private readonly running = new Set<CpuMeter>();
 
   constructor(readonly url: string) {
     this.pool = new pg.Pool({ connectionString: url, max: 6, application_name: ADMIN_APP });
@@ -176,12 +177,10 @@ class Bench {
         // The child's DATABASE_URL points it at the private cluster.
         const relay = startChild('relay', { BENCH_SCHEMA: schema, DATABASE_URL: url, BENCH_RELAY_OPTIONS: JSON.stringify({ clientId }) });
         let stopping = false;
-        const failed = new Promise<never>((_, reject) =>
-          relay.process.once('exit', (code) => {
-            if (!stopping) reject(new Error(`the relay process exited (${code}) before it was stopped`));
-          }),
-        );
-        failed.catch(() => undefined); // observed by whoever races it
+        let exitError: Error | undefined;
+        relay.process.once('exit', (code) => {
+          if (!stopping) exitError = new Error(`the relay process exited (${code}) before it was stopped`);
+        });
         await relay.ready;
         return {
           pid: relay.process.pid!,
@@ -194,7 +193,9 @@ class Bench {
             return times.filter((t) => t > first).length / ((last - first) / 1000);
           },
           backends: () => backendPids(pool, clientId),
-          failed,
+          check: () => {
+            if (exitError) throw exitError;
+          },
           stop: async () => {
             stopping = true;
             await relay.stop();
@@ -241,7 +242,9 @@ class Bench {
           acked: () => d.acked,
           drainRate: () => (d.acked - d.ackedAtFirst) / ((d.lastAck - d.firstAck) / 1000),
           backends: async () => (await pool.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'Debezium%'`)).rows.map((r) => r.pid),
-          failed: d.failed,
+          check: () => {
+            if (d.exitError) throw d.exitError;
+          },
           stop: () => d.stop(),
         };
       },
@@ -256,13 +259,21 @@ class Bench {
     };
   }
 
+  /** Stops the meters an arm that failed left sampling (their timers would keep the process up). */
+  private async stopMeters(): Promise<void> {
+    await Promise.all([...this.running].map((m) => m.stop().catch(() => undefined)));
+    this.running.clear();
+  }
+
   /** CPU meters over one window: the process, its backends, all of Postgres but the bench, the broker. */
   meters(r: Running): { start(): Promise<void>; stop(): Promise<[number, number, number, number]> } {
     const broker = brokerPid();
     const ms = [new CpuMeter(() => [r.pid]), new CpuMeter(() => r.backends()), new CpuMeter(() => this.postgresPids()), new CpuMeter(() => (broker ? [broker] : []))];
+    for (const m of ms) this.running.add(m);
     return {
       start: async () => void (await Promise.all(ms.map((m) => m.start()))),
       stop: async () => {
+        for (const m of ms) this.running.delete(m);
         const [p, b, a, k] = await Promise.all(ms.map((m) => m.stop()));
         return [p!, b!, a!, broker ? k! : NaN];
       },
@@ -280,9 +291,9 @@ class Bench {
       try {
         const m = this.meters(r);
         // From the first acknowledged batch on: start-up (and the JVM's) is not per row.
-        await Promise.race([until(`${label}: first ack`, () => r.acked() > 0, 120_000, 10), r.failed]);
+        await acknowledged(`${label}: first ack`, r, 1);
         await m.start();
-        await Promise.race([until(`${label}: drained`, () => r.acked() >= rows, 1_800_000, 50), r.failed]);
+        await acknowledged(`${label}: drained`, r, rows);
         const [processCpu, backendsCpu, postgresCpu, brokerCpu] = await m.stop();
         const peakRssMiB = peakRss(r.pid) / 2 ** 20;
         const rowsPerSecond = r.drainRate();
@@ -300,6 +311,7 @@ class Bench {
           delivered,
         };
       } finally {
+        await this.stopMeters();
         await r.stop();
       }
     } finally {
@@ -313,15 +325,15 @@ class Bench {
     let r: Running | undefined;
     try {
       await s.fill(topic, 0);
-      const run = (r = await s.start());
+      r = await s.start();
       await s.insertOne(topic);
-      await Promise.race([until(`${label}: the warm-up row through`, () => run.acked() > 0, 120_000, 10), run.failed]);
+      await acknowledged(`${label}: the warm-up row through`, r, 1);
       // Both JITs (V8's, the JVM's) warmed under the same load first, not measured.
       const load = (secs: number): Promise<string> => pgbenchOn(this.url, s.script(topic), ['-c', '8', '-j', '2', '-R', String(STEADY_RATE), '-T', String(secs)]);
       await load(WARM_UP_SECONDS);
       const before = await s.count();
-      await Promise.race([until(`${label}: the warm-up load through`, () => run.acked() >= before, 300_000, 20), run.failed]);
-      const m = this.meters(run);
+      await acknowledged(`${label}: the warm-up load through`, r, before);
+      const m = this.meters(r);
       log(`${label}: ${fmt(STEADY_RATE)} rows/s for ${seconds} s`);
       await m.start();
       const measuredFrom = Date.now();
@@ -329,7 +341,7 @@ class Bench {
       const total = await s.count();
       const rows = total - before;
       if (rows <= 0) throw new Error(`${label}: pgbench wrote no rows`);
-      await Promise.race([until(`${label}: every row acknowledged`, () => run.acked() >= total, 300_000, 20), run.failed]);
+      await acknowledged(`${label}: every row acknowledged`, r, total);
       const [processCpu, backendsCpu, postgresCpu, brokerCpu] = await m.stop();
       const latencies = await this.appendLatencies(topic, total, measuredFrom);
       if (latencies.length < rows) throw new Error(`${label}: ${latencies.length} of ${rows} rows read back from the topic`);
@@ -347,6 +359,7 @@ class Bench {
         totalCpu: (processCpu + postgresCpu + brokerCpu) * per,
       };
     } finally {
+      await this.stopMeters();
       await r?.stop();
       await s.drop();
     }
@@ -357,17 +370,18 @@ class Bench {
     let r: Running | undefined;
     try {
       await s.fill(topic, 0);
-      const run = (r = await s.start());
+      r = await s.start();
       await s.insertOne(topic);
-      await Promise.race([until(`${S}, idle, ${s.system}: the warm-up row through`, () => run.acked() > 0, 120_000, 10), run.failed]);
+      await acknowledged(`${S}, idle, ${s.system}: the warm-up row through`, r, 1);
       await sleep(3_000); // the relay's probe backed off, the JVM's start-up work done
-      const m = this.meters(run);
+      const m = this.meters(r);
       await m.start();
       await sleep(seconds * 1_000);
       const [processCpu, backendsCpu, postgresCpu] = await m.stop();
       const pct = (cpu: number): number => (100 * cpu) / seconds;
       return { seconds, processPct: pct(processCpu), backendsPct: pct(backendsCpu), postgresPct: pct(postgresCpu) };
     } finally {
+      await this.stopMeters();
       await r?.stop();
       await s.drop();
     }
@@ -396,6 +410,28 @@ class Bench {
     }
     return out.sort((a, b) => a - b);
   }
+}
+
+/**
+ * Until `r` has acknowledged `count` records; throws when it dies, or when its count has
+ * not moved for 120 s (a stalled arm fails the section instead of waiting out a timeout).
+ */
+async function acknowledged(what: string, r: Running, count: number): Promise<void> {
+  let last = r.acked();
+  let movedAt = Date.now();
+  await until(
+    what,
+    () => {
+      r.check();
+      const n = r.acked();
+      if (n >= count) return true;
+      if (n !== last) [last, movedAt] = [n, Date.now()];
+      else if (Date.now() - movedAt > 120_000) throw new Error(`${what}: stalled at ${n} of ${count} records acknowledged for 120 s`);
+      return false;
+    },
+    3_600_000,
+    20,
+  );
 }
 
 /** Peak resident set (VmHWM) of a live process, bytes. */
