@@ -44,13 +44,33 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   const { servers, codeDir } = ctx;
   const url = servers.postgres.url;
   const brokers = servers.kafka.brokers.split(',');
+  // Outbox 0 is the run's schema in the server's database (the consumers' tables live there
+  // too); outbox i >= 1 (multi-outbox profiles) a schema of the same name in a database of
+  // its own on the same server, with its own topic and writers, so a fault can cut it off.
+  const outboxes = Array.from({ length: p.outboxes ?? 1 }, (_, i) => {
+    if (i === 0) return { name: 'o0', url, topic, database: undefined as string | undefined };
+    const database = `${schema}_db${i}`;
+    const u = new URL(url);
+    u.pathname = `/${database}`;
+    return { name: `o${i}`, url: u.toString(), topic: `${topic}-o${i}`, database };
+  });
+  const topics = outboxes.map((o) => o.topic);
 
-  log(`run ${cfg.name}: seed ${cfg.seed}, ${p.rows} rows, ${p.writers} writers, ${p.keys} keys (+${p.hotKeys} hot), ${p.relays} relays, ${p.consumers} consumers, ${p.partitions} partitions`);
+  log(`run ${cfg.name}: seed ${cfg.seed}, ${p.rows} rows, ${p.writers} writers, ${p.keys} keys (+${p.hotKeys} hot), ${p.relays} relays, ${p.consumers} consumers, ${p.partitions} partitions${outboxes.length > 1 ? `, ${outboxes.length} outboxes per relay` : ''}`);
   log(`reproduce: ${cfg.command}`);
 
-  migrateSchema(codeDir, url, schema);
   const pool = new pg.Pool({ connectionString: url, max: 4 });
   pool.on('error', () => undefined);
+  for (const o of outboxes) {
+    if (o.database) await pool.query(`CREATE DATABASE "${o.database}"`);
+    migrateSchema(codeDir, o.url, schema);
+  }
+  const outboxPools = outboxes.map((o, i) => {
+    if (i === 0) return pool;
+    const other = new pg.Pool({ connectionString: o.url, max: 4 });
+    other.on('error', () => undefined);
+    return other;
+  });
   await pool.query(`
     CREATE TABLE "${schema}".effects (
       seq        bigserial   PRIMARY KEY,
@@ -67,18 +87,20 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   // The cluster's own answer, not our configuration's, for the self-check.
   const brokersInCluster = (await admin.describeCluster()).brokers.length;
   // On a cluster, every partition on 3 replicas (min.insync.replicas=2 from the brokers).
-  await admin.createTopics({ topics: [{ topic, numPartitions: p.partitions, replicationFactor: Math.min(3, p.brokers) }], waitForLeaders: false });
+  await admin.createTopics({ topics: topics.map((t) => ({ topic: t, numPartitions: p.partitions, replicationFactor: Math.min(3, p.brokers) })), waitForLeaders: false });
   // Every broker must know it, every partition led and fully replicated: a node that has
   // not caught up on the metadata yet answers UNKNOWN_TOPIC_OR_PARTITION meanwhile.
-  await waitFor(
-    `topic ${topic} led and in sync on every partition`,
-    async () => {
-      const md = await admin.fetchTopicMetadata({ topics: [topic] }).catch(() => undefined);
-      const parts = md?.topics[0]?.partitions ?? [];
-      return parts.length === p.partitions && parts.every((x) => x.leader >= 0 && x.isr.length === Math.min(3, p.brokers));
-    },
-    { timeoutMs: 60_000, intervalMs: 100 },
-  );
+  for (const t of topics) {
+    await waitFor(
+      `topic ${t} led and in sync on every partition`,
+      async () => {
+        const md = await admin.fetchTopicMetadata({ topics: [t] }).catch(() => undefined);
+        const parts = md?.topics[0]?.partitions ?? [];
+        return parts.length === p.partitions && parts.every((x) => x.leader >= 0 && x.isr.length === Math.min(3, p.brokers));
+      },
+      { timeoutMs: 60_000, intervalMs: 100 },
+    );
+  }
   await admin.disconnect();
 
   const faults = buildSchedule({
@@ -91,6 +113,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     leaseTtlMs: p.leaseTtlMs,
     brokers: p.brokers,
     partitions: p.partitions,
+    outboxes: outboxes.length,
   });
   const schedule = faults.map(describeFault);
   log(`fault schedule (${faults.length} faults):`);
@@ -98,6 +121,16 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   writeFileSync(join(logs, 'schedule.txt'), schedule.join('\n') + '\n');
 
   const baseEnv = { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: url, KAFKA_BROKERS: brokers.join(','), OUTBOX_SCHEMA: schema };
+  // Several outboxes: each relay process serves them all (OUTBOX_OUTBOXES instead of DATABASE_URL).
+  const { DATABASE_URL: _url, OUTBOX_SCHEMA: _schema, ...withoutDatabase } = baseEnv;
+  const relayDatabaseEnv: Record<string, string | undefined> =
+    outboxes.length === 1
+      ? baseEnv
+      : {
+          ...withoutDatabase,
+          OUTBOX_OUTBOXES: outboxes.map((o) => o.name).join(','),
+          ...Object.fromEntries(outboxes.flatMap((o) => [[`OUTBOX_${o.name.toUpperCase()}_DATABASE_URL`, o.url], [`OUTBOX_${o.name.toUpperCase()}_SCHEMA`, schema]])),
+        };
   // The producer adapters each relay slot's processes said they published through.
   const adaptersSeen = Array.from({ length: p.relays }, () => new Map<string, number>());
   const relaySlots = Array.from(
@@ -108,7 +141,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
         args: ['src/cli.ts', 'run'],
         cwd: codeDir,
         env: {
-          ...baseEnv,
+          ...relayDatabaseEnv,
           // info: the adapter's own "producer adapter publishing" line (once per process),
           // the self-check's evidence of what published; info is a few lines a process.
           OUTBOX_LOG_LEVEL: 'info',
@@ -137,7 +170,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
       name,
       args: ['test/faults/consumerProcess.ts'],
       cwd: codeDir,
-      env: { ...baseEnv, GROUP_ID: group, TOPICS: topic, CONSUMER_NAME: name, ...(cfg.plant === 'dedup-off' ? { FAULTS_DEDUP: 'off' } : {}) },
+      env: { ...baseEnv, GROUP_ID: group, TOPICS: topics.join(','), CONSUMER_NAME: name, ...(cfg.plant === 'dedup-off' ? { FAULTS_DEDUP: 'off' } : {}) },
       logFile: join(logs, `${name}.log`),
       restartDelayMs: 1_000,
       maxUnexpectedExits: 100,
@@ -160,8 +193,15 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     },
     log,
     topic,
+    cutDatabase: async (i, cut) => {
+      const database = outboxes[i]?.database;
+      if (!database) throw new Error(`outbox ${i} has no database of its own`);
+      await pool.query(`ALTER DATABASE "${database}" ALLOW_CONNECTIONS ${cut ? 'false' : 'true'}`);
+      if (cut) await pool.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1', [database]);
+    },
   });
-  const relaysSeen = new RelaySightings(pool, schema, p.relays);
+  // One per outbox: a relay counts as run when seen heartbeating in every outbox.
+  const sightings = outboxPools.map((op) => new RelaySightings(op, schema, p.relays));
   let workloadStats: WorkloadStats | undefined;
   let drainedAt: number | undefined;
   let quietAt = Date.now();
@@ -169,14 +209,17 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   try {
     for (const s of relaySlots) s.start();
     for (const s of consumerSlots) s.start();
-    relaysSeen.start();
+    for (const r of sightings) r.start();
 
-    const workload = startWorkload({
-      databaseUrl: url,
+    // One workload per outbox, the rows and writers shared out; keys prefixed per outbox
+    // so no key is in two outboxes (the checker judges each key's order on its own).
+    const workloads = outboxes.map((o, i) => startWorkload({
+      databaseUrl: o.url,
       schema,
-      topic,
-      rows: p.rows,
-      writers: p.writers,
+      topic: o.topic,
+      rows: Math.ceil(p.rows / outboxes.length),
+      writers: Math.max(1, Math.floor(p.writers / outboxes.length)),
+      keyPrefix: outboxes.length > 1 ? `${o.name}-` : undefined,
       keys: p.keys,
       hotKeys: p.hotKeys,
       hotShare: p.hotShare,
@@ -187,34 +230,40 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
       rollbackChance: p.rollbackChance,
       durationMs: p.writeMs,
       deadlineMs: p.writeMs * 3 + 60_000,
-      random: new Random(cfg.seed ^ 0x5eed),
+      random: new Random((cfg.seed ^ 0x5eed) + i),
       log,
-    });
-    workloadStats = workload.stats;
+    }));
+    const merged = (): WorkloadStats => mergeStats(workloads.map((w) => w.stats));
     const progress = setInterval(() => {
-      const s = workload.stats;
+      const s = merged();
       log(`writers: ${s.committed.length} committed, ${s.rolledBack.length} rolled back, ${s.unknown.length} unknown; ${s.reconnects} reconnects`);
     }, 15_000);
     const faultsDone = injector.runSchedule(faults, Date.now());
 
-    await workload.done;
-    log(`writers done: ${workload.stats.committed.length} committed, ${workload.stats.rolledBack.length} rolled back, ${workload.stats.unknown.length} unknown outcome`);
+    await Promise.all(workloads.map((w) => w.done));
+    workloadStats = merged();
+    log(`writers done: ${workloadStats.committed.length} committed, ${workloadStats.rolledBack.length} rolled back, ${workloadStats.unknown.length} unknown outcome`);
     await faultsDone;
     clearInterval(progress);
     log('all faults injected and recovered from; waiting for the drain');
-    quietAt = Math.max(injector.lastFaultEndAt, workload.stats.lastWriteAt);
+    quietAt = Math.max(injector.lastFaultEndAt, workloadStats.lastWriteAt);
 
     // Drained: every committed row is marked sent and has at least one effect.
     try {
       await waitFor(
         'every committed row sent and applied',
         async () => {
-          const { rows } = await pool.query<{ unsent: number; unapplied: number }>(`
-            SELECT (SELECT count(*) FROM "${schema}".outbox WHERE sent_at IS NULL)::int AS unsent,
-                   (SELECT count(*) FROM "${schema}".outbox o
-                     WHERE NOT EXISTS (SELECT 1 FROM "${schema}".effects e WHERE e.message_id = o.message_id))::int AS unapplied`);
-          const r = rows[0];
-          return r !== undefined && r.unsent === 0 && r.unapplied === 0;
+          // The effects are in outbox 0's database: the other outboxes' rows are looked up by id.
+          for (const op of outboxPools) {
+            const { rows } = await op.query<{ message_id: string; sent: boolean }>(`SELECT message_id, sent_at IS NOT NULL AS sent FROM "${schema}".outbox`);
+            if (rows.some((r) => !r.sent)) return false;
+            const { rows: applied } = await pool.query<{ n: number }>(
+              `SELECT count(DISTINCT message_id)::int AS n FROM "${schema}".effects WHERE message_id = ANY($1::uuid[])`,
+              [rows.map((r) => r.message_id)],
+            );
+            if (applied[0]!.n !== rows.length) return false;
+          }
+          return true;
         },
         { timeoutMs: p.drainTimeoutMs, intervalMs: 200 },
       );
@@ -224,7 +273,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
       log(`NOT DRAINED: ${(error as Error).message}`);
     }
   } finally {
-    await relaysSeen.stop();
+    for (const r of sightings) await r.stop();
     await injector.close();
     await Promise.all(allSlots().map((s) => s.stop(15_000)));
   }
@@ -232,27 +281,32 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   log('checker: reading the topic from the beginning, the effects and the outbox');
   let delivered: Delivered[];
   try {
-    delivered = await readWholeTopic(brokers, topic, 180_000);
+    delivered = [];
+    for (const t of topics) delivered.push(...(await readWholeTopic(brokers, t, 180_000)));
   } catch (error) {
     log(`checker could not read the topic: ${(error as Error).message}`);
     delivered = [];
   }
-  const outbox = await readOutbox(pool, schema);
+  const outbox = (await Promise.all(outboxPools.map((op) => readOutbox(op, schema)))).flat();
   const effects = await readEffects(pool, schema);
+  for (const op of outboxPools.slice(1)) await op.end();
+  for (const o of outboxes) if (o.database) await pool.query(`DROP DATABASE IF EXISTS "${o.database}" WITH (FORCE)`).catch(() => undefined);
   await pool.end();
   const ws = workloadStats as WorkloadStats;
   const result = check({ delivered, outbox, effects, writers: { committed: ws.committed, rolledBack: ws.rolledBack, unknown: ws.unknown } });
 
   // The self-check: what ran, counted from what we started and saw, against the profile.
   const actual = emptyTally();
-  actual.relays = relaySlots.filter((s, i) => s.starts > 0 && relaysSeen.seen.has(relayClientId(i))).length;
-  actual.relaysLiveAtOnce = relaysSeen.maxLiveAtOnce;
+  actual.relays = relaySlots.filter((s, i) => s.starts > 0 && sightings.every((r) => r.seen.has(relayClientId(i)))).length;
+  actual.relaysLiveAtOnce = Math.min(...sightings.map((r) => r.maxLiveAtOnce));
+  actual.outboxes = sightings.filter((r) => r.seen.size === p.relays).length;
   actual.relaysOnProducer = adaptersSeen.filter((seen) => seen.size === 1 && seen.has(cfg.producer)).length;
   actual.consumers = consumerSlots.filter((s) => (s.events.started ?? 0) > 0 && (s.events.assigned ?? 0) > 0).length;
   actual.brokers = brokersInCluster;
   for (const { kind } of FAULT_KINDS) actual.faults[kind] = injector.injected[kind] ?? 0;
   const lines = selfCheck(expectedTally(p), actual, {
-    relays: `started ${relaySlots.reduce((n, s) => n + s.starts, 0)} times; seen heartbeating in outbox_relays: ${[...relaysSeen.seen].sort().join(', ') || 'none'}`,
+    relays: `started ${relaySlots.reduce((n, s) => n + s.starts, 0)} times; seen heartbeating in outbox_relays${sightings.length > 1 ? ' of every outbox' : ''}: ${sightings.map((r) => [...r.seen].sort().join(', ') || 'none').join(' | ')}`,
+    outboxes: sightings.map((r, i) => `${outboxes[i]!.name}: ${r.seen.size} relays`).join(', '),
     relaysLiveAtOnce: `sampled every ${RelaySightings.intervalMs} ms`,
     relaysOnProducer: `${cfg.producer}; each slot's processes reported ${adaptersSeen.map((seen, i) => `relay ${i}: ${[...seen].map(([a, n]) => `${a} x${n}`).join(', ') || 'none'}`).join('; ')}`,
     consumers: 'reported themselves started and were assigned partitions',
@@ -261,7 +315,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     'leader-kill': injector.brokerKills.filter((k) => k.ledPartition !== undefined).map((k) => `node ${k.node} leading partition ${k.ledPartition}, new leader after ${k.failoverMs} ms, back in sync after ${k.recoveredMs} ms`).join('; ') || undefined,
     'consumer-kill': `${injector.worstMomentKills} killed themselves between the Postgres commit and the offset commit`,
     'consumer-join': 'counted once the joining consumer was assigned partitions',
-  } satisfies Partial<Record<FaultKind | 'relays' | 'relaysLiveAtOnce' | 'relaysOnProducer' | 'consumers' | 'brokers', string>>);
+    'database-cut': outboxes.length > 1 ? `of ${outboxes.slice(1).map((o) => o.database).join(', ')}` : undefined,
+  } satisfies Partial<Record<FaultKind | 'relays' | 'relaysLiveAtOnce' | 'relaysOnProducer' | 'consumers' | 'brokers' | 'outboxes', string>>);
 
   const found = violations(result);
   if (drainedAt === undefined) found.push('not drained');
@@ -343,4 +398,17 @@ class RelaySightings {
       // Postgres restarting: the next sample will do
     }
   }
+}
+
+/** The writers of every outbox as one log (the checker judges them together). */
+function mergeStats(list: readonly WorkloadStats[]): WorkloadStats {
+  return {
+    committed: list.flatMap((s) => s.committed),
+    rolledBack: list.flatMap((s) => s.rolledBack),
+    unknown: list.flatMap((s) => s.unknown),
+    transactions: list.reduce((n, s) => n + s.transactions, 0),
+    failedTransactions: list.reduce((n, s) => n + s.failedTransactions, 0),
+    reconnects: list.reduce((n, s) => n + s.reconnects, 0),
+    lastWriteAt: Math.max(...list.map((s) => s.lastWriteAt)),
+  };
 }

@@ -20,6 +20,8 @@ export interface InjectTargets {
   log(line: string): void;
   /** The run's topic: leader kills look up its partitions' leaders. */
   topic?: string;
+  /** Cut off (true) or let back (false) the database of outbox `outbox` (multi-outbox runs). */
+  cutDatabase?(outbox: number, cut: boolean): Promise<void>;
 }
 
 /** One SIGKILL of a cluster node, for the report. */
@@ -135,6 +137,21 @@ export class Injector {
           await servers.postgres.restart(f.mode);
           this.mark(f.kind);
           log(`Postgres back after ${Date.now() - t} ms`);
+        });
+        break;
+      case 'database-cut':
+        await this.exclusiveInfra(async () => {
+          const cut = this.t.cutDatabase;
+          if (!cut) throw new Error('this run has no second outbox database to cut off');
+          log(`FAULT outbox ${f.outbox}: database cut off for ${f.downMs} ms`);
+          await cut(f.outbox, true);
+          try {
+            await sleep(f.downMs);
+          } finally {
+            await cut(f.outbox, false);
+          }
+          this.mark(f.kind);
+          log(`outbox ${f.outbox}: database reachable again`);
         });
         break;
       case 'consumer-kill': {

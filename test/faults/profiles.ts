@@ -32,6 +32,10 @@ export interface Profile {
    *  factor 3, min.insync.replicas 2, unclean leader election off). */
   brokers: number;
   partitions: number;
+  /** Outboxes every relay process serves (OUTBOX_OUTBOXES), each with its own topic and
+   *  writers; the second and later each in a database of their own on the same server
+   *  (default 1: DATABASE_URL). */
+  outboxes?: number;
   leaseTtlMs: number;
   batchSize: number;
   counts: FaultCounts;
@@ -95,6 +99,17 @@ export const PROFILES: Record<string, Profile> = {
     relays: 2,
     brokers: 3,
     counts: { relayKills: 2, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 2, consumerJoins: 0, brokerKills: 1, leaderKills: 2 },
+    drainTimeoutMs: 90_000,
+  },
+  // Two outboxes served by every relay process (one relay per outbox inside each), the
+  // second in a database of its own that is cut off twice mid-run; the other faults as in ci.
+  'multi-ci': {
+    ...BASE,
+    rows: 4_000,
+    writeMs: 40_000,
+    relays: 2,
+    outboxes: 2,
+    counts: { relayKills: 3, relayPauses: 1, brokerRestarts: 1, postgresRestarts: 1, consumerKills: 2, consumerJoins: 0, brokerKills: 0, leaderKills: 0, databaseCuts: 2 },
     drainTimeoutMs: 90_000,
   },
   long: {

@@ -55,7 +55,11 @@ export type Fault =
    *  its next transaction's commit, before the offset commit (the worst moment). */
   | { kind: 'consumer-kill'; atMs: number; consumer: number; downMs: number; moment: 'any' | 'after-db-commit' }
   /** An extra consumer process joins the group and leaves it (SIGTERM) `stayMs` later. */
-  | { kind: 'consumer-join'; atMs: number; stayMs: number };
+  | { kind: 'consumer-join'; atMs: number; stayMs: number }
+  /** Cut outbox `outbox`'s database off for `downMs` (ALLOW_CONNECTIONS false and its
+   *  backends terminated), then let it back: multi-outbox profiles, an outbox of its own
+   *  database (never the first, which holds the consumers' tables). */
+  | { kind: 'database-cut'; atMs: number; outbox: number; downMs: number };
 
 export type FaultKind = Fault['kind'];
 
@@ -70,6 +74,8 @@ export interface FaultCounts {
   brokerKills: number;
   /** SIGKILLs of a partition's leader (cluster profiles only). */
   leaderKills: number;
+  /** Databases of outboxes cut off (multi-outbox profiles only; default 0). */
+  databaseCuts?: number;
 }
 
 export interface ScheduleOptions {
@@ -87,6 +93,8 @@ export interface ScheduleOptions {
   brokers?: number;
   /** Partitions of the topic (leader kills pick one). */
   partitions?: number;
+  /** Outboxes of the run (database cuts pick one of 1..outboxes-1). */
+  outboxes?: number;
 }
 
 /**
@@ -103,12 +111,13 @@ export function buildSchedule(o: ScheduleOptions): Fault[] {
   // Infrastructure restarts: evenly spaced slots, jittered within each slot.
   // Broker kills and leader kills are infrastructure faults too: one at a time, so a
   // 3-node cluster never has two nodes down (it keeps min.insync.replicas=2).
-  type Infra = 'broker' | 'postgres' | 'broker-kill' | 'leader-kill';
+  type Infra = 'broker' | 'postgres' | 'broker-kill' | 'leader-kill' | 'database-cut';
   const infra: Infra[] = [
     ...Array.from({ length: o.counts.brokerRestarts }, () => 'broker' as const),
     ...Array.from({ length: o.counts.postgresRestarts }, () => 'postgres' as const),
     ...Array.from({ length: o.counts.brokerKills }, () => 'broker-kill' as const),
     ...Array.from({ length: o.counts.leaderKills }, () => 'leader-kill' as const),
+    ...Array.from({ length: o.counts.databaseCuts ?? 0 }, () => 'database-cut' as const),
   ];
   // Shuffle (Fisher-Yates) so the kinds interleave.
   for (let i = infra.length - 1; i > 0; i--) {
@@ -121,6 +130,7 @@ export function buildSchedule(o: ScheduleOptions): Fault[] {
     const atMs = Math.floor(o.startMs + slot * i + slot * (0.15 + 0.5 * rnd.next()));
     if (kind === 'broker') faults.push({ kind: 'broker-restart', atMs });
     else if (kind === 'broker-kill') faults.push({ kind: 'broker-kill', atMs, node: rnd.int(1, o.brokers ?? 1), downMs: rnd.int(500, 5_000) });
+    else if (kind === 'database-cut') faults.push({ kind: 'database-cut', atMs, outbox: rnd.int(1, Math.max(1, (o.outboxes ?? 2) - 1)), downMs: rnd.int(2_000, 6_000) });
     else if (kind === 'leader-kill') faults.push({ kind: 'leader-kill', atMs, partition: rnd.int(0, (o.partitions ?? 1) - 1), downMs: rnd.int(500, 5_000) });
     else {
       // Alternate, starting with the crash: both kinds happen as soon as there are two.
@@ -164,5 +174,7 @@ export function describeFault(f: Fault): string {
       return `${t} consumer ${f.consumer} SIGKILL${f.moment === 'after-db-commit' ? ' between its Postgres commit and its offset commit' : ''}, restarted after ${f.downMs} ms`;
     case 'consumer-join':
       return `${t} an extra consumer joins the group, leaves after ${f.stayMs} ms`;
+    case 'database-cut':
+      return `${t} outbox ${f.outbox}'s database cut off for ${f.downMs} ms (ALLOW_CONNECTIONS false, backends terminated)`;
   }
 }

@@ -20,6 +20,7 @@ export const FAULT_KINDS: ReadonlyArray<{ kind: FaultKind; count: keyof Profile[
   { kind: 'consumer-join', count: 'consumerJoins' },
   { kind: 'broker-kill', count: 'brokerKills' },
   { kind: 'leader-kill', count: 'leaderKills' },
+  { kind: 'database-cut', count: 'databaseCuts' },
 ];
 
 /** What ran in one run, or what should have. */
@@ -38,6 +39,8 @@ export interface Tally {
   consumers: number;
   /** Kafka brokers in the cluster, as the cluster itself reports them. */
   brokers: number;
+  /** Outboxes in which every relay was seen heartbeating (each relay process serves them all). */
+  outboxes: number;
   /** Faults injected (and completed), by kind. */
   faults: Record<FaultKind, number>;
 }
@@ -45,15 +48,15 @@ export interface Tally {
 /** What a run under `p` must run. */
 export function expectedTally(p: Profile): Tally {
   const faults = {} as Record<FaultKind, number>;
-  for (const { kind, count } of FAULT_KINDS) faults[kind] = p.counts[count];
-  return { relays: p.relays, relaysLiveAtOnce: p.relays, relaysOnProducer: p.relays, consumers: p.consumers, brokers: p.brokers, faults };
+  for (const { kind, count } of FAULT_KINDS) faults[kind] = p.counts[count] ?? 0;
+  return { relays: p.relays, relaysLiveAtOnce: p.relays, relaysOnProducer: p.relays, consumers: p.consumers, brokers: p.brokers, outboxes: p.outboxes ?? 1, faults };
 }
 
 /** An empty tally, to count into. */
 export function emptyTally(): Tally {
   const faults = {} as Record<FaultKind, number>;
   for (const { kind } of FAULT_KINDS) faults[kind] = 0;
-  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, consumers: 0, brokers: 0, faults };
+  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, consumers: 0, brokers: 0, outboxes: 0, faults };
 }
 
 /** One line of the self-check: "relays: 2 of 2". */
@@ -78,6 +81,7 @@ export function selfCheck(expected: Tally, actual: Tally, details: Partial<Recor
     line('relays on the producer adapter', expected.relaysOnProducer, actual.relaysOnProducer, details.relaysOnProducer),
     line('consumers', expected.consumers, actual.consumers, details.consumers),
     line('Kafka brokers', expected.brokers, actual.brokers, details.brokers),
+    line('outboxes relayed by every relay', expected.outboxes, actual.outboxes, details.outboxes),
   ];
   for (const { kind } of FAULT_KINDS) lines.push(line(`fault ${kind}`, expected.faults[kind], actual.faults[kind] ?? 0, details[kind]));
   return lines;

@@ -43,6 +43,8 @@ export interface WorkloadOptions {
   /** Stop writing after this many ms whatever the count (a bound, not the plan). */
   deadlineMs: number;
   random: Random;
+  /** Prefix of every key (multi-outbox runs: keys of different outboxes never meet). */
+  keyPrefix?: string;
   log?: (line: string) => void;
 }
 
@@ -124,7 +126,7 @@ export function startWorkload(o: WorkloadOptions): Workload {
         const rollback = random.chance(o.rollbackChance);
         const holdMs = random.chance(o.holdChance) ? random.int(o.holdMinMs, o.holdMaxMs) : 0;
         const rows = Array.from({ length: count }, () => {
-          const key = random.chance(o.hotShare) ? `hot-${random.int(0, o.hotKeys - 1)}` : `k-${random.int(0, o.keys - 1)}`;
+          const key = (o.keyPrefix ?? '') + (random.chance(o.hotShare) ? `hot-${random.int(0, o.hotKeys - 1)}` : `k-${random.int(0, o.keys - 1)}`);
           return { messageId: randomUUID(), key };
         });
         if (!rollback) issued += count;

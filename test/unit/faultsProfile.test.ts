@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { PLANTS, PROFILES, planRuns } from '../faults/profiles.js';
 import { emptyTally, expectedTally, FAULT_KINDS, runsCheck, selfCheck, selfCheckFailures, type Tally } from '../faults/selfCheck.js';
 import { parseChangedFiles } from '../faults/snapshot.js';
+import { buildSchedule } from '../faults/schedule.js';
 
 const ci = PROFILES.ci!;
 
@@ -45,7 +46,7 @@ test('self-check: a run that ran what its profile says passes', () => {
   const lines = selfCheck(expectedTally(ci), faithful());
   assert.deepEqual(selfCheckFailures(lines), []);
   assert.ok(lines.every((l) => l.ok));
-  assert.equal(lines.length, 5 + FAULT_KINDS.length);
+  assert.equal(lines.length, 6 + FAULT_KINDS.length);
 });
 
 test('self-check: one relay where the profile says two fails the run', () => {
@@ -57,7 +58,7 @@ test('self-check: one relay where the profile says two fails the run', () => {
 });
 
 test('self-check: a missing consumer, broker or fault of any kind fails the run; so does one too many', () => {
-  for (const field of ['consumers', 'brokers'] as const) {
+  for (const field of ['consumers', 'brokers', 'outboxes'] as const) {
     const actual = faithful();
     actual[field] -= 1;
     assert.equal(selfCheckFailures(selfCheck(expectedTally(ci), actual)).length, 1, field);
@@ -65,14 +66,14 @@ test('self-check: a missing consumer, broker or fault of any kind fails the run;
   for (const { kind } of FAULT_KINDS) {
     const fewer = faithful();
     fewer.faults[kind] -= 1;
-    assert.deepEqual(selfCheckFailures(selfCheck(expectedTally(ci), fewer)), [`self-check: fault ${kind} ${ci.counts[FAULT_KINDS.find((k) => k.kind === kind)!.count] - 1} of ${expectedTally(ci).faults[kind]}`]);
+    assert.deepEqual(selfCheckFailures(selfCheck(expectedTally(ci), fewer)), [`self-check: fault ${kind} ${(ci.counts[FAULT_KINDS.find((k) => k.kind === kind)!.count] ?? 0) - 1} of ${expectedTally(ci).faults[kind]}`]);
     const more = faithful();
     more.faults[kind] += 1;
     assert.equal(selfCheckFailures(selfCheck(expectedTally(ci), more)).length, 1, kind);
   }
   // Nothing ran at all: every line fails except the fault kinds the profile has none of.
   const nothing = selfCheckFailures(selfCheck(expectedTally(ci), emptyTally()));
-  assert.equal(nothing.length, 5 + FAULT_KINDS.filter(({ count }) => ci.counts[count] > 0).length);
+  assert.equal(nothing.length, 6 + FAULT_KINDS.filter(({ count }) => (ci.counts[count] ?? 0) > 0).length);
 });
 
 test('self-check: --verify-planted that completed fewer planted cases than listed fails', () => {
@@ -127,4 +128,22 @@ test('profiles: the cluster profiles run on 3 brokers, kill leaders and other no
   }
   // The single-broker profiles schedule no broker kills: their seeds still give the same schedule.
   assert.equal(ci.counts.brokerKills + ci.counts.leaderKills, 0);
+});
+
+test('profiles: multi-ci serves two outboxes from every relay and cuts the database of the second off; the self-check counts both', () => {
+  const p = PROFILES['multi-ci']!;
+  assert.equal(p.outboxes, 2);
+  assert.ok(p.relays >= 2);
+  const t = expectedTally(p);
+  assert.equal(t.outboxes, 2);
+  assert.equal(t.faults['database-cut'], p.counts.databaseCuts);
+  const faults = buildSchedule({ seed: 5, counts: p.counts, startMs: 3_000, endMs: p.writeMs - 3_000, relays: p.relays, consumers: p.consumers, leaseTtlMs: p.leaseTtlMs, outboxes: p.outboxes });
+  const cuts = faults.filter((f) => f.kind === 'database-cut');
+  assert.equal(cuts.length, p.counts.databaseCuts);
+  for (const c of cuts) assert.equal(c.kind === 'database-cut' && c.outbox, 1, 'never the first outbox (it holds the tables of the consumers)');
+  const oneOutbox = { ...t, faults: { ...t.faults }, outboxes: 1 };
+  assert.deepEqual(selfCheckFailures(selfCheck(t, oneOutbox)), ['self-check: outboxes relayed by every relay 1 of 2']);
+  // Single-outbox profiles expect one outbox and no cuts.
+  assert.equal(expectedTally(ci).outboxes, 1);
+  assert.equal(expectedTally(ci).faults['database-cut'], 0);
 });
