@@ -37,7 +37,9 @@
 //   under another generation than its floor's scans from 0. The claim compares the
 //   generation in its own statement snapshot, the one it reads rows in: it sees both the
 //   released key and the bump, or neither. The floor it produces carries the generation
-//   read when its transaction began, never a newer one, so at worst one more rescan.
+//   the claim read in that same snapshot (sql/claim.ts returns it with the rows): a
+//   release or replay the claim did not see bumps it past that value, so the next claim
+//   scans from 0; one it saw is in the rows the floor was computed from.
 // - Another shard set (shards acquired, taken over, released), a horizon reset (a
 //   Postgres restart, a sequence set back), a relay restart (floors live in memory): the
 //   floor starts over at 0.
@@ -95,7 +97,7 @@ export function floorForClaim(
 export interface CommittedClaim {
   shards: readonly number[];
   horizonResets: number;
-  /** Generation read when the batch's transaction began. */
+  /** Generation the claim read, in its own statement snapshot. */
   generation: string | undefined;
   watermark: number;
   /** Horizon.settled read before the claim. */
