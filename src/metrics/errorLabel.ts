@@ -25,6 +25,15 @@ export function errorLabel(error: unknown, depth = 0): string {
     if (typeof e.type === 'string' && /^[A-Z_]{1,60}$/.test(e.type)) return `kafka_${e.type.toLowerCase()}`;
     return `kafka_${snake(e.name.slice('KafkaJS'.length)) || 'error'}`;
   }
+  if (typeof e.code === 'string' && e.code.startsWith('PLT_KFK_')) {
+    // @platformatic/kafka: a protocol error names Kafka's error in apiId; a wrapper
+    // (MultipleErrors) is labelled by its first error.
+    const apiId = (e as { apiId?: unknown }).apiId;
+    if (typeof apiId === 'string' && /^[A-Z_]{1,60}$/.test(apiId)) return `kafka_${apiId.toLowerCase()}`;
+    const inner = (e as { errors?: unknown[] }).errors?.[0];
+    if (inner instanceof Error && depth < 3) return errorLabel(inner, depth + 1);
+    return e.code === 'PLT_KFK_NETWORK' ? 'kafka_connection_error' : `kafka_${e.code.slice('PLT_KFK_'.length).toLowerCase().replace(/[^a-z0-9_]/g, '')}`;
+  }
   if (typeof e.code === 'string') {
     if (/^[0-9A-Z]{5}$/.test(e.code)) return `postgres_${e.code.toLowerCase()}`;
     if (/^E[A-Z]{2,20}$/.test(e.code)) return `network_${e.code.toLowerCase()}`;
