@@ -12,15 +12,23 @@ import { waitFor } from './helpers/wait.js';
 // of the password as host, port or database name. However the URL is malformed, no part
 // of the password may be printed: not in a settings error, not in a connection error,
 // not in the `relay started` line.
-const PASSWORDS = ['9000/Secret', 'p@ss@word-9', 'col:on:pass', 'hash#tag#pw', 'que?ry=pw', '100%sure-pw', 'all/@:#?%-mix'];
+// No piece of them is all digits except the one that must parse as a port ('9000'): a
+// piece like '100' turns up in any log line's timestamp (a run failed on "time":…1007…).
+const PASSWORDS = ['9000/Secret', 'p@ss@word-9', 'col:on:pass', 'hash#tag#pw', 'que?ry=pw', '1x0%sure-pw', 'all/@:#?%-mix'];
 
 /** Pieces of a password that would give it away: the whole, and each run of 3+ between URL delimiters. */
 function pieces(password: string): string[] {
   return [password, ...password.split(/[/@:#?%]/).filter((p) => p.length >= 3)];
 }
 
+/** The logger's own numbers (time, pid) and the metrics server's port say nothing of the input; they are left out. */
+function withoutOwnNumbers(text: string): string {
+  return text.replace(/"(time|pid)":\d+/g, '"$1":_').replace(/http:\/\/127\.0\.0\.1:\d+/g, 'http://127.0.0.1:_');
+}
+
 function assertNoPiece(text: string, password: string, where: string): void {
-  for (const piece of pieces(password)) assert.ok(!text.includes(piece), `${where} shows ${JSON.stringify(piece)} of the password: ${text}`);
+  const checked = withoutOwnNumbers(text);
+  for (const piece of pieces(password)) assert.ok(!checked.includes(piece), `${where} shows ${JSON.stringify(piece)} of the password: ${text}`);
 }
 
 const server = new URL(DATABASE_URL);
