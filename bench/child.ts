@@ -45,10 +45,8 @@ function recordingKafka(): Kafka {
     const p: Producer = producer(config);
     const sendBatch = p.sendBatch.bind(p);
     p.sendBatch = async (batch: ProducerBatch) => {
-      const started = now();
       const result = await sendBatch(batch);
       const t = now();
-      timing.sendMs += t - started;
       timing.sends++;
       for (const tm of batch.topicMessages ?? []) {
         for (const m of tm.messages) acks.push([Number(m.headers?.[HEADERS.outboxId]?.toString()), t]);
@@ -72,10 +70,8 @@ async function recordPlatformaticSends(): Promise<void> {
   const outboxIdHeader = Buffer.from(HEADERS.outboxId);
   proto.send = function (this: unknown, options, callback) {
     if (callback) return send.call(this, options, callback);
-    const started = now();
     return (send.call(this, options) as Promise<unknown>).then((result) => {
       const t = now();
-      timing.sendMs += t - started;
       timing.sends++;
       for (const m of options.messages) {
         const headers = m.headers instanceof Map ? [...m.headers] : [];
@@ -101,6 +97,9 @@ async function main(): Promise<void> {
       ...options,
     });
     relay.on('batch', (b) => {
+      // The batch's publish step as the relay timed it: its per-partition requests run at
+      // once, so the sum of their durations would count the same wall time several times.
+      timing.sendMs += b.publishMs;
       timing.batchMs += b.durationMs;
       timing.batches++;
     });
