@@ -5,13 +5,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DATABASE_URL } from './common.js';
 
-/** Runs pgbench on `script`; resolves with its output (async: the children's pipes keep flowing). */
-export async function pgbench(script: string, options: string[]): Promise<string> {
+/**
+ * Runs pgbench on `script` against `databaseUrl` (default the bench's DATABASE_URL);
+ * resolves with its output (async: the children's pipes keep flowing).
+ */
+export async function pgbench(script: string, options: string[], databaseUrl = DATABASE_URL): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), 'outbox-bench-'));
   const file = join(dir, 'script.sql');
   writeFileSync(file, script);
-  const url = new URL(DATABASE_URL);
-  const proc = spawn('pgbench', ['-n', ...options, '-f', file, '-h', url.hostname, '-p', url.port || '5432', '-U', url.username || 'postgres', url.pathname.slice(1)], {
+  const url = new URL(databaseUrl);
+  const proc = spawn('pgbench', ['-n', ...options, '-f', file, '-h', url.hostname, '-p', url.port || '5432', '-U', decodeURIComponent(url.username) || 'postgres', url.pathname.slice(1)], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';

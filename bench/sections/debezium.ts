@@ -37,7 +37,7 @@ import { startChild } from '../children.js';
 import { KEYS, PARTITIONS, brokers, fillBacklog, name } from '../common.js';
 import { DEBEZIUM_VERSION, startDebezium } from '../debezium/runner.js';
 import { CpuMeter, backendPids, brokerPid } from '../procCpu.js';
-import { tps } from '../pgbench.js';
+import { pgbench, tps } from '../pgbench.js';
 import { PROFILES } from '../profile.js';
 import { row, type Row, type SectionResult } from '../report.js';
 import { fmt, log, percentiles, sleep, until, type Percentiles } from '../util.js';
@@ -329,7 +329,7 @@ class Bench {
       await s.insertOne(topic);
       await acknowledged(`${label}: the warm-up row through`, r, 1);
       // Both JITs (V8's, the JVM's) warmed under the same load first, not measured.
-      const load = (secs: number): Promise<string> => pgbenchOn(this.url, s.script(topic), ['-c', '8', '-j', '2', '-R', String(STEADY_RATE), '-T', String(secs)]);
+      const load = (secs: number): Promise<string> => pgbench(s.script(topic), ['-c', '8', '-j', '2', '-R', String(STEADY_RATE), '-T', String(secs)], this.url);
       await load(WARM_UP_SECONDS);
       const before = await s.count();
       await acknowledged(`${label}: the warm-up load through`, r, before);
@@ -438,19 +438,6 @@ async function acknowledged(what: string, r: Running, count: number): Promise<vo
 function peakRss(pid: number): number {
   const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) * 1024 : NaN;
-}
-
-/** pgbench against `url` (bench/pgbench.ts runs against the shared DATABASE_URL only). */
-async function pgbenchOn(url: string, script: string, options: string[]): Promise<string> {
-  const file = join(mkdtempSync(join(tmpdir(), 'outbox-bench-')), 'script.sql');
-  writeFileSync(file, script);
-  const proc = spawn('pgbench', ['-n', ...options, '-f', file, url], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  proc.stdout!.on('data', (d) => (out += d));
-  proc.stderr!.on('data', (d) => (out += d));
-  const code = await new Promise<number | null>((r) => proc.on('exit', r));
-  if (code !== 0) throw new Error(`pgbench exited with ${code}:\n${out}`);
-  return out;
 }
 
 function median(xs: number[]): number {

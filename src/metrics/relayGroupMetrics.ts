@@ -8,13 +8,11 @@ import { Registry } from 'prom-client';
 import type { Kafka } from 'kafkajs';
 import type { Relay } from '../relay/relay.js';
 import type { RelayGroup } from '../relay/relayGroup.js';
-import { ConfigError } from '../shared/errors.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { addProcessMetrics } from './processMetrics.js';
 import { instrumentRelay, relayMetrics, type RelayInstrumentation } from './relayMetrics.js';
 import { relayReadiness, type Readiness, type ReadinessCheck, type RelayReadiness } from './readiness.js';
-import { parseMetricsAddress } from './options.js';
-import { startMetricsServer, type MetricsServer } from './server.js';
+import { serveOnAddress, type MetricsServer } from './server.js';
 import { errorLabel } from './errorLabel.js';
 
 /** What {@link instrumentRelayGroup} returns. */
@@ -106,29 +104,8 @@ export async function serveRelayGroupMetrics(
   group: RelayGroup,
   options: { address: string; sampleIntervalMs?: number; kafka?: Kafka; logger?: Logger },
 ): Promise<RelayGroupMetricsService | undefined> {
-  const parsed = parseMetricsAddress(options.address);
-  if ('problem' in parsed) throw new ConfigError('metricsAddress', parsed.problem);
-  if (parsed.value === 'off') return undefined;
-  const instrumentation = instrumentRelayGroup(group, { sampleIntervalMs: options.sampleIntervalMs, kafka: options.kafka, logger: options.logger });
-  let server: MetricsServer;
-  try {
-    server = await startMetricsServer({
-      host: parsed.value.host,
-      port: parsed.value.port,
-      registry: instrumentation.registry,
-      readiness: () => instrumentation.readiness(),
-      logger: options.logger,
-    });
-  } catch (error) {
-    await instrumentation.close();
-    throw error;
-  }
-  return {
-    server,
-    instrumentation,
-    async close() {
-      await server.close();
-      await instrumentation.close();
-    },
-  };
+  return serveOnAddress(options.address, options.logger, () => {
+    const instrumentation = instrumentRelayGroup(group, { sampleIntervalMs: options.sampleIntervalMs, kafka: options.kafka, logger: options.logger });
+    return { instrumentation, registry: instrumentation.registry, readiness: () => instrumentation.readiness(), close: () => instrumentation.close() };
+  });
 }

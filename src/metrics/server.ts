@@ -118,32 +118,47 @@ export async function serveRelayMetrics(
   relay: RelayStatusSource,
   options: { address: string; sampleIntervalMs?: number; kafka?: Kafka; logger?: Logger },
 ): Promise<RelayMetricsService | undefined> {
-  const parsed = parseMetricsAddress(options.address);
-  if ('problem' in parsed) throw new ConfigError('metricsAddress', parsed.problem);
-  if (parsed.value === 'off') return undefined;
-  const instrumentation = instrumentRelay(relay, { sampleIntervalMs: options.sampleIntervalMs, logger: options.logger });
-  const readiness = relayReadiness(relay, instrumentation, { kafka: options.kafka, logger: options.logger });
-  let server: MetricsServer;
-  try {
-    server = await startMetricsServer({
-      host: parsed.value.host,
-      port: parsed.value.port,
+  return serveOnAddress(options.address, options.logger, () => {
+    const instrumentation = instrumentRelay(relay, { sampleIntervalMs: options.sampleIntervalMs, logger: options.logger });
+    const readiness = relayReadiness(relay, instrumentation, { kafka: options.kafka, logger: options.logger });
+    return {
+      instrumentation,
       registry: instrumentation.registry,
       readiness: () => readiness.check(),
-      logger: options.logger,
-    });
+      close: async () => {
+        await readiness.close();
+        await instrumentation.close();
+      },
+    };
+  });
+}
+
+/**
+ * Parse `address` (`host:port` or `off`), build what to serve, serve /metrics, /healthz and
+ * /readyz there; on a failure to listen, close what was built. Undefined for `off`.
+ */
+export async function serveOnAddress<I>(
+  address: string,
+  logger: Logger | undefined,
+  build: () => { instrumentation: I; registry: Registry; readiness: () => Promise<Readiness>; close(): Promise<void> },
+): Promise<{ server: MetricsServer; instrumentation: I; close(): Promise<void> } | undefined> {
+  const parsed = parseMetricsAddress(address);
+  if ('problem' in parsed) throw new ConfigError('metricsAddress', parsed.problem);
+  if (parsed.value === 'off') return undefined;
+  const built = build();
+  let server: MetricsServer;
+  try {
+    server = await startMetricsServer({ host: parsed.value.host, port: parsed.value.port, registry: built.registry, readiness: built.readiness, logger });
   } catch (error) {
-    await readiness.close();
-    await instrumentation.close();
+    await built.close();
     throw error;
   }
   return {
     server,
-    instrumentation,
+    instrumentation: built.instrumentation,
     async close() {
       await server.close();
-      await readiness.close();
-      await instrumentation.close();
+      await built.close();
     },
   };
 }

@@ -51,3 +51,33 @@ export function partitionOf(key: string | Uint8Array, numPartitions: number): nu
   const bytes = typeof key === 'string' ? Buffer.from(key, 'utf8') : key;
   return toPositive(murmur2(bytes)) % numPartitions;
 }
+
+/** The messages of one (topic, partition) of a send, by their indexes in the send, in order. */
+export interface PartitionGroup {
+  topic: string;
+  partition: number;
+  indexes: number[];
+}
+
+/**
+ * Group a send's messages by (topic, partition), keeping their order, for the adapters'
+ * one request per partition (./producer.ts). A message whose topic has no partition count
+ * (`counts` holds an error for it: missing, metadata failed) goes to `unknown` instead.
+ */
+export function partitionGroups(
+  messages: readonly { topic: string; key: string }[],
+  counts: ReadonlyMap<string, number | Error>,
+  unknown: (index: number, error: Error) => void,
+): PartitionGroup[] {
+  const groups = new Map<string, PartitionGroup>();
+  messages.forEach((m, i) => {
+    const count = counts.get(m.topic);
+    if (typeof count !== 'number') return unknown(i, count ?? new Error(`no partition count for topic ${m.topic}`));
+    const partition = partitionOf(m.key, count);
+    const id = `${m.topic}\u0000${partition}`;
+    let group = groups.get(id);
+    if (!group) groups.set(id, (group = { topic: m.topic, partition, indexes: [] }));
+    group.indexes.push(i);
+  });
+  return [...groups.values()];
+}

@@ -4,7 +4,7 @@ import type { Producer as PltProducer, ProducerOptions as PltProducerOptions, Me
 import { ConfigError, OutboxError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { RelayMessage } from './message.js';
-import { partitionOf } from './partitioner.js';
+import { partitionGroups } from './partitioner.js';
 import type { MessageProducer, SendResult } from './producer.js';
 import { kafkaErrorType } from './publishErrors.js';
 import { TopicMetadata, TopicMissingError, type PartitionCountSource } from './topicMetadata.js';
@@ -259,18 +259,9 @@ export class PlatformaticProducer implements MessageProducer {
       return results;
     }
     const counts = await this.metadata.partitions(messages.map((m) => m.topic));
-    const groups = new Map<string, { topic: string; partition: number; indexes: number[] }>();
-    messages.forEach((m, i) => {
-      const count = counts.get(m.topic)!;
-      if (typeof count !== 'number') return refuse([i], count instanceof TopicMissingError ? count : refusal(count));
-      const partition = partitionOf(m.key, count);
-      const id = `${m.topic}\u0000${partition}`;
-      let group = groups.get(id);
-      if (!group) groups.set(id, (group = { topic: m.topic, partition, indexes: [] }));
-      group.indexes.push(i);
-    });
+    const groups = partitionGroups(messages, counts, (i, error) => refuse([i], error instanceof TopicMissingError ? error : refusal(error)));
     await Promise.all(
-      [...groups.values()].map(async ({ topic, partition, indexes }) => {
+      groups.map(async ({ topic, partition, indexes }) => {
         try {
           await client.send({ messages: indexes.map((i) => toPlatformatic(messages[i]!, partition)), acks: -1 });
           for (const i of indexes) results[i] = { acknowledged: true };

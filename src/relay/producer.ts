@@ -1,6 +1,6 @@
 import { CompressionTypes, Partitioners, type Kafka, type Message, type Producer } from 'kafkajs';
 import type { RelayMessage } from './message.js';
-import { partitionOf } from './partitioner.js';
+import { partitionGroups } from './partitioner.js';
 import { KafkajsPartitionCounts, TopicMetadata } from './topicMetadata.js';
 import type { ResolvedRelayOptions } from './options.js';
 import type { Logger } from '../shared/logger.js';
@@ -97,19 +97,9 @@ export class BatchProducer implements MessageProducer {
       return results;
     }
     const counts = await this.metadata.partitions(messages.map((m) => m.topic));
-    // (topic, partition) → indexes of its messages, in the order given.
-    const groups = new Map<string, { topic: string; partition: number; indexes: number[] }>();
-    messages.forEach((m, i) => {
-      const count = counts.get(m.topic)!;
-      if (typeof count !== 'number') return refuse([i], count);
-      const partition = partitionOf(m.key, count);
-      const id = `${m.topic}\u0000${partition}`;
-      let group = groups.get(id);
-      if (!group) groups.set(id, (group = { topic: m.topic, partition, indexes: [] }));
-      group.indexes.push(i);
-    });
+    const groups = partitionGroups(messages, counts, (i, error) => refuse([i], error));
     await Promise.all(
-      [...groups.values()].map(async ({ topic, partition, indexes }) => {
+      groups.map(async ({ topic, partition, indexes }) => {
         try {
           await this.producer.sendBatch({
             topicMessages: [{ topic, messages: indexes.map((i) => toKafkajs(messages[i]!, partition)) }],
