@@ -1,7 +1,5 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
 import type { ConsumerOptions } from '../src/consumer/options.js';
 import type { ConsumedMessage, ConsumerEvents } from '../src/consumer/types.js';
@@ -10,6 +8,7 @@ import { OutboxError } from '../src/shared/errors.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { startChildConsumer, type ChildConsumer } from './helpers/childConsumer.js';
 import { instrumentConsumer } from '../src/metrics/consumerMetrics.js';
 import { metricValue } from './helpers/metrics.js';
 import { applyBatchEffect, committedOffset, committedOffsets, countRows, createEffectTables, effectCounts, produce, testConsumerOptions } from './helpers/consumer.js';
@@ -18,7 +17,6 @@ import { applyBatchEffect, committedOffset, committedOffsets, countRows, createE
 // based effects, the same exactly-once guarantees as handler; a failed batch is redone one
 // message at a time so the poison one is retried or dead-lettered alone.
 
-const BATCH_FIXTURE = fileURLToPath(new URL('./fixtures/batchConsumerProcess.ts', import.meta.url));
 
 let db: TestSchema;
 before(async () => {
@@ -333,49 +331,18 @@ test('integration: a batch handler that swallows a database error (the COMMIT ro
   await assertOnce(topic, [...ids.slice(0, 5), ...ids.slice(6)]);
 });
 
-// --- SIGKILL of a batch consumer (test/fixtures/batchConsumerProcess.ts) -----------------
+// --- SIGKILL of a batch consumer (test/fixtures/consumerProcess.ts, HANDLER_KIND=batch) -----------------
 
-type ChildEvent = { event: string } & Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
-
-const children: ChildProcess[] = [];
+const children: ChildConsumer[] = [];
 after(() => {
-  for (const child of children) child.kill('SIGKILL');
+  for (const child of children) child.process.kill('SIGKILL');
 });
 
-function startBatchChild(env: Record<string, string>): { events: ChildEvent[]; exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>; stop: () => Promise<ChildEvent> } {
-  const { NODE_TEST_CONTEXT: _ignored, ...parentEnv } = process.env;
-  const child = spawn(process.execPath, ['--import', 'tsx', BATCH_FIXTURE], {
-    env: { ...parentEnv, DATABASE_URL: db.databaseUrl, KAFKA_BROKERS: testBrokers().join(','), OUTBOX_SCHEMA: db.schema, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+/** The crash fixture (test/fixtures/consumerProcess.ts) with a batch handler. */
+function startBatchChild(env: Record<string, string>): ChildConsumer {
+  const child = startChildConsumer({ DATABASE_URL: db.databaseUrl, KAFKA_BROKERS: testBrokers().join(','), OUTBOX_SCHEMA: db.schema, HANDLER_KIND: 'batch', ...env });
   children.push(child);
-  const events: ChildEvent[] = [];
-  let buffered = '';
-  child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
-    buffered += chunk;
-    let newline: number;
-    while ((newline = buffered.indexOf('\n')) >= 0) {
-      const line = buffered.slice(0, newline);
-      buffered = buffered.slice(newline + 1);
-      try {
-        events.push(JSON.parse(line) as ChildEvent);
-      } catch {
-        // not one of the fixture's reports
-      }
-    }
-  });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('close', (code, signal) => resolve({ code, signal })));
-  return {
-    events,
-    exited,
-    stop: async () => {
-      child.kill('SIGTERM');
-      await exited;
-      const stopped = events.find((e) => e.event === 'stopped');
-      assert.ok(stopped, 'the child reported its stats');
-      return stopped;
-    },
-  };
+  return child;
 }
 
 for (const kill of ['after-db-commit', 'batch'] as const) {

@@ -230,6 +230,31 @@ export class TransactionEngine<V> {
   }
 
   /**
+   * A pooled connection for one transaction: tracked so a hard stop can destroy it, with
+   * the last 'error' it emitted (the pool listens only on idle clients), and `release`,
+   * which returns it to the pool (or destroys it when given an error) once.
+   */
+  private async checkOut(pool: pg.Pool): Promise<{ client: pg.PoolClient; broken: Error | undefined; release(destroyWith?: Error): void }> {
+    const client = await pool.connect();
+    const session = {
+      client,
+      broken: undefined as Error | undefined,
+      release: (destroyWith?: Error): void => {
+        if (this.activeClients.delete(client)) {
+          client.off('error', onError);
+          client.release(destroyWith);
+        }
+      },
+    };
+    const onError = (error: Error): void => {
+      session.broken = error;
+    };
+    client.on('error', onError);
+    this.activeClients.add(client);
+    return session;
+  }
+
+  /**
    * One transaction: claim the keys, run each new message's handler (in its own savepoint
    * when `savepoints`), commit.
    *
@@ -246,20 +271,8 @@ export class TransactionEngine<V> {
     prepared: Prepared<V>[],
     savepoints: boolean,
   ): Promise<TransactOutcome | { rolledBack: Failure | null }> {
-    const client = await pool.connect();
-    let broken: Error | undefined;
-    const onError = (error: Error): void => {
-      broken = error;
-    };
-    client.on('error', onError);
-    this.activeClients.add(client);
-    /** Back to the pool, or destroyed when `destroyWith` is given. */
-    const release = (destroyWith?: Error): void => {
-      if (this.activeClients.delete(client)) {
-        client.off('error', onError);
-        client.release(destroyWith);
-      }
-    };
+    const session = await this.checkOut(pool);
+    const { client, release } = session;
     try {
       // The marker tells, after a handler, that this transaction is still the one open.
       const marker = newTransactionMarker();
@@ -293,7 +306,7 @@ export class TransactionEngine<V> {
           try {
             await client.query(open >= 0 ? `RELEASE SAVEPOINT ${MESSAGE_SAVEPOINT}; SAVEPOINT ${MESSAGE_SAVEPOINT}` : `SAVEPOINT ${MESSAGE_SAVEPOINT}`);
           } catch (error) {
-            if (broken || open < 0) throw broken ?? error;
+            if (session.broken || open < 0) throw session.broken ?? error;
             if (savepointGone(client, error)) return await ended(open, 'the savepoint the consumer opened for it was gone after it');
             // The RELEASE failed, so the SAVEPOINT did not run: the previous handler returned
             // with the transaction aborted (it caught a database error and went on).
@@ -313,7 +326,7 @@ export class TransactionEngine<V> {
           thrown = { error };
         }
         outcome.settled = true;
-        if (thrown && broken) throw broken;
+        if (thrown && session.broken) throw session.broken;
         // Whatever the handler did, the transaction must still be this one, open.
         const how = await guard.endedBy(marker);
         if (how !== undefined) return await ended(i, how);
@@ -336,7 +349,7 @@ export class TransactionEngine<V> {
         try {
           await client.query(`RELEASE SAVEPOINT ${MESSAGE_SAVEPOINT}`);
         } catch (error) {
-          if (broken) throw broken;
+          if (session.broken) throw session.broken;
           if (savepointGone(client, error)) return await ended(open, 'the savepoint the consumer opened for it was gone after it');
           await fail(open, abortedByHandler(error));
         }
@@ -363,12 +376,9 @@ export class TransactionEngine<V> {
       // Counted and announced by report(), once the caller has the outcome.
       return { committed, failure, hooks, outcomes: outcomes.slice(0, committed) };
     } catch (error) {
-      if (this.activeClients.delete(client)) {
-        // The connection's state is unknown: destroy it (the server rolls back) rather
-        // than return it to the pool mid-transaction.
-        client.off('error', onError);
-        client.release(error instanceof Error ? error : new Error(String(error)));
-      }
+      // The connection's state is unknown: destroy it (the server rolls back) rather
+      // than return it to the pool mid-transaction.
+      release(error instanceof Error ? error : new Error(String(error)));
       throw error;
     }
   }
@@ -417,19 +427,8 @@ export class TransactionEngine<V> {
     partition: number,
     prepared: Prepared<V>[],
   ): Promise<TransactOutcome | { batchFailed: { failure?: Failure; fresh: number[]; error: unknown } }> {
-    const client = await pool.connect();
-    let broken: Error | undefined;
-    const onError = (error: Error): void => {
-      broken = error;
-    };
-    client.on('error', onError);
-    this.activeClients.add(client);
-    const release = (destroyWith?: Error): void => {
-      if (this.activeClients.delete(client)) {
-        client.off('error', onError);
-        client.release(destroyWith);
-      }
-    };
+    const session = await this.checkOut(pool);
+    const { client, release } = session;
     try {
       const marker = newTransactionMarker();
       await client.query(beginSql(marker));
@@ -456,7 +455,7 @@ export class TransactionEngine<V> {
           thrown = { error };
         }
         hookOutcome.settled = true;
-        if (thrown && broken) throw broken;
+        if (thrown && session.broken) throw session.broken;
         const single = fresh.length === 1 ? (fresh[0] as number) : undefined;
         const how = await guard.endedBy(marker);
         if (how !== undefined) {
@@ -494,10 +493,9 @@ export class TransactionEngine<V> {
       }
       return { committed: prepared.length, failure: undefined, hooks, outcomes };
     } catch (error) {
-      if (this.activeClients.delete(client)) {
-        client.off('error', onError);
-        client.release(error instanceof Error ? error : new Error(String(error)));
-      }
+      // The connection's state is unknown: destroy it (the server rolls back) rather
+      // than return it to the pool mid-transaction.
+      release(error instanceof Error ? error : new Error(String(error)));
       throw error;
     }
   }
