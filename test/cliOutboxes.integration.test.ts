@@ -131,3 +131,18 @@ test('integration: debezium print, attach and detach from the CLI, on the outbox
   assert.equal(detached.code, 0, detached.output);
   assert.equal(await count(), 0);
 });
+
+test('integration: status over a list shows every outbox it can read, reports the one it cannot, and exits 1', async () => {
+  await migrate({ databaseUrl: DATABASE_URL, schema: schemas[0]! });
+  const partial = join(mkdtempSync(join(tmpdir(), 'outboxes-')), 'outboxes.json');
+  writeFileSync(partial, JSON.stringify({ outboxes: [{ name: 'one', databaseUrlEnv: 'ONE_URL', schema: schemas[0] }, { name: 'gone', databaseUrlEnv: 'TWO_URL', schema: uniqueName('never_migrated') }] }));
+  const r = await cli(['status', '--outboxes-file', partial]);
+  assert.equal(r.code, 1, r.output);
+  assert.match(r.output, /== outbox one[^\n]*\n[\s\S]*pending/i);
+  assert.match(r.output, /== outbox gone[^\n]*\nunavailable: .*migrat/i);
+  const json = await cli(['status', '--json', '--outboxes-file', partial]);
+  assert.equal(json.code, 1, json.output);
+  const parsed = JSON.parse(json.output) as Array<{ outbox: string; status?: unknown; error?: string }>;
+  assert.deepEqual(parsed.map((o) => [o.outbox, o.status !== undefined, o.error !== undefined]), [['one', true, false], ['gone', false, true]]);
+  assert.ok(!r.output.includes(SECRET) && !json.output.includes(SECRET));
+});
