@@ -2,7 +2,7 @@ import { ConfigError } from '../shared/errors.js';
 import { DEFAULT_SCHEMA, identifierProblem } from '../shared/identifiers.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
 import { HEADERS } from '../shared/kafka.js';
-import { choice, optionValue, type Setting, type SettingDescriptor } from '../shared/settings.js';
+import { boolean, choice, optionValue, type Setting, type SettingDescriptor } from '../shared/settings.js';
 
 // Settings of `outbox-relay debezium attach|detach|print` (src/commands/debeziumOutbox.ts,
 // docs/debezium.md). Named after the event router options they stand for; defaults are
@@ -206,22 +206,13 @@ export const debeziumAdditionalPlacement = setting<string>(
   },
 );
 
-export const debeziumTombstoneOnEmptyPayload: Setting<boolean> = {
+export const debeziumTombstoneOnEmptyPayload = boolean({
   option: 'tombstoneOnEmptyPayload',
   flag: '--tombstone-on-empty-payload',
   env: 'OUTBOX_DEBEZIUM_TOMBSTONE_ON_EMPTY_PAYLOAD',
   description: 'An empty or blank text payload is sent as a tombstone (route.tombstone.on.empty.payload); a NULL one always is.',
   defaultValue: false,
-  parse(raw) {
-    const v = raw.trim().toLowerCase();
-    if (['true', '1', 'yes', 'on'].includes(v)) return { value: true };
-    if (['false', '0', 'no', 'off'].includes(v)) return { value: false };
-    return { problem: `${JSON.stringify(raw)} is not true or false` };
-  },
-  check(value) {
-    return typeof value === 'boolean' ? undefined : `${JSON.stringify(value)} is not true or false`;
-  },
-};
+});
 
 /** Kafka Connect converters whose bytes the relay can reproduce. */
 export type DebeziumConverter = 'string' | 'json';

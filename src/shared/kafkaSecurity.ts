@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import type { KafkaConfig, SASLOptions } from 'kafkajs';
 import type { ConnectionOptions } from 'node:tls';
 import { ConfigError } from './errors.js';
-import { text, type Setting } from './settings.js';
+import { boolean, text, type Setting } from './settings.js';
 
 export const SASL_MECHANISMS = ['none', 'plain', 'scram-sha-256', 'scram-sha-512'] as const;
 /** SASL mechanisms the relay and the consumer speak to Kafka (`none` for no SASL). */
@@ -33,22 +33,13 @@ export interface KafkaSecurityOptions {
   kafkaSaslPassword?: string;
 }
 
-export const kafkaSsl: Setting<boolean> = {
+export const kafkaSsl = boolean({
   option: 'kafkaSsl',
   flag: '--kafka-ssl',
   env: 'KAFKA_SSL',
   description: 'Connect to Kafka with TLS (true or false). Set implicitly by the KAFKA_SSL_*_FILE settings.',
   defaultValue: false,
-  parse(raw) {
-    const v = raw.trim().toLowerCase();
-    if (['true', '1', 'yes', 'on'].includes(v)) return { value: true };
-    if (['false', '0', 'no', 'off'].includes(v)) return { value: false };
-    return { problem: `${JSON.stringify(raw)} is not true or false` };
-  },
-  check(value) {
-    return typeof value === 'boolean' ? undefined : `${JSON.stringify(value)} is not true or false`;
-  },
-};
+});
 
 export const kafkaSslCaFile = text({
   option: 'kafkaSslCaFile',

@@ -123,6 +123,26 @@ export function duration(d: SettingDescriptor & { defaultValue: string; minMs: n
   };
 }
 
+/** true or false (also 1/0, yes/no, on/off, any case). */
+export function boolean(d: SettingDescriptor & { defaultValue: boolean }): Setting<boolean> {
+  return {
+    option: d.option,
+    flag: d.flag,
+    env: d.env,
+    description: d.description,
+    defaultValue: d.defaultValue,
+    parse(raw) {
+      const v = raw.trim().toLowerCase();
+      if (['true', '1', 'yes', 'on'].includes(v)) return { value: true };
+      if (['false', '0', 'no', 'off'].includes(v)) return { value: false };
+      return { problem: `${JSON.stringify(raw)} is not true or false` };
+    },
+    check(value) {
+      return typeof value === 'boolean' ? undefined : `${JSON.stringify(value)} is not true or false`;
+    },
+  };
+}
+
 /** A number above 0 with decimals (a rate). */
 export function positiveNumber(d: SettingDescriptor & { defaultValue: number; max: number }): Setting<number> {
   const accepts = `a number above 0 and at most ${d.max}`;
