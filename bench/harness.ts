@@ -8,6 +8,7 @@ import pg from 'pg';
 import { DATABASE_URL } from './common.js';
 import { machine } from './machine.js';
 import { writeReport, type Plot, type Row, type SectionResult } from './report.js';
+import { currentCommit, SUMMARY_FORMAT, writeSummary } from './summary.js';
 import { log } from './util.js';
 
 export interface Section {
@@ -29,13 +30,24 @@ function problemWith(r: SectionResult): string | undefined {
 
 /**
  * Runs `sections` in order, writes the report to `outDir` and prints its table headed by
- * `name`; resolves with the exit code: 0 when every section completed, 1 otherwise.
+ * `name`; with `summary`, also the run's committed summary (bench/summary.ts) into
+ * `summary.dir`, failed sections included. Resolves with the exit code: 0 when every
+ * section completed, 1 otherwise.
  */
-export async function runSections(o: { name: string; outDir: string; sections: Section[]; facts?: Record<string, unknown>; poolMax?: number }): Promise<number> {
+export async function runSections(o: {
+  name: string;
+  outDir: string;
+  sections: Section[];
+  facts?: Record<string, unknown>;
+  poolMax?: number;
+  summary?: { dir: string; profile: string; sizes?: unknown };
+}): Promise<number> {
   const pool = new pg.Pool({ connectionString: DATABASE_URL, max: o.poolMax ?? 24 });
   try {
     log(`${o.name}: sections ${o.sections.map((s) => s.name).join(', ')}; results in ${o.outDir}`);
     const results: Record<string, unknown> = { ...o.facts, startedAt: new Date().toISOString(), selected: o.sections.map((s) => s.name) };
+    // Read before the sections run: a tree edited during the run is not what was measured.
+    const commit = currentCommit();
     const facts = await machine(pool);
     results.machine = facts;
     const rows: Row[] = [];
@@ -68,6 +80,23 @@ export async function runSections(o: { name: string; outDir: string; sections: S
     results.finishedAt = new Date().toISOString();
     const where = `${facts.cpus} cores, Postgres ${facts.postgres}, Kafka ${facts.kafkaBrokers.join(',')}`;
     writeReport({ outDir: o.outDir, title: `${o.name}, ${String(results.startedAt)} (${where})`, results, rows, plots });
+    if (o.summary) {
+      const path = writeSummary(o.summary.dir, {
+        format: SUMMARY_FORMAT,
+        name: o.name,
+        profile: o.summary.profile,
+        startedAt: String(results.startedAt),
+        finishedAt: String(results.finishedAt),
+        commit,
+        sectionsSelected: o.sections.map((s) => s.name),
+        sectionsCompleted: [...completed],
+        sectionProblems: Object.fromEntries(problems),
+        machine: facts,
+        ...(o.summary.sizes !== undefined && { sizes: o.summary.sizes }),
+        rows,
+      });
+      process.stdout.write(`Summary to commit: ${path}\nTables from it: npm run bench:tables -- --from ${path}\n`);
+    }
     if (problems.size === 0) return 0;
     process.stderr.write(`\nbench: ${problems.size} of ${o.sections.length} sections did not produce results:\n`);
     for (const [name, problem] of problems) process.stderr.write(`  ${name}: ${problem}\n`);

@@ -4,13 +4,15 @@
  *   npm run bench                 # full profile (~15 minutes on the 2-core machine)
  *   npm run bench -- --quick      # small sizes, for trying things (~4 minutes)
  *   npm run bench -- --only consumer,peer
- *   npm run bench -- --quick --out /tmp/bench   # results elsewhere than bench/results/<stamp>/
+ *   npm run bench -- --quick --out /tmp/bench   # results and summary in /tmp/bench, not bench/results/<stamp>/ and bench/committed/
  *
  * This file only reads the arguments and runs the selected sections in order: each section
  * is a module of bench/sections/ returning its table rows; bench/harness.ts runs them and
  * checks that every selected one (with those it needs: drain needs ceilings) ran and gave
  * figures, else the run exits 1 naming them; bench/report.ts prints the table and writes
- * results.json and the plots.
+ * results.json and the plots (bench/results/, ignored); bench/summary.ts writes the run's
+ * small summary into bench/committed/ (committed: README and docs quote runs only from
+ * there, through `npm run bench:tables`).
  *
  * This machine is shared: every comparison is measured side by side in this run, arms
  * alternating where they repeat.
@@ -18,6 +20,7 @@
 import { runSections, type Section } from './harness.js';
 import { PROFILES } from './profile.js';
 import { resultsDir } from './report.js';
+import { SUMMARY_DIR } from './summary.js';
 import { ceilings } from './sections/ceilings.js';
 import { consumer } from './sections/consumer.js';
 import { cost } from './sections/cost.js';
@@ -115,5 +118,7 @@ process.exitCode = await runSections({
   name: `outbox-relay benchmark, ${profile} profile`,
   outDir: args.outDir ?? resultsDir(args.quick ? 'quick' : undefined),
   facts: { profile, sizes: P },
+  // With --out (a trial elsewhere), the summary goes there too, not into bench/committed/.
+  summary: { dir: args.outDir ?? SUMMARY_DIR, profile, sizes: P },
   sections: sections.filter((s) => selected.has(s.name)),
 });

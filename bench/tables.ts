@@ -1,0 +1,173 @@
+/**
+ * The benchmark tables of README.md and docs/benchmarks.md, written from a committed run
+ * summary (bench/summary.ts) and never by hand. A table sits between
+ *
+ *   <!-- bench:table:<kind> from=bench/committed/<file>.json -->
+ *   <!-- /bench:table -->
+ *
+ * and is whatever `renderBlock(kind, <that file>)` gives: the run's date, profile, commit,
+ * machine and load, the rows (README: every row with a target and a few for context; docs:
+ * every row), and every target not met. `npm run bench:tables` (bench/writeTables.ts)
+ * rewrites them; test/unit/benchTables.test.ts fails when a file's table differs from its
+ * rendering, names a summary that does not exist, or when a figure in README's
+ * performance section stands outside a table.
+ */
+import type { Row } from './report.js';
+import type { RunSummary } from './summary.js';
+
+/** The files with tables, relative to the repository root. */
+export const TABLE_FILES = ['README.md', 'docs/benchmarks.md'] as const;
+
+export const KINDS = ['readme', 'docs'] as const;
+export type Kind = (typeof KINDS)[number];
+
+/**
+ * Rows without a target that README shows for context, by section and the start of their
+ * label (labels go on with the run's sizes, which differ between profiles).
+ */
+const README_CONTEXT: Array<[section: string, whatStartsWith: string]> = [
+  ['1. ceilings', 'raw kafkajs producer'],
+  ['1. ceilings', 'raw @platformatic/kafka producer'],
+  ['2. drain', 'relay, producer platformatic, defaults'],
+  ['7. cost', 'outbox, relay polling another schema'],
+  ['11. many outboxes', 'one process / 4 processes:'],
+];
+
+const cell = (text: string): string => text.replace(/\|/g, '\\|').replace(/\n/g, ' ');
+
+const met = (r: Row): string => (r.target === undefined ? '' : r.met ? 'yes' : '**no**');
+
+/** `2026-12-01T20:31:02.117Z` → `2026-12-01 20:31 UTC`. */
+const utc = (iso: string): string => `${iso.slice(0, 10)} ${iso.slice(11, 16)} UTC`;
+
+function loadRange(rows: Row[]): string {
+  const loads = rows.map((r) => r.load1);
+  const lo = Math.min(...loads);
+  const hi = Math.max(...loads);
+  return lo === hi ? `${lo}` : `${lo}-${hi}`;
+}
+
+/** The run in one plain paragraph: when, which profile and sections, on what, at what load. */
+export function describeRun(s: RunSummary, from: string): string {
+  const minutes = Math.max(1, Math.round((Date.parse(s.finishedAt) - Date.parse(s.startedAt)) / 60_000));
+  const commit = s.commit ? `commit ${s.commit.hash.slice(0, 7)}${s.commit.dirty ? ' with uncommitted changes' : ''}` : 'commit not recorded';
+  const m = s.machine;
+  const profile =
+    s.profile === 'quick'
+      ? '`npm run bench -- --quick` (quick profile: small sizes, on a machine shared with other work, so the figures are noisy and are not the measurement of the targets)'
+      : `\`npm run bench\` (${s.profile} profile)`;
+  const problems = Object.entries(s.sectionProblems);
+  const lines = [
+    `Run of ${utc(s.startedAt)}, ${minutes} min, ${profile}, on ${commit}; sections ${s.sectionsSelected.join(', ')}.`,
+    `Machine: ${m.cpus} cores (${m.cpuModel ?? 'model unknown'}), ${m.memoryGiB} GiB, Node ${m.node}, PostgreSQL ${m.postgres ?? 'unknown'};`,
+    `1-minute load average ${loadRange(s.rows)} while the rows came in. Result file: \`${from}\`.`,
+  ];
+  if (problems.length > 0) lines.push(`Sections without a result in this run: ${problems.map(([name, why]) => `${name} (${why})`).join('; ')}.`);
+  return lines.join('\n');
+}
+
+/** Every target the run did not meet, as a list, or a line saying there is none. */
+export function notMet(s: RunSummary): string {
+  const missed = s.rows.filter((r) => r.target !== undefined && !r.met);
+  if (missed.length === 0) return 'Every target in this run was met.';
+  return ['Not met in this run:', '', ...missed.map((r) => `- ${r.section}, ${r.what}: ${r.value} (target ${r.target})`)].join('\n');
+}
+
+export function readmeRows(rows: Row[]): Row[] {
+  return rows.filter((r) => r.target !== undefined || README_CONTEXT.some(([section, start]) => r.section === section && r.what.startsWith(start)));
+}
+
+/** What goes between a block's markers (without the markers). */
+export function renderBlock(kind: Kind, s: RunSummary, from: string): string {
+  const out = [describeRun(s, from), ''];
+  if (kind === 'readme') {
+    out.push('| figure | result | target | met |', '|---|---|---|---|');
+    for (const r of readmeRows(s.rows)) out.push(`| ${cell(`${r.section}: ${r.what}`)} | ${cell(r.value)} | ${cell(r.target ?? '')} | ${met(r)} |`);
+  } else {
+    out.push('| section | what | result | target | met | load |', '|---|---|---|---|---|---:|');
+    for (const r of s.rows) out.push(`| ${cell(r.section)} | ${cell(r.what)} | ${cell(r.value)} | ${cell(r.target ?? '')} | ${met(r)} | ${r.load1} |`);
+  }
+  out.push('', notMet(s));
+  return out.join('\n');
+}
+
+export interface Block {
+  kind: Kind;
+  from: string;
+  /** The text between the opening marker's line and the closing marker. */
+  body: string;
+  /** Offsets of the body in the file. */
+  start: number;
+  end: number;
+}
+
+const OPEN = /<!-- bench:table:(\S+?) from=(\S+) -->\n/g;
+const CLOSE = '<!-- /bench:table -->';
+
+/** The marked blocks of a file; throws on an unknown kind, a marker without its end, or a nested marker. */
+export function findBlocks(text: string, file: string): Block[] {
+  const blocks: Block[] = [];
+  const openings = [...text.matchAll(OPEN)];
+  const loose = (text.match(/<!-- bench:table/g) ?? []).length;
+  if (loose !== openings.length) throw new Error(`${file}: a "<!-- bench:table" marker not of the form <!-- bench:table:<kind> from=<file> -->`);
+  for (const [i, m] of openings.entries()) {
+    const kind = m[1]!;
+    if (!(KINDS as readonly string[]).includes(kind)) throw new Error(`${file}: unknown table kind "${kind}" (known: ${KINDS.join(', ')})`);
+    const start = m.index + m[0].length;
+    const end = text.indexOf(CLOSE, start);
+    const next = openings[i + 1]?.index ?? Infinity;
+    if (end < 0 || end > next) throw new Error(`${file}: the table from ${m[2]} has no ${CLOSE} before the next one or the end`);
+    blocks.push({ kind: kind as Kind, from: m[2]!, body: text.slice(start, end), start, end });
+  }
+  if ((text.match(/<!-- \/bench:table -->/g) ?? []).length !== blocks.length) throw new Error(`${file}: a ${CLOSE} without its opening marker`);
+  return blocks;
+}
+
+/**
+ * The file with every block rewritten from the summary it names (or from `from`, which
+ * then becomes the name in every marker).
+ */
+export function regenerate(text: string, file: string, load: (from: string) => RunSummary, from?: string): string {
+  let out = '';
+  let at = 0;
+  for (const b of findBlocks(text, file)) {
+    const source = from ?? b.from;
+    const head = text.slice(at, b.start).replace(/(<!-- bench:table:\S+? from=)\S+( -->\n)$/, `$1${source}$2`);
+    out += `${head}${renderBlock(b.kind, load(source), source)}\n`;
+    at = b.end;
+  }
+  return out + text.slice(at);
+}
+
+/** The text with the blocks (markers included) and inline code taken out. */
+function outsideBlocks(text: string): string {
+  return text.replace(/<!-- bench:table:[\s\S]*?<!-- \/bench:table -->/g, '').replace(/`[^`\n]*`/g, '');
+}
+
+/** A `## ` section of a Markdown file, from its heading to the next `## ` heading. */
+export function section(text: string, heading: string): string | undefined {
+  const start = text.indexOf(`\n## ${heading}\n`);
+  if (start < 0) return undefined;
+  const end = text.indexOf('\n## ', start + 1);
+  return text.slice(start, end < 0 ? undefined : end);
+}
+
+/**
+ * Lines of `text` with a digit outside the tables and inline code: in README's
+ * performance section every figure is in a generated table, so there are none.
+ */
+export function strayFigures(text: string): string[] {
+  return outsideBlocks(text)
+    .split('\n')
+    .filter((line) => /\d/.test(line.replace(/<!--[\s\S]*?-->/g, '')));
+}
+
+/** Units that only a measurement carries here: a throughput, a CPU cost, a memory size, a share of a core. */
+const MEASUREMENT = /\d[\d,.]*\s*(rows\/s|messages\/s|msg\/s|tps\b|CPU-s|MiB|% of a core)/;
+
+/** Lines outside the tables and inline code that state a measurement (by its unit). */
+export function strayMeasurements(text: string): string[] {
+  return outsideBlocks(text)
+    .split('\n')
+    .filter((line) => MEASUREMENT.test(line));
+}

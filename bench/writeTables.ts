@@ -1,0 +1,45 @@
+/**
+ * Rewrites the benchmark tables of README.md and docs/benchmarks.md (bench/tables.ts)
+ * from the committed summary each names, or, with `--from`, from that one summary, which
+ * every table then names:
+ *
+ *   npm run bench:tables
+ *   npm run bench:tables -- --from bench/committed/2026-12-01T20-31-02-117Z-full.json
+ *
+ * Paths are relative to the repository root.
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { isAbsolute, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { readSummary } from './summary.js';
+import { regenerate, TABLE_FILES } from './tables.js';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+
+function usage(problem: string): never {
+  process.stderr.write(`bench:tables: ${problem}\nusage: bench/writeTables.ts [--from bench/committed/<file>.json]\n`);
+  process.exit(2);
+}
+
+const argv = process.argv.slice(2);
+let from: string | undefined;
+for (let i = 0; i < argv.length; i++) {
+  const [flag, inline] = argv[i]!.split(/=(.*)/s, 2) as [string, string | undefined];
+  if (flag === '--from') from = inline ?? argv[++i] ?? usage('--from needs a file');
+  else usage(`unknown argument ${argv[i]}`);
+}
+// Markers hold the path from the root, whichever directory the command ran in.
+if (from !== undefined) from = relative(root, isAbsolute(from) ? from : resolve(process.cwd(), from));
+
+try {
+  for (const file of TABLE_FILES) {
+    const path = resolve(root, file);
+    const before = readFileSync(path, 'utf8');
+    const after = regenerate(before, file, (source) => readSummary(resolve(root, source)), from);
+    if (after !== before) writeFileSync(path, after);
+    process.stdout.write(`${file}: ${after === before ? 'unchanged' : 'rewritten'}\n`);
+  }
+} catch (error) {
+  process.stderr.write(`bench:tables: ${(error as Error).message}\n`);
+  process.exitCode = 1;
+}
