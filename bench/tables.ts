@@ -49,7 +49,8 @@ function loadRange(rows: Row[]): string {
 
 /** The run in one plain paragraph: when, which profile and sections, on what, at what load. */
 export function describeRun(s: RunSummary, from: string): string {
-  const minutes = Math.max(1, Math.round((Date.parse(s.finishedAt) - Date.parse(s.startedAt)) / 60_000));
+  const seconds = Math.round((Date.parse(s.finishedAt) - Date.parse(s.startedAt)) / 1000);
+  const took = seconds < 120 ? `${seconds} s` : `${Math.round(seconds / 60)} min`;
   const commit = s.commit ? `commit ${s.commit.hash.slice(0, 7)}${s.commit.dirty ? ' with uncommitted changes' : ''}` : 'commit not recorded';
   const m = s.machine;
   const profile =
@@ -58,7 +59,7 @@ export function describeRun(s: RunSummary, from: string): string {
       : `\`npm run bench\` (${s.profile} profile)`;
   const problems = Object.entries(s.sectionProblems);
   const lines = [
-    `Run of ${utc(s.startedAt)}, ${minutes} min, ${profile}, on ${commit}; sections ${s.sectionsSelected.join(', ')}.`,
+    `Run of ${utc(s.startedAt)}, ${took}, ${profile}, on ${commit}; sections ${s.sectionsSelected.join(', ')}.`,
     `Machine: ${m.cpus} cores (${m.cpuModel ?? 'model unknown'}), ${m.memoryGiB} GiB, Node ${m.node}, PostgreSQL ${m.postgres ?? 'unknown'};`,
     `1-minute load average ${loadRange(s.rows)} while the rows came in. Result file: \`${from}\`.`,
   ];
@@ -165,9 +166,12 @@ export function strayFigures(text: string): string[] {
 /** Units that only a measurement carries here: a throughput, a CPU cost, a memory size, a share of a core. */
 const MEASUREMENT = /\d[\d,.]*\s*(rows\/s|messages\/s|msg\/s|tps\b|CPU-s|MiB|% of a core)/;
 
+/** An offered load ("at 1,000 rows/s", "offering 50 rows/s", "5,000 rows/s offered"): a setting of the run, not a result. */
+const OFFERED_LOAD = /\b(at|offering) [\d,.]+ rows\/s|[\d,.]+ rows\/s offered/gi;
+
 /** Lines outside the tables and inline code that state a measurement (by its unit). */
 export function strayMeasurements(text: string): string[] {
   return outsideBlocks(text)
     .split('\n')
-    .filter((line) => MEASUREMENT.test(line));
+    .filter((line) => MEASUREMENT.test(line.replace(OFFERED_LOAD, '')));
 }

@@ -32,12 +32,15 @@ for (let i = 0; i < argv.length; i++) {
 if (from !== undefined) from = relative(root, isAbsolute(from) ? from : resolve(process.cwd(), from));
 
 try {
-  for (const file of TABLE_FILES) {
+  // Every file rendered before any is written: a problem in one leaves both as they were.
+  const files = TABLE_FILES.map((file) => {
     const path = resolve(root, file);
     const before = readFileSync(path, 'utf8');
-    const after = regenerate(before, file, (source) => readSummary(resolve(root, source)), from);
-    if (after !== before) writeFileSync(path, after);
-    process.stdout.write(`${file}: ${after === before ? 'unchanged' : 'rewritten'}\n`);
+    return { file, path, before, after: regenerate(before, file, (source) => readSummary(resolve(root, source)), from) };
+  });
+  for (const f of files) {
+    if (f.after !== f.before) writeFileSync(f.path, f.after);
+    process.stdout.write(`${f.file}: ${f.after === f.before ? 'unchanged' : 'rewritten'}\n`);
   }
 } catch (error) {
   process.stderr.write(`bench:tables: ${(error as Error).message}\n`);

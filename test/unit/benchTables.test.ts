@@ -1,0 +1,129 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { readSummary, type RunSummary } from '../../bench/summary.js';
+import { findBlocks, regenerate, renderBlock, section, strayFigures, strayMeasurements, TABLE_FILES } from '../../bench/tables.js';
+import type { Row } from '../../bench/report.js';
+
+// README and docs/benchmarks.md quote benchmark runs only through tables written by
+// `npm run bench:tables` from a committed summary (bench/committed/). These tests hold the
+// files to that: a table edited by hand, a table naming a summary that is not there, a
+// figure typed beside the tables.
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const read = (file: string): string => readFileSync(`${root}${file}`, 'utf8');
+const load = (from: string): RunSummary => readSummary(`${root}${from}`);
+
+/** The tables each file must have: the harness counts them, so a marker lost in an edit fails too. */
+const EXPECTED: Record<(typeof TABLE_FILES)[number], string[]> = { 'README.md': ['readme'], 'docs/benchmarks.md': ['docs'] };
+
+/** The first line where two texts differ, for a failure message a reader can act on. */
+function firstDifference(a: string, b: string): string {
+  const x = a.split('\n');
+  const y = b.split('\n');
+  const i = x.findIndex((line, n) => line !== y[n]);
+  return `line ${i + 1}:\n  in the file: ${x[i]}\n  generated:   ${y[i]}`;
+}
+
+for (const file of TABLE_FILES) {
+  test(`${file}: its benchmark tables are the ones bench:tables writes from the committed summaries they name`, () => {
+    const text = read(file);
+    const blocks = findBlocks(text, file);
+    assert.deepEqual(blocks.map((b) => b.kind), EXPECTED[file], `${file} has the expected marked tables`);
+    for (const b of blocks) {
+      assert.match(b.from, /^bench\/committed\/[^/]+\.json$/, `${file}: the table names a summary in bench/committed/`);
+      assert.doesNotThrow(() => load(b.from), `${file}: the table names ${b.from}, which must exist and be a run summary`);
+    }
+    const generated = regenerate(text, file, load);
+    assert.ok(generated === text, `${file} differs from what \`npm run bench:tables\` writes (run it): ${firstDifference(text, generated)}`);
+  });
+}
+
+test('README: no benchmark figure outside a generated table (performance section: no figure at all; elsewhere: none with a measurement unit)', () => {
+  const readme = read('README.md');
+  const performance = section(readme, 'Performance');
+  assert.ok(performance, 'README has a "## Performance" section');
+  assert.ok(findBlocks(performance, 'README.md#performance').length === 1, 'the generated table is inside the performance section');
+  assert.deepEqual(strayFigures(performance), [], 'figures in README\'s performance section outside the generated table');
+  assert.deepEqual(strayMeasurements(readme), [], 'measurements in README outside the generated table');
+});
+
+test('docs/benchmarks.md: measurements outside the generated table only under "History", each part dated and with its commit', () => {
+  const docs = read('docs/benchmarks.md');
+  const history = docs.indexOf('\n## History');
+  assert.ok(history > 0, 'docs/benchmarks.md has a "## History" section');
+  assert.deepEqual(strayMeasurements(docs.slice(0, history)), [], 'measurements before the History section outside the generated table');
+  const parts = docs.slice(history).split('\n').filter((l) => l.startsWith('### '));
+  assert.ok(parts.length > 0, 'the History section has parts');
+  for (const heading of parts) assert.match(heading, /\d{4}-\d{2}-\d{2}.*commits? [0-9a-f]{7}/, `history part "${heading}" names its date and commit`);
+  assert.equal(docs.slice(history + 1).match(/^## /gm)?.length, 1, 'History is the last "## " section');
+});
+
+// The checks above must be able to fail: each one against a file that breaks its rule.
+
+const row = (section: string, what: string, value: string, target?: string, met?: boolean): Row => ({ section, what, value, target, met, load1: 1.5 });
+
+const FULL: RunSummary = {
+  format: 1,
+  name: 'outbox-relay benchmark, full profile',
+  profile: 'full',
+  startedAt: '2026-12-01T12:50:05.606Z',
+  finishedAt: '2026-12-01T13:07:00.000Z',
+  commit: { hash: '2943f08aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', dirty: false },
+  sectionsSelected: ['ceilings', 'drain', 'cost', 'multioutbox'],
+  sectionsCompleted: ['ceilings', 'drain', 'multioutbox'],
+  sectionProblems: { cost: 'failed: pgbench exited 1' },
+  machine: { cpus: 2, cpuModel: 'Intel Xeon', memoryGiB: 23, node: 'v20.20.2', postgres: '15.20', kafkaBrokers: ['127.0.0.1:9092'] },
+  rows: [
+    row('1. ceilings', 'raw kafkajs producer, batch 500, acks=all, 2 in flight (ceiling 1)', '61,004 rows/s'),
+    row('1. ceilings', 'raw Postgres claim-and-mark loop, batch 500, 2 loops (ceiling 2)', '92,411 rows/s'),
+    row('2. drain', 'relay, 200,000-row backlog, defaults', '29,845 rows/s', '≥ 20,000', true),
+    row('2. drain', 'relay / ceiling 1', '0.49', '≥ 0.6', false),
+    row('5. scale', 'relay peak RSS, 10,000 / 1,000,000 backlog', '110 / 166 MiB', '≤ 150 MB, flat', false),
+    row('11. many outboxes', 'one process / 4 processes: rows/s', '0.97'),
+    row('11. many outboxes', 'one process / 4 processes: odd | label', 'a | b'),
+  ],
+};
+
+test('the rendering: README has every row with a target and the context rows, docs every row; both list every target not met, the run, its load and its commit', () => {
+  const readme = renderBlock('readme', FULL, 'bench/committed/x.json');
+  const docs = renderBlock('docs', FULL, 'bench/committed/x.json');
+  for (const text of [readme, docs]) {
+    assert.match(text, /Run of 2026-12-01 12:50 UTC, 17 min, `npm run bench` \(full profile\), on commit 2943f08; sections ceilings, drain, cost, multioutbox\./);
+    assert.match(text, /load average 1\.5 while the rows came in\. Result file: `bench\/committed\/x\.json`/);
+    assert.match(text, /Sections without a result in this run: cost \(failed: pgbench exited 1\)\./);
+    assert.match(text, /Not met in this run:\n\n- 2\. drain, relay \/ ceiling 1: 0\.49 \(target ≥ 0\.6\)\n- 5\. scale, relay peak RSS, 10,000 \/ 1,000,000 backlog: 110 \/ 166 MiB \(target ≤ 150 MB, flat\)$/);
+    assert.ok(text.includes('odd \\| label | a \\| b |'), 'a | in a label or value is escaped, not a new cell');
+  }
+  assert.ok(readme.includes('| 2. drain: relay / ceiling 1 | 0.49 | ≥ 0.6 | **no** |'));
+  assert.ok(readme.includes('| 1. ceilings: raw kafkajs producer, batch 500, acks=all, 2 in flight (ceiling 1) | 61,004 rows/s |  |  |'));
+  assert.ok(!readme.includes('claim-and-mark'), 'README leaves out rows with neither a target nor a context label');
+  assert.equal(docs.split('\n').filter((l) => l.startsWith('| ') && !l.startsWith('| section')).length, FULL.rows.length, 'docs has every row');
+  const quick = renderBlock('readme', { ...FULL, profile: 'quick', commit: { hash: 'abcdef0123', dirty: true }, sectionProblems: {}, rows: FULL.rows.slice(0, 3) }, 'f');
+  assert.match(quick, /quick profile: small sizes, on a machine shared with other work, so the figures are noisy/);
+  assert.match(quick, /on commit abcdef0 with uncommitted changes/);
+  assert.match(quick, /\n\nEvery target in this run was met\.$/);
+});
+
+test('the checks fail on a table edited by hand, a summary that does not exist, a figure typed beside the table, a broken marker', () => {
+  const from = 'bench/committed/x.json';
+  const file = `# x\n\n## Performance\n\nProse.\n\n<!-- bench:table:readme from=${from} -->\n${renderBlock('readme', FULL, from)}\n<!-- /bench:table -->\n\n## Next\n`;
+  const loadFull = (): RunSummary => FULL;
+  assert.equal(regenerate(file, 'f', loadFull), file, 'an untouched file regenerates to itself');
+  assert.notEqual(regenerate(file.replace('29,845 rows/s', '31,000 rows/s'), 'f', loadFull), file.replace('29,845 rows/s', '31,000 rows/s'), 'a figure changed by hand');
+  assert.notEqual(regenerate(file.replace(/\n- 5\. scale.*\n/, '\n'), 'f', loadFull), file.replace(/\n- 5\. scale.*\n/, '\n'), 'an unmet target dropped from the list');
+  assert.throws(() => readSummary(`${root}bench/committed/no-such-run.json`), /bench\/committed\/no-such-run\.json does not exist/);
+  const perf = section(file, 'Performance')!;
+  assert.deepEqual(strayFigures(perf), []);
+  assert.deepEqual(strayFigures(perf.replace('Prose.', 'Prose: 29,845 rows/s.')), ['Prose: 29,845 rows/s.']);
+  assert.deepEqual(strayFigures(perf.replace('Prose.', 'Polls every `10` ms.')), [], 'a setting in inline code is not a figure');
+  assert.deepEqual(strayMeasurements('It consumed 64,872 messages/s.\nA 1.4 × TTL.\nWriters at 1,000 rows/s.\nAt 1,000 rows/s offered, 980 rows/s.'), [
+    'It consumed 64,872 messages/s.',
+    'At 1,000 rows/s offered, 980 rows/s.',
+  ], 'a result is a measurement, an offered load is not');
+  assert.throws(() => findBlocks(file.replace('<!-- /bench:table -->', ''), 'f'), /has no <!-- \/bench:table -->/);
+  assert.throws(() => findBlocks(file.replace('table:readme', 'table:reedme'), 'f'), /unknown table kind "reedme"/);
+  assert.throws(() => findBlocks(file.replace(` from=${from}`, ''), 'f'), /not of the form/);
+  assert.match(regenerate(file, 'f', loadFull, 'bench/committed/y.json'), /<!-- bench:table:readme from=bench\/committed\/y\.json -->\nRun of .*\n.*\n.*Result file: `bench\/committed\/y\.json`/);
+});
