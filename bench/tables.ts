@@ -25,7 +25,7 @@ export type Kind = (typeof KINDS)[number];
  * Rows without a target that README shows for context, by section and the start of their
  * label (labels go on with the run's sizes, which differ between profiles).
  */
-const README_CONTEXT: Array<[section: string, whatStartsWith: string]> = [
+export const README_CONTEXT: Array<[section: string, whatStartsWith: string]> = [
   ['1. ceilings', 'raw kafkajs producer'],
   ['1. ceilings', 'raw @platformatic/kafka producer'],
   ['2. drain', 'relay, producer platformatic, defaults'],

@@ -1,9 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { readSummary, type RunSummary } from '../../bench/summary.js';
-import { findBlocks, regenerate, renderBlock, section, strayFigures, strayMeasurements, TABLE_FILES } from '../../bench/tables.js';
+import { findBlocks, README_CONTEXT, regenerate, renderBlock, section, strayFigures, strayMeasurements, TABLE_FILES } from '../../bench/tables.js';
 import type { Row } from '../../bench/report.js';
 
 // README and docs/benchmarks.md quote benchmark runs only through tables written by
@@ -126,4 +126,13 @@ test('the checks fail on a table edited by hand, a summary that does not exist, 
   assert.throws(() => findBlocks(file.replace('table:readme', 'table:reedme'), 'f'), /unknown table kind "reedme"/);
   assert.throws(() => findBlocks(file.replace(` from=${from}`, ''), 'f'), /not of the form/);
   assert.match(regenerate(file, 'f', loadFull, 'bench/committed/y.json'), /<!-- bench:table:readme from=bench\/committed\/y\.json -->\nRun of .*\n.*\n.*Result file: `bench\/committed\/y\.json`/);
+});
+
+test('every context row README picks is a label a section writes (a renamed label would drop it silently)', () => {
+  const sources = readdirSync(`${root}bench/sections`).filter((f) => f.endsWith('.ts')).map((f) => read(`bench/sections/${f}`));
+  for (const [name, start] of README_CONTEXT) {
+    const source = sources.find((text) => text.includes(`'${name}'`));
+    assert.ok(source, `a section writes rows of "${name}"`);
+    assert.ok(source.includes(start), `section "${name}" writes a row starting "${start}"`);
+  }
 });
