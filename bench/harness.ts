@@ -8,7 +8,7 @@ import pg from 'pg';
 import { DATABASE_URL } from './common.js';
 import { machine } from './machine.js';
 import { writeReport, type Plot, type Row, type SectionResult } from './report.js';
-import { currentCommit, SUMMARY_FORMAT, writeSummary } from './summary.js';
+import { currentCommit, SUMMARY_DIR, SUMMARY_FORMAT, writeSummary } from './summary.js';
 import { log } from './util.js';
 
 export interface Section {
@@ -95,7 +95,8 @@ export async function runSections(o: {
         ...(o.summary.sizes !== undefined && { sizes: o.summary.sizes }),
         rows,
       });
-      process.stdout.write(`Summary to commit: ${path}\nTables from it: npm run bench:tables -- --from ${path}\n`);
+      const committed = path.startsWith(SUMMARY_DIR);
+      process.stdout.write(committed ? `Summary to commit: ${path}\nTables from it: npm run bench:tables -- --from ${path}\n` : `Summary: ${path}\n`);
     }
     if (problems.size === 0) return 0;
     process.stderr.write(`\nbench: ${problems.size} of ${o.sections.length} sections did not produce results:\n`);

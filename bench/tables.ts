@@ -164,7 +164,7 @@ export function strayFigures(text: string): string[] {
 }
 
 /** Units that only a measurement carries here: a throughput, a CPU cost, a memory size, a share of a core. */
-const MEASUREMENT = /\d[\d,.]*\s*(rows\/s|messages\/s|msg\/s|tps\b|CPU-s|MiB|% of a core)/;
+const MEASUREMENT = /\d[\d,.]*\s*[kM]?\s*(rows\/s|messages\/s|msg\/s|tps\b|CPU-s|MiB|% of a core)/;
 
 /** An offered load ("at 1,000 rows/s", "offering 50 rows/s", "5,000 rows/s offered"): a setting of the run, not a result. */
 const OFFERED_LOAD = /\b(at|offering) [\d,.]+ rows\/s|[\d,.]+ rows\/s offered/gi;

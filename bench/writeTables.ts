@@ -29,7 +29,11 @@ for (let i = 0; i < argv.length; i++) {
   else usage(`unknown argument ${argv[i]}`);
 }
 // Markers hold the path from the root, whichever directory the command ran in.
-if (from !== undefined) from = relative(root, isAbsolute(from) ? from : resolve(process.cwd(), from));
+if (from !== undefined) {
+  from = relative(root, isAbsolute(from) ? from : resolve(process.cwd(), from));
+  // A table must name a file every clone has.
+  if (!/^bench\/committed\/[^/]+\.json$/.test(from)) usage(`--from ${from}: not a summary in bench/committed/ (the tables may quote only committed runs)`);
+}
 
 try {
   // Every file rendered before any is written: a problem in one leaves both as they were.
