@@ -25,7 +25,7 @@ export interface RunSummary {
   profile: string;
   startedAt: string;
   finishedAt: string;
-  /** The checked-out commit, and whether tracked files differed from it. */
+  /** The checked-out commit, and whether the tree differed from it (bench/committed/ aside). */
   commit: { hash: string; dirty: boolean } | null;
   sectionsSelected: string[];
   sectionsCompleted: string[];
@@ -41,7 +41,9 @@ export function currentCommit(): RunSummary['commit'] {
   const cwd = fileURLToPath(new URL('..', import.meta.url));
   try {
     const hash = execFileSync('git', ['rev-parse', 'HEAD'], { cwd, encoding: 'utf8' }).trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd, encoding: 'utf8' }).trim() !== '';
+    // Untracked files count (a new section not yet added runs too), earlier summaries do not.
+    const changed = execFileSync('git', ['status', '--porcelain'], { cwd, encoding: 'utf8' }).split('\n').filter((l) => l.trim() !== '' && !l.slice(3).startsWith('bench/committed/'));
+    const dirty = changed.length > 0;
     return { hash, dirty };
   } catch {
     return null;
