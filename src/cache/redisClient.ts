@@ -77,8 +77,9 @@ export function boundedClient(client: CacheRedisClient, timeoutMs: number): Cach
       const timeout = new Promise<never>((_, reject) => {
         timer = setTimeout(() => {
           const error = new RedisNoReplyError(String(args[0]), timeoutMs, connectionState(client));
-          controller.abort(error);
+          // First ours, then the client's: its abort rejects its promise at once, and the race must see our cause.
           reject(error);
+          controller.abort(error);
         }, timeoutMs);
       });
       let sent: Promise<unknown>;
