@@ -314,3 +314,20 @@ test('a versionOf that throws fails the call with a ConfigError naming getOrLoad
   const down = createCache({ client: { sendCommand: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:6379')) } });
   await assert.rejects(down.getOrLoad('k', () => ({}), { versionOf: () => { throw bug; } }), { name: 'ConfigError', setting: 'getOrLoad.versionOf' });
 });
+
+test('a stale value is served when Redis refuses the rebuild lock, and no background load runs for nobody', async () => {
+  const prefix = redis.prefix('stalefail');
+  const registry = new Registry();
+  // The real Redis, except that SET (the lock) fails, as on a replica that went read-only.
+  const client: CacheRedisClient = {
+    sendCommand: (args, options) => (args[0] === 'SET' ? Promise.reject(new Error("READONLY You can't write against a read only replica.")) : redis.client.sendCommand([...args], options)),
+  };
+  const cache = createCache({ client, prefix, registry, name: 'stalefail', defaults: { ttlMs: 60_000, staleForMs: 60_000, jitter: 0 } });
+  await cache.setIfNewer('k', 'old', 1);
+  await redis.client.pExpire(`${prefix}k`, 30_000); // into its stale window
+  let loads = 0;
+  assert.equal(await cache.getOrLoad('k', () => (loads++, 'new')), 'old');
+  await cache.whenIdle();
+  assert.equal(loads, 0, 'the refresh could not lock: it loaded nothing');
+  assert.match(await registry.metrics(), /outbox_cache_errors_total\{cache="stalefail",operation="lock"\} 1/);
+});

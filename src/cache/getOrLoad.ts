@@ -133,7 +133,8 @@ async function rebuild<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o
       token = await acquireLock(c.client, lockKey, o.lockTtlMs);
     } catch {
       c.metrics.error('lock');
-      return (await load(c, key, loader, o)).text;
+      // A background refresh has no caller to answer: with Redis failing, it gives up.
+      return background ? undefined : (await load(c, key, loader, o)).text;
     }
     if (token !== undefined) {
       if (waited) c.metrics.lockWait('took_over');
