@@ -331,3 +331,21 @@ test('a stale value is served when Redis refuses the rebuild lock, and no backgr
   assert.equal(loads, 0, 'the refresh could not lock: it loaded nothing');
   assert.match(await registry.metrics(), /outbox_cache_errors_total\{cache="stalefail",operation="lock"\} 1/);
 });
+
+test('an entry the codec cannot decode fails with a ConfigError naming codec.decode that does not quote the entry', async () => {
+  const prefix = redis.prefix('undecodable');
+  const cache = createCache({ client: redis.client, prefix });
+  // Another program wrote under this prefix, not in JSON.
+  await redis.client.hSet(`${prefix}k`, { v: 'Password123 of someone', s: '0' });
+  await redis.client.pExpire(`${prefix}k`, 60_000);
+  for (const call of [() => cache.getOrLoad('k', () => 'never'), () => cache.peek('k')]) {
+    await assert.rejects(call(), (e: unknown) => {
+      const err = e as { name: string; setting: string; message: string; cause?: unknown };
+      assert.equal(err.name, 'ConfigError');
+      assert.equal(err.setting, 'codec.decode');
+      assert.match(err.message, /^codec\.decode: could not decode the entry of "k" \(SyntaxError\)/);
+      assert.doesNotMatch(`${err.message} ${String(err.cause)}`, /Password|someone/);
+      return true;
+    });
+  }
+});

@@ -8,7 +8,7 @@
  */
 import { CacheRedisError } from './errors.js';
 import { readEntry } from './entry.js';
-import { encodeValue, getOrLoad, SingleFlight, type CacheLoader, type LoadContext } from './getOrLoad.js';
+import { decodeValue, encodeValue, getOrLoad, SingleFlight, type CacheLoader, type LoadContext } from './getOrLoad.js';
 import { cacheRecorder } from './metrics.js';
 import { resolveCacheOptions, resolveGetOrLoadOptions, versionText, type CacheOptions, type CacheVersion, type GetOrLoadOptions } from './options.js';
 import { boundedClient } from './redisClient.js';
@@ -141,7 +141,7 @@ export function createCache(options: CacheOptions): Cache {
       }
       if (!entry) return undefined;
       return {
-        value: entry.value === undefined ? undefined : (o.codec.decode(entry.value) as T),
+        value: entry.value === undefined ? undefined : (decodeValue(o.codec, entry.value, key) as T),
         version: entry.version === undefined ? undefined : BigInt(entry.version),
         fresh: entry.fresh,
         pttlMs: entry.pttlMs,

@@ -96,24 +96,38 @@ export async function getOrLoad<T>(c: LoadContext, key: string, loader: CacheLoa
   } catch {
     c.metrics.error('read');
     c.metrics.request('miss');
-    return decode<T>(c, await c.flights.run(`load:${dataKey}`, async () => (await load(c, key, loader, o)).text));
+    return decode<T>(c, key, await c.flights.run(`load:${dataKey}`, async () => (await load(c, key, loader, o)).text));
   }
   if (entry?.value !== undefined) {
     if (entry.fresh) {
       c.metrics.request('hit');
-      return decode<T>(c, entry.value);
+      return decode<T>(c, key, entry.value);
     }
     c.metrics.request('stale');
     // Errors are counted inside; the stale value is the answer either way.
     c.flights.run(`refresh:${dataKey}`, () => rebuild(c, key, loader, o, true)).catch(() => undefined);
-    return decode<T>(c, entry.value);
+    return decode<T>(c, key, entry.value);
   }
   c.metrics.request('miss');
-  return decode<T>(c, await c.flights.run(`load:${dataKey}`, () => rebuild(c, key, loader, o, false)));
+  return decode<T>(c, key, await c.flights.run(`load:${dataKey}`, () => rebuild(c, key, loader, o, false)));
 }
 
-function decode<T>(c: LoadContext, text: string | undefined): T {
-  return (text === undefined ? undefined : c.codec.decode(text)) as T;
+function decode<T>(c: LoadContext, key: string, text: string | undefined): T {
+  return (text === undefined ? undefined : decodeValue(c.codec, text, key)) as T;
+}
+
+/**
+ * The codec's value for `text`. A failure is a ConfigError naming `codec.decode` (an entry
+ * written by another codec or another program under this prefix) that never quotes the
+ * text: a decoder's own message often does (JSON.parse quotes its first characters), and
+ * cached values are user data.
+ */
+export function decodeValue(codec: CacheCodec, text: string, key: string): unknown {
+  try {
+    return codec.decode(text);
+  } catch (error) {
+    throw new ConfigError('codec.decode', `could not decode the entry of "${key}" (${error instanceof Error ? error.name : typeof error}); was it written with another codec, or by another program under this prefix?`);
+  }
 }
 
 /**

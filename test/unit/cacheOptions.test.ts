@@ -17,6 +17,7 @@ test('cache options: defaults, and waitMs and loadTimeoutMs follow lockTtlMs', (
   assert.equal(o.prefix, '');
   assert.equal(o.name, 'default');
   assert.equal(o.tombstoneTtlMs, 600_000);
+  assert.equal(o.redisTimeoutMs, 1_000);
   const call = resolveGetOrLoadOptions({ lockTtlMs: 800 }, o.defaults);
   assert.equal(call.waitMs, 800);
   assert.equal(call.loadTimeoutMs, 800);
