@@ -8,6 +8,7 @@ import { CacheLoadTimeoutError, CacheWaitTimeoutError } from '../src/cache/error
 import type { CacheRedisClient } from '../src/cache/redisClient.js';
 import { useRedis, type TestRedis } from './helpers/redis.js';
 import { mulberry32 } from './faults/schedule.js';
+import { waitFor } from './helpers/wait.js';
 
 let redis: TestRedis;
 before(async () => {
@@ -231,4 +232,120 @@ test('Redis failing: getOrLoad still answers from the loader, once per key in th
   assert.equal(loads, 1);
   await assert.rejects(cache.setIfNewer('k', 'v', 1), { name: 'CacheRedisError', retriable: true });
   assert.match(await registry.metrics(), /outbox_cache_errors_total\{cache="down",operation="read"\} 20/);
+});
+
+test('a key that ends like a rebuild-lock key is its own entry: it neither blocks nor breaks the key whose lock it looks like', async () => {
+  const prefix = redis.prefix('collide');
+  const cache = createCache({ client: redis.client, prefix });
+  // The user's key "a:rebuild-lock" is filled (and stays) while "a" is missing.
+  assert.equal(await cache.getOrLoad('a:rebuild-lock', () => 'user value'), 'user value');
+  // "a" loads at once: it does not wait on (nor time out behind) the other key's entry.
+  assert.equal(await cache.getOrLoad('a', () => 'a value', { waitMs: 50 }), 'a value');
+  assert.equal((await cache.peek('a:rebuild-lock'))?.value, 'user value');
+  assert.equal((await cache.peek('a'))?.value, 'a value');
+  // While "b" is being rebuilt (its lock held), "b:rebuild-lock" reads, loads and writes as any key.
+  const release = gate<string>();
+  const b = cache.getOrLoad('b', () => release.promise);
+  await waitFor('the lock of b taken', async () => (await redis.client.exists(`${prefix}b:rebuild-lock`)) === 1);
+  assert.equal(await cache.getOrLoad('b:rebuild-lock', () => 'other'), 'other');
+  assert.equal(await cache.setIfNewer('b:rebuild-lock', 'newer', 3), true);
+  release.open('b value');
+  assert.equal(await b, 'b value');
+  assert.equal((await cache.peek('b'))?.value, 'b value');
+  assert.equal((await cache.peek('b:rebuild-lock'))?.value, 'newer');
+  // Keys that end in the escape character stay distinct from the escaped ones.
+  await cache.setIfNewer('c:rebuild-lock|', 'one', 1);
+  await cache.setIfNewer('c:rebuild-lock', 'two', 1);
+  await cache.setIfNewer('c|', 'three', 1);
+  await cache.setIfNewer('c', 'four', 1);
+  assert.deepEqual(await Promise.all(['c:rebuild-lock|', 'c:rebuild-lock', 'c|', 'c'].map(async (k) => (await cache.peek(k))?.value)), ['one', 'two', 'three', 'four']);
+});
+
+test("a loader's undefined (not found) is returned to every caller and not cached; null is cached like any value", async () => {
+  const prefix = redis.prefix('undef');
+  const registry = new Registry();
+  const cache = createCache({ client: redis.client, prefix, registry, name: 'undef' });
+  let loads = 0;
+  const release = gate();
+  const all = Promise.all(Array.from({ length: 10 }, () => cache.getOrLoad<{ version: number } | undefined>('missing', async () => (loads++, await release.promise, undefined), { versionOf: (p) => p!.version })));
+  release.open();
+  assert.deepEqual(await all, Array(10).fill(undefined));
+  assert.equal(loads, 1, 'one load for the concurrent callers');
+  assert.equal(await cache.peek('missing'), undefined, 'nothing cached');
+  assert.equal(await redis.client.exists(`${prefix}missing:rebuild-lock`), 0, 'lock released');
+  // The next call loads again (the row may exist by now).
+  assert.deepEqual(await cache.getOrLoad('missing', () => ({ version: 1 }), { versionOf: (p) => p.version }), { version: 1 });
+  assert.equal((await cache.peek('missing'))?.version, 1n);
+  // null is a value: cached, a hit afterwards.
+  assert.equal(await cache.getOrLoad('none', () => null), null);
+  assert.equal(await cache.getOrLoad('none', () => assert.fail('loaded again')), null);
+  assert.doesNotMatch(await registry.metrics(), /outbox_cache_errors_total\{[^}]*\} [1-9]/, 'no errors counted');
+});
+
+test('a versionOf that throws fails the call with a ConfigError naming getOrLoad.versionOf and carrying the error; nothing is written', async () => {
+  const prefix = redis.prefix('verthrow');
+  const registry = new Registry();
+  const cache = createCache({ client: redis.client, prefix, registry, name: 'verthrow' });
+  const bug = new TypeError("Cannot read properties of undefined (reading 'version')");
+  const settled = await Promise.allSettled(
+    Array.from({ length: 5 }, () =>
+      cache.getOrLoad('k', () => ({ id: 'k' }), {
+        versionOf: () => {
+          throw bug;
+        },
+      }),
+    ),
+  );
+  for (const r of settled) {
+    assert.equal(r.status, 'rejected');
+    const e = (r as PromiseRejectedResult).reason as { name: string; setting: string; retriable: boolean; message: string; cause: unknown };
+    assert.equal(e.name, 'ConfigError');
+    assert.equal(e.setting, 'getOrLoad.versionOf');
+    assert.equal(e.retriable, false);
+    assert.match(e.message, /^getOrLoad\.versionOf: threw on the value the loader returned for "k": TypeError: Cannot read properties of undefined/);
+    assert.equal(e.cause, bug);
+  }
+  assert.equal(await cache.peek('k'), undefined, 'nothing written');
+  assert.equal(await redis.client.exists(`${prefix}k:rebuild-lock`), 0, 'lock released');
+  assert.match(await registry.metrics(), /outbox_cache_errors_total\{cache="verthrow",operation="version"\} 1/);
+  // A versionOf that returns no version is refused by name too.
+  await assert.rejects(cache.getOrLoad('j', () => ({}), { versionOf: () => 1.5 }), { name: 'ConfigError', setting: 'getOrLoad.versionOf' });
+  // And when Redis is failing (no fill), versionOf still runs: the bug does not hide behind an outage.
+  const down = createCache({ client: { sendCommand: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:6379')) } });
+  await assert.rejects(down.getOrLoad('k', () => ({}), { versionOf: () => { throw bug; } }), { name: 'ConfigError', setting: 'getOrLoad.versionOf' });
+});
+
+test('a stale value is served when Redis refuses the rebuild lock, and no background load runs for nobody', async () => {
+  const prefix = redis.prefix('stalefail');
+  const registry = new Registry();
+  // The real Redis, except that SET (the lock) fails, as on a replica that went read-only.
+  const client: CacheRedisClient = {
+    sendCommand: (args, options) => (args[0] === 'SET' ? Promise.reject(new Error("READONLY You can't write against a read only replica.")) : redis.client.sendCommand([...args], options)),
+  };
+  const cache = createCache({ client, prefix, registry, name: 'stalefail', defaults: { ttlMs: 60_000, staleForMs: 60_000, jitter: 0 } });
+  await cache.setIfNewer('k', 'old', 1);
+  await redis.client.pExpire(`${prefix}k`, 30_000); // into its stale window
+  let loads = 0;
+  assert.equal(await cache.getOrLoad('k', () => (loads++, 'new')), 'old');
+  await cache.whenIdle();
+  assert.equal(loads, 0, 'the refresh could not lock: it loaded nothing');
+  assert.match(await registry.metrics(), /outbox_cache_errors_total\{cache="stalefail",operation="lock"\} 1/);
+});
+
+test('an entry the codec cannot decode fails with a ConfigError naming codec.decode that does not quote the entry', async () => {
+  const prefix = redis.prefix('undecodable');
+  const cache = createCache({ client: redis.client, prefix });
+  // Another program wrote under this prefix, not in JSON.
+  await redis.client.hSet(`${prefix}k`, { v: 'Password123 of someone', s: '0' });
+  await redis.client.pExpire(`${prefix}k`, 60_000);
+  for (const call of [() => cache.getOrLoad('k', () => 'never'), () => cache.peek('k')]) {
+    await assert.rejects(call(), (e: unknown) => {
+      const err = e as { name: string; setting: string; message: string; cause?: unknown };
+      assert.equal(err.name, 'ConfigError');
+      assert.equal(err.setting, 'codec.decode');
+      assert.match(err.message, /^codec\.decode: could not decode the entry of "k" \(SyntaxError\)/);
+      assert.doesNotMatch(`${err.message} ${String(err.cause)}`, /Password|someone/);
+      return true;
+    });
+  }
 });

@@ -8,10 +8,29 @@
  */
 import { CacheRedisError } from './errors.js';
 import { readEntry } from './entry.js';
-import { getOrLoad, SingleFlight, type CacheLoader, type LoadContext } from './getOrLoad.js';
+import { decodeValue, encodeValue, getOrLoad, SingleFlight, type CacheLoader, type LoadContext } from './getOrLoad.js';
 import { cacheRecorder } from './metrics.js';
 import { resolveCacheOptions, resolveGetOrLoadOptions, versionText, type CacheOptions, type CacheVersion, type GetOrLoadOptions } from './options.js';
+import { boundedClient } from './redisClient.js';
 import { deleteEntry, invalidateEntry, writeEntry } from './versionedWrite.js';
+
+/** The rebuild lock of key `k` is `<prefix>k:rebuild-lock`. */
+const LOCK_SUFFIX = ':rebuild-lock';
+/**
+ * Appended to a key that ends like a lock key (or like an escaped key), so that no data
+ * key is ever a lock key and two keys never share a data key.
+ */
+const ESCAPE = '|';
+
+/** The Redis key of an entry: `<prefix>k`, or `<prefix>k|` when `k` ends in `:rebuild-lock` or `|`. */
+function dataKeyOf(prefix: string, key: string): string {
+  return key.endsWith(LOCK_SUFFIX) || key.endsWith(ESCAPE) ? `${prefix}${key}${ESCAPE}` : `${prefix}${key}`;
+}
+
+/** The Redis key of an entry's rebuild lock: `<prefix>k:rebuild-lock` (never a data key). */
+function lockKeyOf(prefix: string, key: string): string {
+  return `${prefix}${key}${LOCK_SUFFIX}`;
+}
 
 /** What {@link Cache.peek} finds at a key. */
 export interface CacheEntry<T = unknown> {
@@ -31,7 +50,9 @@ export interface Cache {
    * The value at `key`: from the cache when fresh (or stale, within `staleForMs`, while
    * one caller rebuilds it), else from `loader`, called once per key across all callers
    * of this process and, through a short Redis lock, of every process. Options override
-   * the cache's defaults for this call.
+   * the cache's defaults for this call. A loader's `undefined` (not found) is returned and
+   * not cached; return `null` to cache the absence. When Redis fails or does not answer
+   * within `redisTimeoutMs`, the loader is called without the cache.
    */
   getOrLoad<T>(key: string, loader: CacheLoader<T>, options?: GetOrLoadOptions<T>): Promise<T>;
   /**
@@ -63,13 +84,14 @@ export function createCache(options: CacheOptions): Cache {
   const o = resolveCacheOptions(options);
   const metrics = cacheRecorder(o.registry, o.name);
   const flights = new SingleFlight();
+  const client = boundedClient(o.client, o.redisTimeoutMs);
   const context: LoadContext = {
-    client: o.client,
+    client,
     codec: o.codec,
     metrics,
     flights,
-    dataKey: (key) => `${o.prefix}${key}`,
-    lockKey: (key) => `${o.prefix}${key}:rebuild-lock`,
+    dataKey: (key) => dataKeyOf(o.prefix, key),
+    lockKey: (key) => lockKeyOf(o.prefix, key),
   };
   const checkKey = (key: unknown): string => {
     if (typeof key !== 'string' || key.length === 0) throw new TypeError('cache: a key must be a non-empty string');
@@ -86,9 +108,9 @@ export function createCache(options: CacheOptions): Cache {
       checkKey(key);
       const ver = versionText(version);
       const freshMs = ttlMs === undefined ? o.defaults.ttlMs : resolveGetOrLoadOptions({ ttlMs }, o.defaults, 'setIfNewer').ttlMs;
-      const text = o.codec.encode(value);
+      const text = encodeValue(o.codec, value);
       try {
-        const written = await writeEntry(o.client, context.dataKey(key), { value: text, version: ver, freshMs, staleMs: o.defaults.staleForMs, mode: 'set' });
+        const written = await writeEntry(client, context.dataKey(key), { value: text, version: ver, freshMs, staleMs: o.defaults.staleForMs, mode: 'set' });
         metrics.write('set', written);
         return written;
       } catch (error) {
@@ -100,7 +122,7 @@ export function createCache(options: CacheOptions): Cache {
       checkKey(key);
       const ver = version === undefined ? undefined : versionText(version);
       try {
-        const done = ver === undefined ? await deleteEntry(o.client, context.dataKey(key)) : await invalidateEntry(o.client, context.dataKey(key), ver, o.tombstoneTtlMs);
+        const done = ver === undefined ? await deleteEntry(client, context.dataKey(key)) : await invalidateEntry(client, context.dataKey(key), ver, o.tombstoneTtlMs);
         metrics.write('invalidate', done);
         return done;
       } catch (error) {
@@ -112,14 +134,14 @@ export function createCache(options: CacheOptions): Cache {
       checkKey(key);
       let entry;
       try {
-        entry = await readEntry(o.client, context.dataKey(key));
+        entry = await readEntry(client, context.dataKey(key));
       } catch (error) {
         metrics.error('read');
         throw new CacheRedisError('read', key, error);
       }
       if (!entry) return undefined;
       return {
-        value: entry.value === undefined ? undefined : (o.codec.decode(entry.value) as T),
+        value: entry.value === undefined ? undefined : (decodeValue(o.codec, entry.value, key) as T),
         version: entry.version === undefined ? undefined : BigInt(entry.version),
         fresh: entry.fresh,
         pttlMs: entry.pttlMs,

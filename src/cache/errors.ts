@@ -5,6 +5,7 @@
  * A loader's own error reaches the caller as it is, unwrapped.
  */
 import { OutboxError } from '../shared/errors.js';
+import { describeRedisFailure } from './redisClient.js';
 
 /** Base class of the cache's errors. */
 export class CacheError extends OutboxError {}
@@ -31,13 +32,15 @@ export class CacheLoadTimeoutError extends CacheError {
 }
 
 /**
- * A Redis command failed (connection lost, server error) where the cache cannot carry on
- * without it: `setIfNewer`, `invalidate`, `peek`. Retriable. (`getOrLoad` does not throw
- * it: without Redis it calls the loader, one call per key per process.)
+ * A Redis command failed (connection lost, server error) or gave no reply within
+ * `redisTimeoutMs`, where the cache cannot carry on without it: `setIfNewer`,
+ * `invalidate`, `peek`. Retriable; `cause` is the client's error, or a RedisNoReplyError
+ * saying what the client knew of its connection. (`getOrLoad` does not throw it: without
+ * Redis it calls the loader, one call per key per process.)
  */
 export class CacheRedisError extends CacheError {
   constructor(operation: string, key: string, cause: unknown) {
-    super(`cache: Redis ${operation} of "${key}" failed: ${cause instanceof Error ? cause.message : String(cause)}`, {
+    super(`cache: Redis ${operation} of "${key}" failed: ${describeRedisFailure(cause)}`, {
       retriable: true,
       context: { operation, key },
       cause,

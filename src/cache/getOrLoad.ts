@@ -11,18 +11,25 @@
  *    releases the lock. The others poll the key (5 ms, doubling to 50 ms) until the value
  *    arrives, the lock goes (then they take it and rebuild), or `waitMs` passes (then they
  *    throw CacheWaitTimeoutError, or load themselves with `onWaitTimeout: 'load'`).
- * 3. Redis failing degrades to the loader, still one call per key per process.
+ * 3. Redis failing (an error, or no reply within the cache's `redisTimeoutMs`) degrades to
+ *    the loader, still one call per key per process. A call that saw Redis fail does not
+ *    wait on it again (no fill; the lock is released in the background), so it waits at
+ *    most one `redisTimeoutMs` on a Redis that is gone or hung.
+ *
+ * A loader's `undefined` is handed back and never cached (the next call loads again);
+ * `versionOf` runs on every loaded value (not undefined), and its failure fails the call.
  *
  * A loader that throws or hangs does not wedge the key: its callers get the error (or
  * CacheLoadTimeoutError), the lock is released (or expires with its TTL), and the next
  * call tries again.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { ConfigError } from '../shared/errors.js';
 import { CacheLoadTimeoutError, CacheWaitTimeoutError } from './errors.js';
 import { readEntry, type Entry } from './entry.js';
 import { acquireLock, releaseLock } from './lock.js';
 import type { CacheRecorder } from './metrics.js';
-import { versionText, type CacheCodec, type ResolvedGetOrLoadOptions } from './options.js';
+import { versionText, type CacheCodec, type CacheVersion, type ResolvedGetOrLoadOptions } from './options.js';
 import type { CacheRedisClient } from './redisClient.js';
 import { writeEntry } from './versionedWrite.js';
 
@@ -38,6 +45,7 @@ export type CacheLoader<T> = (context: CacheLoaderContext) => Promise<T> | T;
 /** One promise per key at a time, so concurrent callers share a single rebuild. */
 export class SingleFlight {
   private readonly flights = new Map<string, Promise<unknown>>();
+  private readonly background = new Set<Promise<unknown>>();
 
   /** Runs `fn` unless a run for `key` is in flight, in which case its promise is shared. */
   run<T>(key: string, fn: () => Promise<T>): Promise<T> {
@@ -50,20 +58,33 @@ export class SingleFlight {
     return p;
   }
 
-  /** Resolves once no run is in flight (failures included). */
+  /** Keeps `p` (work nobody waits for, such as a lock release) until it settles, for {@link idle}. */
+  track(p: Promise<unknown>): void {
+    const kept = p.finally(() => this.background.delete(kept));
+    this.background.add(kept);
+  }
+
+  /** Resolves once no run or tracked work is in flight (failures included). */
   async idle(): Promise<void> {
-    while (this.flights.size > 0) await Promise.allSettled([...this.flights.values()]);
+    while (this.flights.size + this.background.size > 0) await Promise.allSettled([...this.flights.values(), ...this.background]);
   }
 }
 
 /** What getOrLoad needs of the cache around it. */
 export interface LoadContext {
+  /** The client, every command bounded by `redisTimeoutMs`. */
   client: CacheRedisClient;
   codec: CacheCodec;
   metrics: CacheRecorder;
   flights: SingleFlight;
   dataKey(key: string): string;
   lockKey(key: string): string;
+}
+
+/** A loaded value: encoded, with its version; `text` undefined when the loader returned undefined. */
+interface Loaded {
+  text: string | undefined;
+  version: string | undefined;
 }
 
 /** The value at `key`, from the cache or the loader (see the module comment). */
@@ -75,33 +96,45 @@ export async function getOrLoad<T>(c: LoadContext, key: string, loader: CacheLoa
   } catch {
     c.metrics.error('read');
     c.metrics.request('miss');
-    return decode<T>(c, await c.flights.run(`load:${dataKey}`, () => loadAndStore(c, key, loader, o, false)));
+    return decode<T>(c, key, await c.flights.run(`load:${dataKey}`, async () => (await load(c, key, loader, o)).text));
   }
   if (entry?.value !== undefined) {
     if (entry.fresh) {
       c.metrics.request('hit');
-      return decode<T>(c, entry.value);
+      return decode<T>(c, key, entry.value);
     }
     c.metrics.request('stale');
     // Errors are counted inside; the stale value is the answer either way.
     c.flights.run(`refresh:${dataKey}`, () => rebuild(c, key, loader, o, true)).catch(() => undefined);
-    return decode<T>(c, entry.value);
+    return decode<T>(c, key, entry.value);
   }
   c.metrics.request('miss');
-  const text = await c.flights.run(`load:${dataKey}`, () => rebuild(c, key, loader, o, false));
-  return decode<T>(c, text as string);
+  return decode<T>(c, key, await c.flights.run(`load:${dataKey}`, () => rebuild(c, key, loader, o, false)));
 }
 
-function decode<T>(c: LoadContext, text: string): T {
-  return c.codec.decode(text) as T;
+function decode<T>(c: LoadContext, key: string, text: string | undefined): T {
+  return (text === undefined ? undefined : decodeValue(c.codec, text, key)) as T;
 }
 
 /**
- * Rebuilds `key` under the lock, or waits for the holder. Resolves with the encoded value;
- * a background refresh that finds the lock taken resolves with undefined at once.
+ * The codec's value for `text`. A failure is a ConfigError naming `codec.decode` (an entry
+ * written by another codec or another program under this prefix) that never quotes the
+ * text: a decoder's own message often does (JSON.parse quotes its first characters), and
+ * cached values are user data.
  */
-async function rebuild<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions, background: true): Promise<string | undefined>;
-async function rebuild<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions, background: false): Promise<string>;
+export function decodeValue(codec: CacheCodec, text: string, key: string): unknown {
+  try {
+    return codec.decode(text);
+  } catch (error) {
+    throw new ConfigError('codec.decode', `could not decode the entry of "${key}" (${error instanceof Error ? error.name : typeof error}); was it written with another codec, or by another program under this prefix?`);
+  }
+}
+
+/**
+ * Rebuilds `key` under the lock, or waits for the holder. Resolves with the encoded value
+ * (undefined when the loader returned undefined); a background refresh that finds the
+ * lock taken resolves with undefined at once.
+ */
 async function rebuild<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions, background: boolean): Promise<string | undefined> {
   const dataKey = c.dataKey(key);
   const lockKey = c.lockKey(key);
@@ -114,30 +147,31 @@ async function rebuild<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o
       token = await acquireLock(c.client, lockKey, o.lockTtlMs);
     } catch {
       c.metrics.error('lock');
-      return loadAndStore(c, key, loader, o, false);
+      // A background refresh has no caller to answer: with Redis failing, it gives up.
+      return background ? undefined : (await load(c, key, loader, o)).text;
     }
     if (token !== undefined) {
       if (waited) c.metrics.lockWait('took_over');
-      try {
-        // Another process may have filled it between our read and our lock.
-        const again = await readEntry(c.client, dataKey).catch(() => undefined);
-        if (again?.value !== undefined && again.fresh) return again.value;
-        return await loadAndStore(c, key, loader, o, true);
-      } finally {
-        await releaseLock(c.client, lockKey, token).catch(() => c.metrics.error('unlock'));
-      }
+      return loadHoldingLock(c, key, loader, o, token);
     }
     if (background) return undefined;
     waited = true;
     const left = deadline - Date.now();
     if (left <= 0) {
       c.metrics.lockWait('timeout');
-      if (o.onWaitTimeout === 'load') return loadAndStore(c, key, loader, o, false);
+      if (o.onWaitTimeout === 'load') return (await load(c, key, loader, o)).text;
       throw new CacheWaitTimeoutError(key, o.waitMs);
     }
     await sleep(Math.min(pause, left));
     pause = Math.min(pause * 2, 50);
-    const now = await readEntry(c.client, dataKey).catch(() => undefined);
+    let now: Entry | undefined;
+    try {
+      now = await readEntry(c.client, dataKey);
+    } catch {
+      // Redis went away while the holder rebuilt: the loader, without the cache.
+      c.metrics.error('read');
+      return (await load(c, key, loader, o)).text;
+    }
     if (now?.value !== undefined) {
       c.metrics.lockWait('value');
       return now.value;
@@ -145,20 +179,74 @@ async function rebuild<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o
   }
 }
 
-/** Calls the loader under its timeout, writes the result (unless Redis fails) and returns it encoded. */
-async function loadAndStore<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions, write: boolean): Promise<string> {
-  const value = await callLoader(c, key, loader, o);
-  const text = c.codec.encode(value);
-  if (write) {
-    const freshMs = Math.max(1, Math.round(o.ttlMs * (1 - o.jitter * Math.random())));
+/**
+ * With the lock: reads again (another process may have filled the key between our read
+ * and our lock), loads, fills, releases. Once a Redis command has failed, nothing more
+ * is awaited of Redis: no fill, and the release runs in the background (the lock
+ * expires with its TTL if that fails too).
+ */
+async function loadHoldingLock<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions, token: string): Promise<string | undefined> {
+  const dataKey = c.dataKey(key);
+  let redisUp = true;
+  try {
+    let again: Entry | undefined;
     try {
-      const version = o.versionOf ? versionText(o.versionOf(value), 'versionOf()') : undefined;
-      c.metrics.write('fill', await writeEntry(c.client, c.dataKey(key), { value: text, version, freshMs, staleMs: o.staleForMs, mode: 'fill' }));
+      again = await readEntry(c.client, dataKey);
+    } catch {
+      c.metrics.error('read');
+      redisUp = false;
+    }
+    if (again?.value !== undefined && again.fresh) return again.value;
+    const loaded = await load(c, key, loader, o);
+    if (redisUp && loaded.text !== undefined) {
+      const freshMs = Math.max(1, Math.round(o.ttlMs * (1 - o.jitter * Math.random())));
+      try {
+        c.metrics.write('fill', await writeEntry(c.client, dataKey, { value: loaded.text, version: loaded.version, freshMs, staleMs: o.staleForMs, mode: 'fill' }));
+      } catch {
+        c.metrics.error('write');
+        redisUp = false;
+      }
+    }
+    return loaded.text;
+  } finally {
+    const release = releaseLock(c.client, c.lockKey(key), token).then(
+      () => undefined,
+      () => c.metrics.error('unlock'),
+    );
+    if (redisUp) await release;
+    else c.flights.track(release);
+  }
+}
+
+/** Calls the loader under its timeout; encodes the value and takes its version (unless it is undefined). */
+async function load<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions): Promise<Loaded> {
+  const value = await callLoader(c, key, loader, o);
+  if (value === undefined) return { text: undefined, version: undefined };
+  let version: string | undefined;
+  if (o.versionOf) {
+    let v: CacheVersion;
+    try {
+      v = o.versionOf(value);
     } catch (error) {
-      if (error instanceof Error && error.name === 'ConfigError') throw error;
-      c.metrics.error('write');
+      c.metrics.error('version');
+      const e = new ConfigError('getOrLoad.versionOf', `threw on the value the loader returned for "${key}": ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`);
+      (e as { cause?: unknown }).cause = error;
+      throw e;
+    }
+    try {
+      version = versionText(v, 'getOrLoad.versionOf');
+    } catch (error) {
+      c.metrics.error('version');
+      throw error;
     }
   }
+  return { text: encodeValue(c.codec, value), version };
+}
+
+/** The codec's text for `value`; a codec that returns something else than a string is refused by name. */
+export function encodeValue(codec: CacheCodec, value: unknown): string {
+  const text: unknown = codec.encode(value);
+  if (typeof text !== 'string') throw new ConfigError('codec.encode', `must return a string, got ${text === null ? 'null' : typeof text}`);
   return text;
 }
 

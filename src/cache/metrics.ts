@@ -9,7 +9,7 @@ import { Counter, Histogram, type Registry } from 'prom-client';
 /** Results of outbox_cache_requests_total. */
 export const CACHE_REQUEST_RESULTS = ['hit', 'miss', 'stale'] as const;
 /** Operations of outbox_cache_errors_total. */
-export const CACHE_ERROR_OPERATIONS = ['read', 'write', 'lock', 'unlock', 'invalidate', 'loader'] as const;
+export const CACHE_ERROR_OPERATIONS = ['read', 'write', 'lock', 'unlock', 'invalidate', 'loader', 'version'] as const;
 
 type Table = Record<string, { type: 'counter' | 'histogram'; name: string; help: string; labelNames: string[]; buckets?: number[] }>;
 
@@ -49,7 +49,7 @@ export const CACHE_METRICS = {
   errors: {
     type: 'counter',
     name: 'outbox_cache_errors_total',
-    help: 'Failures by operation: Redis read, write, lock, unlock, invalidate; loader (threw or timed out).',
+    help: 'Failures by operation: Redis read, write, lock, unlock, invalidate (an error, or no reply within redisTimeoutMs); loader (threw or timed out); version (versionOf threw or gave no version).',
     labelNames: ['cache', 'operation'],
   },
 } satisfies Table;

@@ -58,6 +58,13 @@ export interface CacheOptions {
   codec?: CacheCodec;
   /** How long `invalidate(key, version)` remembers the version it invalidated at. Default 600000 (10 minutes). */
   tombstoneTtlMs?: number;
+  /**
+   * How long the cache waits for any one Redis reply, whatever the client's own timeouts
+   * and reconnect settings: past it the command counts as failed (getOrLoad calls the
+   * loader without the cache; setIfNewer, invalidate and peek throw CacheRedisError).
+   * Default 1000.
+   */
+  redisTimeoutMs?: number;
   /** Defaults of every getOrLoad call. */
   defaults?: Omit<GetOrLoadOptions, 'versionOf'>;
 }
@@ -82,13 +89,14 @@ export interface ResolvedCacheOptions {
   registry: Registry | undefined;
   codec: CacheCodec;
   tombstoneTtlMs: number;
+  redisTimeoutMs: number;
   defaults: ResolvedGetOrLoadOptions;
 }
 
 const JSON_CODEC: CacheCodec = {
   encode: (value) => {
     const text = JSON.stringify(value);
-    if (text === undefined) throw new TypeError('cache: the value has no JSON form (undefined or a function)');
+    if (text === undefined) throw new TypeError('cache: the value has no JSON form (undefined, a function or a symbol); to drop an entry use invalidate(key, version)');
     return text;
   },
   decode: (text) => JSON.parse(text) as unknown,
@@ -125,9 +133,12 @@ export function resolveGetOrLoadOptions(options: GetOrLoadOptions<never> | undef
   return { ttlMs, jitter, staleForMs, lockTtlMs, waitMs, onWaitTimeout, loadTimeoutMs, versionOf: o.versionOf ?? base?.versionOf };
 }
 
+const CACHE_OPTIONS = new Set(['client', 'prefix', 'name', 'registry', 'codec', 'tombstoneTtlMs', 'redisTimeoutMs', 'defaults']);
+
 /** Validates {@link CacheOptions}; throws ConfigError naming the first bad option. */
 export function resolveCacheOptions(options: CacheOptions): ResolvedCacheOptions {
   if (typeof options !== 'object' || options === null) throw new ConfigError('cache', 'options must be an object');
+  for (const k of Object.keys(options)) if (!CACHE_OPTIONS.has(k)) throw new ConfigError(k, `is not an option of createCache (they are ${[...CACHE_OPTIONS].join(', ')})`);
   const { client } = options;
   if (typeof client !== 'object' || client === null || typeof (client as { sendCommand?: unknown }).sendCommand !== 'function') {
     throw new ConfigError('client', 'must be a connected Redis client with sendCommand (node-redis createClient())');
@@ -138,11 +149,15 @@ export function resolveCacheOptions(options: CacheOptions): ResolvedCacheOptions
   if (typeof name !== 'string' || !/^[a-z][a-z0-9_]{0,39}$/.test(name)) throw new ConfigError('name', `must be lower case letters, digits and _ (at most 40, a letter first), got ${JSON.stringify(name)}`);
   const codec = options.codec ?? JSON_CODEC;
   if (typeof codec?.encode !== 'function' || typeof codec?.decode !== 'function') throw new ConfigError('codec', 'must have encode and decode functions');
+  const registry = options.registry;
+  if (registry !== undefined && typeof (registry as { getSingleMetric?: unknown } | null)?.getSingleMetric !== 'function') throw new ConfigError('registry', 'must be a prom-client Registry');
   const tombstoneTtlMs = options.tombstoneTtlMs === undefined ? 600_000 : duration('tombstoneTtlMs', options.tombstoneTtlMs, 1);
+  const redisTimeoutMs = options.redisTimeoutMs === undefined ? 1_000 : duration('redisTimeoutMs', options.redisTimeoutMs, 1);
   const d = options.defaults as GetOrLoadOptions | undefined;
+  if (d !== undefined && (typeof d !== 'object' || d === null)) throw new ConfigError('defaults', 'must be an object');
   if (d && 'versionOf' in d) throw new ConfigError('defaults.versionOf', 'is per call (it depends on the value loaded)');
   const defaults = resolveGetOrLoadOptions(d, undefined, 'defaults');
-  return { client, prefix, name, registry: options.registry, codec, tombstoneTtlMs, defaults };
+  return { client, prefix, name, registry, codec, tombstoneTtlMs, redisTimeoutMs, defaults };
 }
 
 /** The decimal form of a version; throws ConfigError unless it is a non-negative integer. */

@@ -44,7 +44,21 @@ export function pings(host: string, port: number, timeoutMs = 500): Promise<bool
   });
 }
 
-function freePort(): Promise<number> {
+/** A private redis-server of one test: its URL and pid, and ways to make it hang or go. */
+export interface PrivateRedis {
+  url: string;
+  port: number;
+  pid: number;
+  /** SIGSTOP: the server keeps its connections but answers nothing (a hung Redis). */
+  pause(): void;
+  /** SIGCONT after pause(). */
+  resume(): void;
+  /** Stops it (SIGTERM, or SIGKILL) and waits for the exit; idempotent; removes its directory. */
+  stop(signal?: 'SIGTERM' | 'SIGKILL'): Promise<void>;
+}
+
+/** A free TCP port on 127.0.0.1 (nothing listens on it once this resolves). */
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.on('error', reject);
@@ -56,7 +70,38 @@ function freePort(): Promise<number> {
   });
 }
 
-async function startPrivate(): Promise<{ url: string; stop(): Promise<void> }> {
+/**
+ * A TCP server on 127.0.0.1 that accepts connections and never answers (a hung Redis as
+ * a client sees it); close() ends it and its connections.
+ */
+export async function silentServer(): Promise<{ port: number; accepted(): number; close(): Promise<void> }> {
+  const sockets = new Set<import('node:net').Socket>();
+  let accepted = 0;
+  const server = createServer((socket) => {
+    accepted++;
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+    socket.on('close', () => sockets.delete(socket));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve());
+  });
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  return {
+    port,
+    accepted: () => accepted,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** Starts a private redis-server (see the module comment); the caller stops it. */
+export async function startPrivateRedis(): Promise<PrivateRedis> {
   const dir = mkdtempSync(join(tmpdir(), 'outbox-redis-'));
   const port = await freePort();
   let output = '';
@@ -65,8 +110,12 @@ async function startPrivate(): Promise<{ url: string; stop(): Promise<void> }> {
   child.stderr?.on('data', (d: Buffer) => (output += d.toString()));
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
   const spawnError = new Promise<never>((_, reject) => child.on('error', (e) => reject(new Error(`redis-server could not start: ${e.message}`))));
-  const stop = async (): Promise<void> => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+  const stop = async (signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> => {
+    if (child.exitCode === null && child.signalCode === null) {
+      // A paused server would not act on SIGTERM until continued.
+      child.kill('SIGCONT');
+      child.kill(signal);
+    }
     await exited;
     rmSync(dir, { recursive: true, force: true });
   };
@@ -77,7 +126,16 @@ async function startPrivate(): Promise<{ url: string; stop(): Promise<void> }> {
       await stop();
       throw e;
     });
-    if (ok) return { url: `redis://127.0.0.1:${port}`, stop };
+    if (ok) {
+      return {
+        url: `redis://127.0.0.1:${port}`,
+        port,
+        pid: child.pid!,
+        pause: () => void child.kill('SIGSTOP'),
+        resume: () => void child.kill('SIGCONT'),
+        stop,
+      };
+    }
     if (child.exitCode !== null || Date.now() > deadline) {
       await stop();
       throw new Error(`redis-server did not answer on port ${port}: ${output.slice(-500)}`);
@@ -90,7 +148,7 @@ async function startPrivate(): Promise<{ url: string; stop(): Promise<void> }> {
 export async function useRedis(): Promise<TestRedis> {
   const configured = new URL(process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379');
   const shared = await pings(configured.hostname, Number(configured.port || 6379));
-  const server = shared ? { url: configured.toString(), stop: async () => undefined } : await startPrivate();
+  const server = shared ? { url: configured.toString(), stop: async () => undefined } : await startPrivateRedis();
   const clients: RedisClientType[] = [];
   const newClient = async (): Promise<RedisClientType> => {
     const c: RedisClientType = createClient({ url: server.url });
