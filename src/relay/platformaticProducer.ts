@@ -9,6 +9,7 @@ import type { MessageProducer, SendResult } from './producer.js';
 import { kafkaErrorType } from './publishErrors.js';
 import { TopicMetadata, TopicMissingError, type PartitionCountSource } from './topicMetadata.js';
 import type { ResolvedRelayOptions } from './options.js';
+import { traceRequest } from '../shared/tracing.js';
 
 /** The npm package behind `producer: 'platformatic'` (an optional peer dependency). */
 export const PLATFORMATIC_PACKAGE = '@platformatic/kafka';
@@ -263,7 +264,8 @@ export class PlatformaticProducer implements MessageProducer {
     await Promise.all(
       groups.map(async ({ topic, partition, indexes }) => {
         try {
-          await client.send({ messages: indexes.map((i) => toPlatformatic(messages[i]!, partition)), acks: -1 });
+          const request = indexes.map((i) => messages[i]!);
+          await traceRequest(request, topic, partition, () => client.send({ messages: request.map((m) => toPlatformatic(m, partition)), acks: -1 }));
           for (const i of indexes) results[i] = { acknowledged: true };
           if (!this.announced) {
             this.announced = true;
