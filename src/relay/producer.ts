@@ -146,7 +146,8 @@ export class BatchProducer implements MessageProducer {
 }
 
 function toKafkajs(m: RelayMessage, partition: number): Message {
-  return { key: m.key, value: m.value, headers: m.headers, timestamp: String(m.timestampMs), partition };
+  // No timestamp: kafkajs stamps the message with the time it sends it.
+  return { key: m.key, value: m.value, headers: m.headers, partition, ...(m.timestampMs !== undefined ? { timestamp: String(m.timestampMs) } : {}) };
 }
 
 /**
