@@ -224,6 +224,55 @@ test('integration: a created_at no Kafka timestamp can hold (before 1970, BC, pa
   }
 });
 
+test("integration: a created_at outside what the topic accepts (message.timestamp.after.max.ms / before.max.ms: INVALID_TIMESTAMP) is sent again stamped at send time, the original in outbox-created-at, in its key's order", async () => {
+  const topic = uniqueName('bounded');
+  const admin = testKafka().admin();
+  await admin.connect();
+  await admin.createTopics({
+    topics: [
+      {
+        topic,
+        numPartitions: 1,
+        configEntries: [
+          { name: 'message.timestamp.after.max.ms', value: String(3_600_000) },
+          { name: 'message.timestamp.before.max.ms', value: String(30 * 86_400_000) },
+        ],
+      },
+    ],
+    waitForLeaders: true,
+  });
+  await admin.disconnect();
+  const offsets = ['0', '2 days', '0', '-400 days', '0'];
+  // To the millisecond: all a JavaScript Date (and so the header) holds.
+  const { rows } = await db.pool.query<{ id: string; ms: string; text: string }>(
+    `INSERT INTO "${db.schema}".outbox (topic, key, payload, created_at)
+     SELECT $1, 'k', '{"n":1}', date_trunc('milliseconds', now() + o::interval) FROM unnest($2::text[]) WITH ORDINALITY AS u(o, n) ORDER BY n
+     RETURNING id, floor(extract(epoch FROM created_at) * 1000)::text AS ms, timezone('UTC', created_at)::text || '+00' AS text`,
+    [topic, offsets],
+  );
+  const ids = rows.map((r) => Number(r.id));
+  const relay = createRelay(relayOptions({ deadLetterPolicy: 'park' }));
+  const startedMs = Date.now();
+  await relay.start();
+  try {
+    const messages = await readTopic(topic, (m) => m.length >= ids.length);
+    const readMs = Date.now();
+    assert.deepEqual(messages.map((m) => Number(m.headers[HEADERS.outboxId])), ids, 'every row, once, in id order');
+    messages.forEach((m, i) => {
+      if (offsets[i] === '0') {
+        assert.equal(Number(m.timestamp), Number(rows[i]!.ms));
+        assert.equal(m.headers['outbox-created-at'], undefined);
+      } else {
+        assert.equal(m.headers['outbox-created-at'], rows[i]!.text);
+        assert.ok(Number(m.timestamp) >= startedMs && Number(m.timestamp) <= readMs, `stamped when sent: ${m.timestamp}`);
+      }
+    });
+    assert.deepEqual((await deadLetters()).filter((d) => ids.includes(d.id)), []);
+  } finally {
+    await relay.stop();
+  }
+});
+
 test('integration: when Kafka refuses one partition of a batch, the rows it acknowledged are not sent again: every good row is on the topic once', async () => {
   const topic = await smallTopic(); // 2 partitions, max.message.bytes 2000
   const keys = ['a', 'b', 'c', 'd', 'e', 'f'];

@@ -49,6 +49,27 @@ function utcText(timestamp: string): string {
   return timestamp.endsWith(' BC') ? `${timestamp.slice(0, -3)}+00 BC` : `${timestamp}+00`;
 }
 
+/** A date of years 1-9999 or beyond as Postgres prints it in UTC (to the millisecond: all a Date holds). */
+function utcTextOfDate(date: Date): string {
+  const two = (n: number): string => String(n).padStart(2, '0');
+  const ms = date.getUTCMilliseconds();
+  const fraction = ms === 0 ? '' : `.${String(ms).padStart(3, '0').replace(/0+$/, '')}`;
+  const day = `${String(date.getUTCFullYear()).padStart(4, '0')}-${two(date.getUTCMonth() + 1)}-${two(date.getUTCDate())}`;
+  return `${day} ${two(date.getUTCHours())}:${two(date.getUTCMinutes())}:${two(date.getUTCSeconds())}${fraction}+00`;
+}
+
+/**
+ * The message of a row whose created_at Kafka refused as a timestamp (INVALID_TIMESTAMP:
+ * outside the topic's message.timestamp.before.max.ms / after.max.ms), to send again
+ * stamped at send time with the original in {@link CREATED_AT_HEADER}. Changed in place,
+ * so that it stays the message its publish span knows.
+ */
+export function stampAtSend(message: RelayMessage): void {
+  if (message.timestampMs === undefined) return;
+  message.headers[CREATED_AT_HEADER] = utcTextOfDate(new Date(message.timestampMs));
+  delete message.timestampMs;
+}
+
 /** The created_at header's value of a row whose created_at no Kafka timestamp can hold. */
 function createdAtText(row: ClaimedRow): string {
   if (typeof row.created_at_text === 'string') return utcText(row.created_at_text);

@@ -1,7 +1,7 @@
 import { OutboxError } from '../shared/errors.js';
 import { classifyPublishError, type ClassifiedPublishError } from './publishErrors.js';
 import { validateRow } from './validation.js';
-import { toMessage, type RelayMessage } from './message.js';
+import { stampAtSend, toMessage, type RelayMessage } from './message.js';
 import type { SendResult } from './producer.js';
 import { TopicMissingError } from './topicMetadata.js';
 import { startPublishSpans, traceRejectedRow, type PublishSpans } from '../shared/tracing.js';
@@ -82,8 +82,9 @@ const keyOf = (row: ClaimedRow): string => `${row.topic}\u0000${row.key}`;
  * without being sent. The others go out at once; the producer answers per message (a
  * partition's messages are acknowledged or refused together). Acknowledged rows are
  * published. A partition refused for a permanent reason is re-sent one row at a time, in
- * id order, to find the rows Kafka refuses; nothing acknowledged is sent again. A
- * partition refused for a reason that may pass, and a topic missing for less than
+ * id order, to find the rows Kafka refuses; nothing acknowledged is sent again. A row
+ * Kafka refuses for its timestamp alone (INVALID_TIMESTAMP) is sent once more stamped at
+ * send time, its created_at in a header (./message.ts, stampAtSend). A partition refused for a reason that may pass, and a topic missing for less than
  * `missingTopicTimeoutMs`, are left unsent (a later batch retries them); a topic missing
  * for longer dead-letters its rows. A parked key's later rows in the batch are held back,
  * so the key's order survives.
@@ -195,7 +196,12 @@ export async function publishBatch(rows: ClaimedRow[], o: PublishBatchOptions): 
       unsent(c, stopped);
       continue;
     }
-    const [result] = await sendAll(o, spans, [c.message]);
+    let [result] = await sendAll(o, spans, [c.message]);
+    if (!result!.acknowledged && c.message.timestampMs !== undefined && classifyPublishError(result!.error).name === 'INVALID_TIMESTAMP') {
+      // The event is fine, its created_at is outside what the topic accepts: send it stamped now.
+      stampAtSend(c.message);
+      [result] = await sendAll(o, spans, [c.message]);
+    }
     if (result!.acknowledged) {
       published(c);
       continue;

@@ -244,3 +244,34 @@ test('the breaker opens after consecutive failures and, after a good probe, reop
   assert.equal(b.isOpen, false);
   assert.equal(b.failure(), true, 'one failure short of opening');
 });
+
+test('a row Kafka refuses for its timestamp (INVALID_TIMESTAMP: outside the topic\'s before/after bounds) is sent again stamped at send time, its created_at in outbox-created-at; its key\'s order holds', async () => {
+  const limitMs = Date.parse('2030-01-01T00:00:00Z');
+  const rows = [
+    row('k1', { created_at: new Date('2026-01-01T00:00:00Z') }),
+    row('k2', { created_at: new Date('2100-01-01T00:00:00.500Z') }),
+    row('k3', { created_at: new Date('2026-01-01T00:00:01Z') }),
+    row('k4', { created_at: new Date(Date.UTC(12026, 1, 3, 4, 5, 6, 120)) }),
+  ];
+  const kafka = partitioned((batch) => (batch.some((m) => m.timestampMs !== undefined && m.timestampMs > limitMs) ? kafkaError('INVALID_TIMESTAMP', false) : undefined));
+  const last = new Map<number, RelayMessage>();
+  const send = async (messages: RelayMessage[]): Promise<SendResult[]> => {
+    for (const m of messages) last.set(m.id, { ...m, headers: { ...m.headers } });
+    return kafka.send(messages);
+  };
+  const out = await publishBatch(rows, { ...options('park', async () => undefined), send });
+  assert.deepEqual(out.deadLetters, []);
+  assert.deepEqual(out.published.map((r) => r.key), ['k1', 'k2', 'k3', 'k4']);
+  assert.deepEqual(
+    rows.map((r) => [last.get(r.id)!.timestampMs, last.get(r.id)!.headers[CREATED_AT_HEADER]]),
+    [
+      [Date.parse('2026-01-01T00:00:00Z'), undefined],
+      [undefined, '2100-01-01 00:00:00.5+00'],
+      [Date.parse('2026-01-01T00:00:01Z'), undefined],
+      [undefined, '12026-02-03 04:05:06.12+00'],
+    ],
+  );
+  assert.deepEqual(kafka.acknowledged, rows.map((r) => r.id), 'each acknowledged once, in id order');
+  assert.deepEqual(kafka.requests, [rows.map((r) => r.id), [rows[0]!.id], [rows[1]!.id], [rows[1]!.id], [rows[2]!.id], [rows[3]!.id], [rows[3]!.id]]);
+  assert.equal(classifyPublishError(kafkaError('INVALID_TIMESTAMP', false)).class, 'permanent');
+});
