@@ -5,6 +5,7 @@
 // The first test runs before anything is registered (OpenTelemetry's globals can be set
 // once per process; node's runner gives each test file its own process).
 import { test, before, after } from 'node:test';
+import { randomUUID } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { context, propagation, trace, SpanKind, SpanStatusCode, type Span } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
@@ -199,8 +200,12 @@ test('integration: one trace from the writer through the relay to the handler, w
   const producer = testKafka().producer();
   await producer.connect();
   await producer.send({ topic, messages: [{ key: okMessage.key, value: okMessage.value, headers: okMessage.headers, partition: okMessage.partition }] });
+  // And a message its handler never sees: not JSON, dead-lettered as it is decoded.
+  const undecodableId = randomUUID();
+  await producer.send({ topic, messages: [{ key: 'order-5', value: 'not json', headers: { [HEADERS.messageId]: undecodableId, [HEADERS.contentType]: 'application/json' } }] });
   await producer.disconnect();
   await waitFor('the duplicate seen', () => c.stats().duplicates === 1);
+  await waitFor('the undecodable message dead-lettered', () => c.stats().deadLettered === 2);
 
   const spans = (): ReadableSpan[] => exporter.getFinishedSpans();
   const byMessage = (name: string, id: string): ReadableSpan[] => spans().filter((s) => s.name === name && s.attributes['messaging.message.id'] === id);
@@ -217,6 +222,9 @@ test('integration: one trace from the writer through the relay to the handler, w
   assert.equal(publish.attributes['messaging.system'], 'kafka');
   assert.equal(publish.attributes['messaging.destination.name'], topic);
   assert.equal(publish.attributes['messaging.operation.type'], 'send');
+  assert.equal(publish.attributes['messaging.operation.name'], 'publish');
+  assert.equal(publish.attributes['messaging.kafka.message.key'], 'order-1');
+  assert.equal(publish.attributes['outbox.id'], Number(okMessage.headers[HEADERS.outboxId]));
   assert.equal(publish.status.code, SpanStatusCode.UNSET);
   assert.equal(okMessage.headers.traceparent, `00-${traceId}-${publish.spanContext().spanId}-01`, 'the message carries the producer span');
   assert.equal(okMessage.headers.baggage, 'tenant=acme', 'baggage travels on');
@@ -227,6 +235,8 @@ test('integration: one trace from the writer through the relay to the handler, w
   assert.ok(send, 'a send span linked to the publish span');
   assert.equal(send.kind, SpanKind.CLIENT);
   assert.equal(send.attributes['messaging.system'], 'kafka');
+  assert.equal(send.attributes['messaging.operation.type'], 'send');
+  assert.equal(send.attributes['messaging.operation.name'], 'send');
   assert.equal(send.attributes['messaging.batch.message_count'], send.links.length);
   // The relay chose the partition: on the publish span, and one request per partition.
   assert.equal(publish.attributes['messaging.destination.partition.id'], String(okMessage.partition));
@@ -252,6 +262,10 @@ test('integration: one trace from the writer through the relay to the handler, w
   assert.equal(process.attributes['messaging.system'], 'kafka');
   assert.equal(process.attributes['messaging.destination.name'], topic);
   assert.equal(process.attributes['messaging.kafka.destination.partition'], okMessage.partition);
+  assert.equal(process.attributes['messaging.destination.partition.id'], String(okMessage.partition));
+  assert.equal(process.attributes['messaging.operation.type'], 'process');
+  assert.equal(process.attributes['messaging.kafka.consumer.group'], c.options.groupId);
+  assert.equal(process.attributes['messaging.kafka.message.key'], 'order-1');
   assert.equal(process.attributes['messaging.kafka.message.offset'], Number(okMessage.offset));
   assert.equal(process.attributes['messaging.consumer.group.name'], c.options.groupId);
   assert.equal(process.attributes['outbox.consumer.attempt'], 1);
@@ -287,6 +301,12 @@ test('integration: one trace from the writer through the relay to the handler, w
   assert.equal(poisonRun?.status.code, SpanStatusCode.ERROR);
   assert.equal(poisonRun?.events.find((e) => e.name === 'dead_letter')?.attributes?.['outbox.dead_letter.reason'], 'permanent-error');
   assert.equal(poisonRun?.spanContext().traceId, traceId);
+
+  // Dead-lettered before its handler ran: a span of its own, status ERROR, a dead_letter event.
+  await waitFor('the undecodable message span', () => byMessage(`process ${topic}`, undecodableId).length > 0);
+  const [undecodable] = byMessage(`process ${topic}`, undecodableId);
+  assert.equal(undecodable?.status.code, SpanStatusCode.ERROR);
+  assert.equal(undecodable?.events.find((e) => e.name === 'dead_letter')?.attributes?.['outbox.dead_letter.reason'], 'undecodable');
 
   // The caller's own traceparent: the relay's span continues that trace instead.
   const [foreignPublish] = byMessage(`publish ${topic}`, foreignId);

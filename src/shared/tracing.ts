@@ -285,7 +285,8 @@ function consumerAttributes(message: TracedMessage, groupId: string, attempt: nu
     'messaging.kafka.message.offset': Number(message.offset),
     'messaging.consumer.group.name': groupId,
     'messaging.kafka.consumer.group': groupId,
-    ...(message.messageId ? { 'messaging.message.id': message.messageId } : {}),
+    // A message dead-lettered as it is decoded has no messageId yet: its header's, then.
+    ...((message.messageId ?? message.headers['message-id']) ? { 'messaging.message.id': message.messageId ?? message.headers['message-id'] } : {}),
     ...(message.key !== null ? { 'messaging.kafka.message.key': message.key } : {}),
     'outbox.consumer.attempt': attempt,
   };
