@@ -1,10 +1,11 @@
 // OpenTelemetry trace propagation, optional and zero-cost when absent.
 //
-// `@opentelemetry/api` is an optional peer dependency: it is imported lazily, once (the
-// result, module or nothing, is cached), and every function here does nothing beyond
-// its callback when the package is not installed. With the package installed but no SDK
-// registered, the API's no-op tracer and propagator make these functions add no headers
-// and record nothing.
+// `@opentelemetry/api` is an optional peer dependency, in practice always installed
+// (prom-client depends on it and requires it when it is loaded): it is imported here
+// lazily, at the first traced operation, once (the result, module or nothing, is cached),
+// and every function here does nothing beyond its callback when the package cannot be
+// imported. With no SDK registered, the API's no-op tracer and propagator make these
+// functions add no headers and record nothing (test/unit/tracingLoad.test.ts).
 //
 // The trace shape (docs/operations.md, "Tracing"):
 //   writer's span ─ enqueue writes traceparent/tracestate/baggage into the row's headers
