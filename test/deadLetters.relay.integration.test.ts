@@ -173,38 +173,101 @@ async function recordsOn(topic: string): Promise<number> {
   }
 }
 
-test('integration: a row whose created_at is infinity, -infinity or beyond JavaScript dates is dead-lettered alone (validation:invalid_timestamp); the rest publish, nothing is retried', async () => {
+test('integration: a created_at no Kafka timestamp can hold (before 1970, BC, past year 275760, ±infinity) is published in its key\'s order with its neighbours, stamped at send time, the original in outbox-created-at (UTC whatever the session time zone)', async () => {
   const topic = await createTopic(1);
-  const { rows } = await db.pool.query<{ id: string }>(
+  const createdAt = [
+    ['now', undefined],
+    ['1969-07-20 20:17:40.5+00', '1969-07-20 20:17:40.5+00'],
+    ['0044-03-15 12:00:00+00 BC', '0044-03-15 12:00:00+00 BC'],
+    ['now', undefined],
+    ['280000-01-01 00:00:00+00', '280000-01-01 00:00:00+00'],
+    ['infinity', 'infinity'],
+    ['-infinity', '-infinity'],
+    ['1970-01-01 00:00:00+00', undefined],
+    ['now', undefined],
+  ] as const;
+  const { rows } = await db.pool.query<{ id: string; ms: string }>(
     `INSERT INTO "${db.schema}".outbox (topic, key, payload, created_at)
-     SELECT $1, k, '{"n":1}', t::timestamptz FROM unnest($2::text[], $3::text[]) AS u(k, t) RETURNING id`,
-    [topic, ['inf', 'ok1', 'neginf', 'far', 'ok2'], ['infinity', 'now', '-infinity', '280000-01-01', 'now']],
+     SELECT $1, 'k', '{"n":1}', t::timestamptz FROM unnest($2::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n
+     RETURNING id, floor(extract(epoch FROM created_at) * 1000)::text AS ms`,
+    [topic, createdAt.map(([t]) => t)],
   );
   const ids = rows.map((r) => Number(r.id));
-  const relay = createRelay(relayOptions({ deadLetterPolicy: 'park' }));
+  // The relay's sessions in another time zone: the header is UTC all the same.
+  const relay = createRelay(relayOptions({ deadLetterPolicy: 'park', databaseUrl: `${db.databaseUrl}?options=${encodeURIComponent('-c TimeZone=America/New_York')}` }));
   let batchErrors = 0;
   const createdAtMs: number[] = [];
   relay.on('batchError', () => batchErrors++);
   relay.on('batch', (b) => createdAtMs.push(...b.createdAtMs));
+  const startedMs = Date.now();
   await relay.start();
   try {
-    const messages = await readTopic(topic, (m) => m.length >= 2);
-    // ok1 and ok2 are different keys, on shards that two workers may publish at once:
-    // no order between them is promised, only that each is there once.
-    assert.deepEqual(messages.map((m) => m.key).sort(), ['ok1', 'ok2']);
-    const dead = await waitFor('three dead letters', async () => {
-      const d = (await deadLetters()).filter((x) => ids.includes(x.id));
-      return d.length === 3 ? d : undefined;
+    const messages = await readTopic(topic, (m) => m.length >= ids.length);
+    const readMs = Date.now();
+    assert.deepEqual(messages.map((m) => Number(m.headers[HEADERS.outboxId])), ids, 'every row, in id order, on its one partition');
+    assert.deepEqual(messages.map((m) => m.headers['outbox-created-at']), createdAt.map(([, header]) => header));
+    messages.forEach((m, i) => {
+      const original = Number(rows[i]!.ms);
+      if (createdAt[i]![1] === undefined) assert.equal(Number(m.timestamp), original, 'created_at is the Kafka timestamp');
+      else assert.ok(Number(m.timestamp) >= startedMs && Number(m.timestamp) <= readMs, `stamped when sent: ${m.timestamp}`);
     });
-    assert.deepEqual(dead.map((d) => [d.key, d.error_name]), [
-      ['inf', 'validation:invalid_timestamp'],
-      ['neginf', 'validation:invalid_timestamp'],
-      ['far', 'validation:invalid_timestamp'],
-    ]);
-    assert.match(dead[0]!.reason, /created_at is Infinity/);
-    assert.match(dead[2]!.reason, /outside the range/);
+    assert.deepEqual((await deadLetters()).filter((d) => ids.includes(d.id)), [], 'nothing dead-lettered');
     assert.equal(batchErrors, 0, 'never retried');
-    assert.ok(createdAtMs.length === 2 && createdAtMs.every(Number.isFinite), 'batch events carry real timestamps');
+    await waitFor('the batch events', () => createdAtMs.length === 4);
+    assert.deepEqual(
+      createdAtMs,
+      rows.filter((_, i) => createdAt[i]![1] === undefined).map((r) => Number(r.ms)),
+      'batch events carry the timestamps Kafka could hold, no NaN',
+    );
+  } finally {
+    await relay.stop();
+  }
+});
+
+test("integration: a created_at outside what the topic accepts (message.timestamp.after.max.ms / before.max.ms: INVALID_TIMESTAMP) is sent again stamped at send time, the original in outbox-created-at, in its key's order", async () => {
+  const topic = uniqueName('bounded');
+  const admin = testKafka().admin();
+  await admin.connect();
+  await admin.createTopics({
+    topics: [
+      {
+        topic,
+        numPartitions: 1,
+        configEntries: [
+          { name: 'message.timestamp.after.max.ms', value: String(3_600_000) },
+          { name: 'message.timestamp.before.max.ms', value: String(30 * 86_400_000) },
+        ],
+      },
+    ],
+    waitForLeaders: true,
+  });
+  await admin.disconnect();
+  const offsets = ['0', '2 days', '0', '-400 days', '0'];
+  // To the millisecond: all a JavaScript Date (and so the header) holds.
+  const { rows } = await db.pool.query<{ id: string; ms: string; text: string }>(
+    `INSERT INTO "${db.schema}".outbox (topic, key, payload, created_at)
+     SELECT $1, 'k', '{"n":1}', date_trunc('milliseconds', now() + o::interval) FROM unnest($2::text[]) WITH ORDINALITY AS u(o, n) ORDER BY n
+     RETURNING id, floor(extract(epoch FROM created_at) * 1000)::text AS ms, timezone('UTC', created_at)::text || '+00' AS text`,
+    [topic, offsets],
+  );
+  const ids = rows.map((r) => Number(r.id));
+  const relay = createRelay(relayOptions({ deadLetterPolicy: 'park' }));
+  const startedMs = Date.now();
+  await relay.start();
+  try {
+    const messages = await readTopic(topic, (m) => m.length >= ids.length);
+    const readMs = Date.now();
+    assert.deepEqual(messages.map((m) => Number(m.headers[HEADERS.outboxId])), ids, 'every row, once, in id order');
+    messages.forEach((m, i) => {
+      if (offsets[i] === '0') {
+        assert.equal(Number(m.timestamp), Number(rows[i]!.ms));
+        assert.equal(m.headers['outbox-created-at'], undefined);
+      } else {
+        assert.equal(m.headers['outbox-created-at'], rows[i]!.text);
+        assert.ok(Number(m.timestamp) >= startedMs && Number(m.timestamp) <= readMs, `stamped when sent: ${m.timestamp}`);
+      }
+    });
+    assert.deepEqual((await deadLetters()).filter((d) => ids.includes(d.id)), []);
   } finally {
     await relay.stop();
   }

@@ -7,7 +7,6 @@ import { publishBatch, PublishError, TopicWaitError, type DeadLetterPlan } from 
 import type { RelayMessage } from './message.js';
 import type { SendResult } from './producer.js';
 import type { ResolvedRelayOptions } from './options.js';
-import { tracePublish } from '../shared/tracing.js';
 
 // One batch of one worker, as one Postgres transaction:
 //   BEGIN → claim (FOR UPDATE SKIP LOCKED, below the horizon, on owned shards)
@@ -150,14 +149,7 @@ export async function runBatch(
         maxMessageBytes: ctx.options.maxMessageBytes,
         missingTopicTimeoutMs: ctx.options.missingTopicTimeoutMs,
         policyOf: (topic) => ctx.options.deadLetterPolicyByTopic[topic] ?? ctx.options.deadLetterPolicy,
-        // A PRODUCER span per message when OpenTelemetry is there (src/shared/tracing.ts).
-        send: async (batch) => {
-          let results: SendResult[] = [];
-          await tracePublish(batch, async (traced) => {
-            results = await ctx.send(traced);
-          });
-          return results;
-        },
+        send: (batch) => ctx.send(batch),
       });
     } catch (error) {
       if (error instanceof PublishError || error instanceof TopicWaitError) failedIds = rows.map((r) => r.id);

@@ -9,6 +9,7 @@ import type { MessageProducer, SendResult } from './producer.js';
 import { kafkaErrorType } from './publishErrors.js';
 import { TopicMetadata, TopicMissingError, type PartitionCountSource } from './topicMetadata.js';
 import type { ResolvedRelayOptions } from './options.js';
+import { traceRequest } from '../shared/tracing.js';
 
 /** The npm package behind `producer: 'platformatic'` (an optional peer dependency). */
 export const PLATFORMATIC_PACKAGE = '@platformatic/kafka';
@@ -124,8 +125,36 @@ export function toPlatformatic(m: RelayMessage, partition: number): Buffers {
     // characters, not bytes, so strings are encoded here.)
     value: (m.value === null ? null : typeof m.value === 'string' ? Buffer.from(m.value, 'utf8') : m.value) as Buffer,
     headers,
-    timestamp: BigInt(m.timestampMs),
+    // No created_at a Kafka timestamp can hold: the send time, as the client itself would
+    // stamp it, but known here for timestampRuns.
+    timestamp: BigInt(m.timestampMs ?? Date.now()),
   };
+}
+
+/** Largest timestamp difference (ms) from a request's first message that the client encodes right. */
+export const MAX_TIMESTAMP_DELTA_MS = 2n ** 31n - 1n;
+
+/**
+ * A partition's messages (in order) as consecutive runs, one request each, whose
+ * timestamps are all within {@link MAX_TIMESTAMP_DELTA_MS} of the run's first: the client
+ * writes each record's timestamp as a delta from the first one's, and its 64-bit varint
+ * encodes deltas beyond ±2^31 wrong (measured with 1.35: a 1970 timestamp behind one of
+ * 2026 reached the broker as -350), so a row 25 days older or newer than its request's
+ * first would get a wrong Kafka timestamp. Almost always one run.
+ */
+export function timestampRuns(timestamps: readonly bigint[]): number[][] {
+  const runs: number[][] = [];
+  let first: bigint | undefined;
+  timestamps.forEach((ts, i) => {
+    const delta = first === undefined ? 0n : ts - first;
+    if (first === undefined || delta > MAX_TIMESTAMP_DELTA_MS || delta < -MAX_TIMESTAMP_DELTA_MS) {
+      runs.push([i]);
+      first = ts;
+    } else {
+      runs[runs.length - 1]!.push(i);
+    }
+  });
+  return runs;
 }
 
 /**
@@ -206,7 +235,8 @@ class PlatformaticPartitionCounts implements PartitionCountSource {
  * - one `send` per (topic, partition), all at once, so each partition's request is
  *   appended or refused on its own and a refusal re-sends nothing acknowledged (the
  *   client groups a send's messages by leader broker into one request, which would tie
- *   several partitions' fates together);
+ *   several partitions' fates together); a partition whose messages' timestamps lie more
+ *   than 24.8 days apart goes as several requests, one after another ({@link timestampRuns});
  * - a topic the broker does not know is refused with a TopicMissingError without being
  *   sent, by the same ./topicMetadata.ts logic (ask, let the broker auto-create it, ask
  *   again, remember it missing for a second).
@@ -262,17 +292,29 @@ export class PlatformaticProducer implements MessageProducer {
     const groups = partitionGroups(messages, counts, (i, error) => refuse([i], error instanceof TopicMissingError ? error : refusal(error)));
     await Promise.all(
       groups.map(async ({ topic, partition, indexes }) => {
-        try {
-          await client.send({ messages: indexes.map((i) => toPlatformatic(messages[i]!, partition)), acks: -1 });
-          for (const i of indexes) results[i] = { acknowledged: true };
-          if (!this.announced) {
-            this.announced = true;
-            this.options.logger?.info({ producer: this.adapter }, 'producer adapter publishing');
+        const records = indexes.map((i) => toPlatformatic(messages[i]!, partition));
+        // One after another: a run refused refuses the runs after it, unsent, so nothing
+        // acknowledged depends on a refused message of its key.
+        for (const run of timestampRuns(records.map((r) => r.timestamp!))) {
+          const sent = run.map((j) => indexes[j]!);
+          try {
+            await traceRequest(
+              sent.map((i) => messages[i]!),
+              topic,
+              partition,
+              () => client.send({ messages: run.map((j) => records[j]!), acks: -1 }),
+            );
+            for (const i of sent) results[i] = { acknowledged: true };
+            if (!this.announced) {
+              this.announced = true;
+              this.options.logger?.info({ producer: this.adapter }, 'producer adapter publishing');
+            }
+          } catch (error) {
+            // Gone, or more partitions than we knew of: look the topic up again next time.
+            this.metadata.forget(topic);
+            refuse(indexes.slice(run[0]), refusal(error));
+            break;
           }
-        } catch (error) {
-          // Gone, or more partitions than we knew of: look the topic up again next time.
-          this.metadata.forget(topic);
-          refuse(indexes, refusal(error));
         }
       }),
     );

@@ -5,6 +5,7 @@ import { KafkajsPartitionCounts, TopicMetadata } from './topicMetadata.js';
 import type { ResolvedRelayOptions } from './options.js';
 import type { Logger } from '../shared/logger.js';
 import { PlatformaticProducer } from './platformaticProducer.js';
+import { traceRequest } from '../shared/tracing.js';
 
 /** What Kafka did with one message of a send. */
 export type SendResult = { acknowledged: true } | { acknowledged: false; error: unknown };
@@ -101,11 +102,14 @@ export class BatchProducer implements MessageProducer {
     await Promise.all(
       groups.map(async ({ topic, partition, indexes }) => {
         try {
-          await this.producer.sendBatch({
-            topicMessages: [{ topic, messages: indexes.map((i) => toKafkajs(messages[i]!, partition)) }],
-            acks: -1,
-            compression: COMPRESSION[this.compression],
-          });
+          const request = indexes.map((i) => messages[i]!);
+          await traceRequest(request, topic, partition, () =>
+            this.producer.sendBatch({
+              topicMessages: [{ topic, messages: request.map((m) => toKafkajs(m, partition)) }],
+              acks: -1,
+              compression: COMPRESSION[this.compression],
+            }),
+          );
           for (const i of indexes) results[i] = { acknowledged: true };
           this.announce();
         } catch (error) {
@@ -142,7 +146,8 @@ export class BatchProducer implements MessageProducer {
 }
 
 function toKafkajs(m: RelayMessage, partition: number): Message {
-  return { key: m.key, value: m.value, headers: m.headers, timestamp: String(m.timestampMs), partition };
+  // No timestamp: kafkajs stamps the message with the time it sends it.
+  return { key: m.key, value: m.value, headers: m.headers, partition, ...(m.timestampMs !== undefined ? { timestamp: String(m.timestampMs) } : {}) };
 }
 
 /**

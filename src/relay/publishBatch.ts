@@ -1,9 +1,10 @@
 import { OutboxError } from '../shared/errors.js';
 import { classifyPublishError, type ClassifiedPublishError } from './publishErrors.js';
 import { validateRow } from './validation.js';
-import { toMessage, type RelayMessage } from './message.js';
+import { stampAtSend, toMessage, type RelayMessage } from './message.js';
 import type { SendResult } from './producer.js';
 import { TopicMissingError } from './topicMetadata.js';
+import { startPublishSpans, traceRejectedRow, type PublishSpans } from '../shared/tracing.js';
 import type { ClaimedRow } from './sql/claim.js';
 
 /** What happens to a key's later rows when one of its rows is dead-lettered. */
@@ -81,8 +82,9 @@ const keyOf = (row: ClaimedRow): string => `${row.topic}\u0000${row.key}`;
  * without being sent. The others go out at once; the producer answers per message (a
  * partition's messages are acknowledged or refused together). Acknowledged rows are
  * published. A partition refused for a permanent reason is re-sent one row at a time, in
- * id order, to find the rows Kafka refuses; nothing acknowledged is sent again. A
- * partition refused for a reason that may pass, and a topic missing for less than
+ * id order, to find the rows Kafka refuses; nothing acknowledged is sent again. A row
+ * Kafka refuses for its timestamp alone (INVALID_TIMESTAMP) is sent once more stamped at
+ * send time, its created_at in a header (./message.ts, stampAtSend). A partition refused for a reason that may pass, and a topic missing for less than
  * `missingTopicTimeoutMs`, are left unsent (a later batch retries them); a topic missing
  * for longer dead-letters its rows. A parked key's later rows in the batch are held back,
  * so the key's order survives.
@@ -111,7 +113,7 @@ export async function publishBatch(rows: ClaimedRow[], o: PublishBatchOptions): 
     outcome.unsentError ??= error;
   };
 
-  const candidates: Array<{ row: ClaimedRow; message: RelayMessage }> = [];
+  const candidates: Array<{ row: ClaimedRow; message: RelayMessage; index: number }> = [];
   for (const row of rows) {
     if (parked.has(keyOf(row))) {
       outcome.held.push(row);
@@ -124,42 +126,62 @@ export async function publishBatch(rows: ClaimedRow[], o: PublishBatchOptions): 
       const invalid = validateRow(row, o.maxMessageBytes);
       if (invalid) {
         deadLetter(row, invalid.name, invalid.reason);
+        await traceRejectedRow(row, invalid.name, invalid.reason);
         continue;
       }
       message = toMessage(row);
     } catch (error) {
-      deadLetter(row, 'validation:unencodable', `the row cannot be turned into a Kafka message: ${(error as Error)?.message ?? String(error)}`);
+      const reason = `the row cannot be turned into a Kafka message: ${(error as Error)?.message ?? String(error)}`;
+      deadLetter(row, 'validation:unencodable', reason);
+      await traceRejectedRow(row, 'validation:unencodable', reason);
       continue;
     }
-    candidates.push({ row, message });
+    candidates.push({ row, message, index: candidates.length });
   }
   // Rows are in id order, so a key parked by an invalid row holds only its rows after
   // that one; its earlier rows are already among the candidates and go out.
   if (candidates.length === 0) return finish(outcome);
 
-  const results = await sendAll(o, candidates.map((c) => c.message));
+  // One PRODUCER span per message, open until this batch knows what became of it.
+  const spans = await startPublishSpans(candidates.map((c) => c.message));
+  candidates.forEach((c, i) => (c.message = spans.messages[i]!));
+  const published = (c: { row: ClaimedRow; index: number }): void => {
+    outcome.published.push(c.row);
+    spans.acknowledged(c.index);
+  };
+  const deadLettered = (c: { row: ClaimedRow; index: number }, errorName: string, reason: string, error: unknown): void => {
+    deadLetter(c.row, errorName, reason);
+    spans.deadLettered(c.index, errorName, reason, error);
+  };
+  const unsent = (c: { row: ClaimedRow; index: number }, why: PublishError | TopicWaitError): void => {
+    leaveUnsent(c.row, why);
+    spans.notPublished(c.index, `not published by this batch, a later one sends it again: ${why.message}`, why.cause);
+  };
+  const held = (c: { row: ClaimedRow; index: number }): void => {
+    outcome.held.push(c.row);
+    spans.notPublished(c.index, 'not published: an earlier row of its key went to the dead letters and parked the key');
+  };
 
-  // Partitions refused for good: their rows, in id order, to try one at a time.
-  const isolate: Array<{ row: ClaimedRow; message: RelayMessage }> = [];
+  const results = await sendAll(o, spans, candidates.map((c) => c.message));
+
+  // Partitions refused for good, to try one at a time.
+  const isolate: typeof candidates = [];
   candidates.forEach((c, i) => {
     const result = results[i]!;
-    if (result.acknowledged) {
-      outcome.published.push(c.row);
-      return;
-    }
+    if (result.acknowledged) return published(c);
     const { error } = result;
     if (error instanceof TopicMissingError) {
       if (now() - error.missingSinceMs < o.missingTopicTimeoutMs) {
-        leaveUnsent(c.row, new TopicWaitError(error, o.missingTopicTimeoutMs, 1));
+        unsent(c, new TopicWaitError(error, o.missingTopicTimeoutMs, 1));
       } else if (parked.has(keyOf(c.row))) {
-        outcome.held.push(c.row);
+        held(c);
       } else {
-        deadLetter(c.row, error.type, missingTopicReason(error, o.missingTopicTimeoutMs));
+        deadLettered(c, error.type, missingTopicReason(error, o.missingTopicTimeoutMs), error);
       }
       return;
     }
     const classified = classifyPublishError(error);
-    if (classified.class === 'transient') leaveUnsent(c.row, new PublishError(classified, error, 1));
+    if (classified.class === 'transient') unsent(c, new PublishError(classified, error, 1));
     else isolate.push(c);
   });
 
@@ -167,36 +189,42 @@ export async function publishBatch(rows: ClaimedRow[], o: PublishBatchOptions): 
   let stopped: PublishError | undefined;
   for (const c of isolate) {
     if (parked.has(keyOf(c.row))) {
-      outcome.held.push(c.row);
+      held(c);
       continue;
     }
     if (stopped) {
-      leaveUnsent(c.row, stopped);
+      unsent(c, stopped);
       continue;
     }
-    const [result] = await sendAll(o, [c.message]);
+    let [result] = await sendAll(o, spans, [c.message]);
+    if (!result!.acknowledged && c.message.timestampMs !== undefined && classifyPublishError(result!.error).name === 'INVALID_TIMESTAMP') {
+      // The event is fine, its created_at is outside what the topic accepts: send it stamped now.
+      stampAtSend(c.message);
+      [result] = await sendAll(o, spans, [c.message]);
+    }
     if (result!.acknowledged) {
-      outcome.published.push(c.row);
+      published(c);
       continue;
     }
     const classified = classifyPublishError(result!.error);
     if (classified.class === 'permanent') {
-      deadLetter(c.row, classified.name, `Kafka refused the message: ${classified.name}: ${classified.message}`);
+      deadLettered(c, classified.name, `Kafka refused the message: ${classified.name}: ${classified.message}`, result!.error);
     } else {
       // Something that may pass: stop here; this row and the rest wait for a later batch.
       stopped = new PublishError(classified, result!.error, 1);
-      leaveUnsent(c.row, stopped);
+      unsent(c, stopped);
     }
   }
   return finish(outcome);
 }
 
-async function sendAll(o: PublishBatchOptions, messages: RelayMessage[]): Promise<SendResult[]> {
+async function sendAll(o: PublishBatchOptions, spans: PublishSpans<RelayMessage>, messages: RelayMessage[]): Promise<SendResult[]> {
   try {
     const results = await o.send(messages);
     if (results.length !== messages.length) throw new Error(`the producer answered for ${results.length} of ${messages.length} messages`);
     return results;
   } catch (error) {
+    spans.failed(error);
     throw new PublishError(classifyPublishError(error), error, messages.length);
   }
 }

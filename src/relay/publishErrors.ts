@@ -24,6 +24,7 @@ const PERMANENT = new Set([
   'INVALID_TOPIC_EXCEPTION', // 17: the topic name is not legal
   'RECORD_LIST_TOO_LARGE', // 18
   'TOPIC_AUTHORIZATION_FAILED', // 29: no write permission on this topic
+  'INVALID_TIMESTAMP', // 32: outside the topic's message.timestamp.before.max.ms / after.max.ms (publishBatch re-sends it stamped at send time)
   'INVALID_RECORD', // 87: the broker's validation rejects the record (e.g. compacted topic without key)
 ]);
 

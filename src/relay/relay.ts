@@ -19,6 +19,7 @@ import { PublishError, type DeadLetterPolicy } from './publishBatch.js';
 import { CircuitBreaker, type BreakerState } from './breaker.js';
 import { createMessageProducer, type MessageProducer } from './producer.js';
 import { runBatch, type BatchResult, type Worker } from './batch.js';
+import { kafkaTimestampMs } from './message.js';
 import { advanceFloor, floorForClaim, newClaimFloor, type ClaimFloor } from './floor.js';
 
 /** Payloads of the relay's events. */
@@ -32,7 +33,7 @@ export interface RelayEvents {
     durationMs: number;
     /** Rows published per topic. */
     topics: Record<string, number>;
-    /** created_at of each published row (ms since epoch), for commit-to-ack latency. */
+    /** created_at of each published row (ms since epoch) a Kafka timestamp can hold, for commit-to-ack latency. */
     createdAtMs: number[];
     /** When Kafka acknowledged the batch (ms since epoch). */
     ackedAtMs: number;
@@ -505,7 +506,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       lastId: published[published.length - 1]!.id,
       durationMs: Date.now() - result.startedAtMs,
       topics,
-      createdAtMs: published.map((r) => r.created_at.getTime()),
+      createdAtMs: published.flatMap((r) => kafkaTimestampMs(r.created_at) ?? []),
       ackedAtMs: result.ackedAtMs,
       claimMs: result.claimMs,
       publishMs: result.publishMs,

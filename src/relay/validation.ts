@@ -1,6 +1,6 @@
 import type { ClaimedRow } from './sql/claim.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
-import { headersProblem, timestampProblem } from './message.js';
+import { headersProblem } from './message.js';
 
 /** Why a row can never be published as it is. */
 export interface ValidationFailure {
@@ -21,8 +21,6 @@ export function validateRow(row: ClaimedRow, maxMessageBytes: number): Validatio
   if (row.key === '') {
     return { name: 'validation:empty_key', reason: 'the key is empty: every event needs its entity key (it decides partition and order)' };
   }
-  const timestamp = timestampProblem(row.created_at as unknown);
-  if (timestamp) return { name: 'validation:invalid_timestamp', reason: timestamp };
   const headers = headersProblem(row.headers as unknown);
   if (headers) return { name: 'validation:invalid_headers', reason: headers };
   let size = Buffer.byteLength(row.key);

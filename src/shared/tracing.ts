@@ -1,31 +1,34 @@
 // OpenTelemetry trace propagation, optional and zero-cost when absent.
 //
-// `@opentelemetry/api` is an optional peer dependency: it is imported lazily, once (the
-// result, module or nothing, is cached), and every function here does nothing beyond
-// its callback when the package is not installed. With the package installed but no SDK
-// registered, the API's no-op tracer and propagator make these functions add no headers
-// and record nothing.
+// `@opentelemetry/api` is an optional peer dependency, in practice always installed
+// (prom-client depends on it and requires it when it is loaded): it is imported here
+// lazily, at the first traced operation, once (the result, module or nothing, is cached),
+// and every function here does nothing beyond its callback when the package cannot be
+// imported. With no SDK registered, the API's no-op tracer and propagator make these
+// functions add no headers and record nothing (test/unit/tracingLoad.test.ts).
 //
 // The trace shape (docs/operations.md, "Tracing"):
 //   writer's span ─ enqueue writes traceparent/tracestate/baggage into the row's headers
 //     └─ publish <topic>   PRODUCER, one per message, child of the row's context; its own
 //        │                 context replaces traceparent in the Kafka message's headers
 //        └─ process <topic> CONSUMER, one per handler run, child of the producer span
-//   send                   CLIENT, one per Kafka request, linked to each publish span
+//   send                   CLIENT, one per produce request (one topic partition's messages),
+//                          linked to the publish spans of the messages it carries
 //
 // Why a PRODUCER span per message rather than one per batch: a batch mixes rows of
 // different writers, hence of different traces. A span per message can be the child of
 // its own writer's span and the parent of its own consumer's span, so one trace runs
-// unbroken from the writer to the handler; the batch (one Kafka request) is the `send`
-// span, linked to its messages, with messaging.batch.message_count.
+// unbroken from the writer to the handler. The adapters send a batch as one request per
+// partition (src/relay/producer.ts), each the `send` span, linked to its messages, with
+// messaging.batch.message_count; a message sent again alone (its partition was refused)
+// keeps its publish span, linked from both requests.
 import type * as Otel from '@opentelemetry/api';
 
 type Api = typeof Otel;
 
 /**
  * What the relay's spans read of a message it publishes: a claimed outbox row, or the
- * message made of it (the message id from `message_id` or the `message-id` header, the
- * partition when the relay chose it).
+ * message made of it (the message id from `message_id` or the `message-id` header).
  */
 export interface TracedRow {
   topic: string;
@@ -33,7 +36,6 @@ export interface TracedRow {
   headers: Record<string, unknown> | null;
   message_id?: string;
   id?: number;
-  partition?: number;
 }
 
 /** What the consumer's spans read of a consumed message. */
@@ -114,91 +116,153 @@ function rowCarrier(headers: Record<string, unknown> | null): Record<string, str
   return out;
 }
 
-/** A per-message send result that says Kafka refused the message (`acknowledged: false`). */
-function refusal(result: unknown): { error: unknown } | undefined {
-  const r = result as { acknowledged?: unknown; error?: unknown } | null | undefined;
-  return r && typeof r === 'object' && r.acknowledged === false ? { error: r.error } : undefined;
+function fail(otel: Api, span: Otel.Span, error: unknown, message?: string): void {
+  if (error !== undefined) span.recordException(error instanceof Error ? error : String(error));
+  span.setStatus({ code: otel.SpanStatusCode.ERROR, message: message ?? (error instanceof Error ? error.message : String(error)) });
 }
 
-function fail(otel: Api, span: Otel.Span, error: unknown): void {
-  span.recordException(error instanceof Error ? error : String(error));
-  span.setStatus({ code: otel.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+/** Each sent message's publish span, for the `send` span of the request that carries it. */
+const publishSpanOf = new WeakMap<object, Otel.Span>();
+
+function startPublishSpan(otel: Api, m: TracedRow): { span: Otel.Span; parent: Otel.Context } {
+  const carrierIn = rowCarrier(m.headers);
+  const parent = otel.propagation.extract(otel.ROOT_CONTEXT, carrierIn);
+  const messageId = m.message_id ?? carrierIn['message-id'];
+  const outboxId = m.id ?? (carrierIn['outbox-id'] !== undefined ? Number(carrierIn['outbox-id']) : undefined);
+  const span = tracer(otel).startSpan(
+    `publish ${m.topic}`,
+    {
+      kind: otel.SpanKind.PRODUCER,
+      attributes: {
+        'messaging.system': 'kafka',
+        'messaging.operation.type': 'send',
+        'messaging.operation.name': 'publish',
+        'messaging.destination.name': m.topic,
+        ...(messageId !== undefined ? { 'messaging.message.id': messageId } : {}),
+        ...(m.key !== null ? { 'messaging.kafka.message.key': m.key } : {}),
+        ...(outboxId !== undefined ? { 'outbox.id': outboxId } : {}),
+      },
+    },
+    parent,
+  );
+  return { span, parent };
 }
 
 /**
- * Send messages in one Kafka request inside the spans of the trace shape above: a
- * PRODUCER span `publish <topic>` per message, child of the context in its headers (the
- * writer's), whose own context replaces it in the headers sent; and a CLIENT span `send`
- * for the request, linked to them. A rejected send, or a per-message result with
- * `acknowledged: false`, ends the spans concerned with status ERROR.
+ * The PRODUCER spans of one batch's messages, one per message: each ends when the
+ * batch knows what became of its message, however many requests that took (a message
+ * whose partition was refused is sent again alone, under the same span).
  */
-export async function tracePublish<M extends TracedRow, R>(messages: M[], send: (messages: M[]) => Promise<R>): Promise<R> {
+export interface PublishSpans<M> {
+  /** The messages to send, each with its span's context in its headers (same order). */
+  readonly messages: M[];
+  /** Kafka acknowledged message `index`: its span ends, status unset. */
+  acknowledged(index: number): void;
+  /** Message `index` goes to the dead letters: status ERROR, the error, a `dead_letter` event. */
+  deadLettered(index: number, errorName: string, reason: string, error?: unknown): void;
+  /** Message `index` is not published by this batch (a later one sends it, in a new span): status ERROR. */
+  notPublished(index: number, reason: string, error?: unknown): void;
+  /** The send failed as a whole: every span not ended yet ends with status ERROR and the error. */
+  failed(error: unknown): void;
+}
+
+function noSpans<M>(messages: M[]): PublishSpans<M> {
+  const nothing = (): void => undefined;
+  return { messages, acknowledged: nothing, deadLettered: nothing, notPublished: nothing, failed: nothing };
+}
+
+/**
+ * Start the PRODUCER span `publish <topic>` of each message, child of the context in
+ * its headers (the writer's); its own context replaces that one in the headers the
+ * message is sent with. The `send` spans of the requests are the adapters' ({@link traceRequest}).
+ */
+export async function startPublishSpans<M extends TracedRow>(messages: M[]): Promise<PublishSpans<M>> {
   const otel = await api();
-  if (!otel) return send(messages);
-  const t = tracer(otel);
-  const spans: Otel.Span[] = [];
+  if (!otel) return noSpans(messages);
+  const spans: Array<Otel.Span | undefined> = [];
   const traced = messages.map((m) => {
-    const carrierIn = rowCarrier(m.headers);
-    const parent = otel.propagation.extract(otel.ROOT_CONTEXT, carrierIn);
-    const messageId = m.message_id ?? carrierIn['message-id'];
-    const outboxId = m.id ?? (carrierIn['outbox-id'] !== undefined ? Number(carrierIn['outbox-id']) : undefined);
-    const span = t.startSpan(
-      `publish ${m.topic}`,
-      {
-        kind: otel.SpanKind.PRODUCER,
-        attributes: {
-          'messaging.system': 'kafka',
-          'messaging.operation.type': 'send',
-          'messaging.operation.name': 'publish',
-          'messaging.destination.name': m.topic,
-          ...(messageId !== undefined ? { 'messaging.message.id': messageId } : {}),
-          ...(m.key !== null ? { 'messaging.kafka.message.key': m.key } : {}),
-          ...(typeof m.partition === 'number' ? { 'messaging.kafka.destination.partition': m.partition, 'messaging.destination.partition.id': String(m.partition) } : {}),
-          ...(outboxId !== undefined ? { 'outbox.id': outboxId } : {}),
-        },
-      },
-      parent,
-    );
+    const { span, parent } = startPublishSpan(otel, m);
     spans.push(span);
     const carrier: Record<string, string> = {};
     otel.propagation.inject(otel.trace.setSpan(parent, span), carrier);
-    return Object.keys(carrier).length > 0 ? { ...m, headers: { ...(m.headers ?? {}), ...carrier } } : m;
+    const out = Object.keys(carrier).length > 0 ? { ...m, headers: { ...(m.headers ?? {}), ...carrier } } : m;
+    publishSpanOf.set(out, span);
+    return out;
   });
-  const topics = new Set(messages.map((m) => m.topic));
-  const recording = spans.filter((s) => s.isRecording());
-  const request = t.startSpan('send', {
+  const end = (index: number, mark?: (span: Otel.Span) => void): void => {
+    const span = spans[index];
+    if (!span) return;
+    spans[index] = undefined;
+    mark?.(span);
+    span.end();
+  };
+  return {
+    messages: traced,
+    acknowledged: (index) => end(index),
+    deadLettered: (index, errorName, reason, error) =>
+      end(index, (span) => {
+        fail(otel, span, error, reason);
+        span.addEvent('dead_letter', { 'outbox.dead_letter.error_name': errorName, 'outbox.dead_letter.reason': reason });
+      }),
+    notPublished: (index, reason, error) => end(index, (span) => fail(otel, span, error, reason)),
+    failed: (error) => spans.forEach((_, i) => end(i, (span) => fail(otel, span, error))),
+  };
+}
+
+/**
+ * A row that goes to the dead letters before it is sent (it cannot be a message): a
+ * PRODUCER span `publish <topic>` of its own, child of the writer's context, ended at
+ * once with status ERROR and a `dead_letter` event.
+ */
+export async function traceRejectedRow(row: TracedRow, errorName: string, reason: string): Promise<void> {
+  const otel = await api();
+  if (!otel) return;
+  const { span } = startPublishSpan(otel, row);
+  fail(otel, span, undefined, reason);
+  span.addEvent('dead_letter', { 'outbox.dead_letter.error_name': errorName, 'outbox.dead_letter.reason': reason });
+  span.end();
+}
+
+/**
+ * One produce request of a producer adapter (one topic partition's messages) inside a
+ * CLIENT span `send`, linked to the messages' publish spans, which learn their partition
+ * here. A request that rejects ends `send` with status ERROR, the error and
+ * `outbox.refused_message_count`; the publish spans end when the batch knows what
+ * becomes of their messages ({@link startPublishSpans}).
+ */
+export async function traceRequest<T>(messages: readonly object[], topic: string, partition: number, send: () => Promise<T>): Promise<T> {
+  const otel = loaded ?? (await api());
+  if (!otel) return send();
+  const links: Otel.Link[] = [];
+  for (const m of messages) {
+    const publish = publishSpanOf.get(m);
+    if (!publish?.isRecording()) continue;
+    publish.setAttributes({ 'messaging.destination.partition.id': String(partition), 'messaging.kafka.destination.partition': partition });
+    links.push({ context: publish.spanContext() });
+  }
+  const request = tracer(otel).startSpan('send', {
     kind: otel.SpanKind.CLIENT,
-    links: recording.map((s) => ({ context: s.spanContext() })),
+    links,
     attributes: {
       'messaging.system': 'kafka',
       'messaging.operation.type': 'send',
       'messaging.operation.name': 'send',
       'messaging.batch.message_count': messages.length,
-      ...(topics.size === 1 ? { 'messaging.destination.name': messages[0]!.topic } : {}),
+      'messaging.destination.name': topic,
+      'messaging.destination.partition.id': String(partition),
+      'messaging.kafka.destination.partition': partition,
     },
   });
-  let result: R;
   try {
-    result = await send(traced);
+    const result = await send();
+    request.end();
+    return result;
   } catch (error) {
-    for (const span of [...spans, request]) {
-      fail(otel, span, error);
-      span.end();
-    }
+    fail(otel, request, error);
+    request.setAttribute('outbox.refused_message_count', messages.length);
+    request.end();
     throw error;
   }
-  let refused = 0;
-  spans.forEach((span, i) => {
-    const r = Array.isArray(result) ? refusal(result[i]) : undefined;
-    if (r) {
-      refused++;
-      fail(otel, span, r.error);
-    }
-    span.end();
-  });
-  if (refused > 0) request.setAttribute('outbox.refused_message_count', refused);
-  request.end();
-  return result;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -222,7 +286,8 @@ function consumerAttributes(message: TracedMessage, groupId: string, attempt: nu
     'messaging.kafka.message.offset': Number(message.offset),
     'messaging.consumer.group.name': groupId,
     'messaging.kafka.consumer.group': groupId,
-    ...(message.messageId ? { 'messaging.message.id': message.messageId } : {}),
+    // A message dead-lettered as it is decoded has no messageId yet: its header's, then.
+    ...((message.messageId ?? message.headers['message-id']) ? { 'messaging.message.id': message.messageId ?? message.headers['message-id'] } : {}),
     ...(message.key !== null ? { 'messaging.kafka.message.key': message.key } : {}),
     'outbox.consumer.attempt': attempt,
   };

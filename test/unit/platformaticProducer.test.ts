@@ -11,6 +11,8 @@ import {
   platformaticClientOptions,
   retryDelayMs,
   toPlatformatic,
+  timestampRuns,
+  MAX_TIMESTAMP_DELTA_MS,
 } from '../../src/relay/platformaticProducer.js';
 import { classifyPublishError, kafkaErrorType } from '../../src/relay/publishErrors.js';
 import { createMessageProducer } from '../../src/relay/producer.js';
@@ -146,4 +148,23 @@ test('OUTBOX_TEST_PRODUCER: kafkajs when unset, either adapter by name, anything
   assert.equal(testProducerFrom('kafkajs'), 'kafkajs');
   assert.equal(testProducerFrom('platformatic'), 'platformatic');
   assert.throws(() => testProducerFrom('rdkafka'), /OUTBOX_TEST_PRODUCER="rdkafka" is not one of kafkajs, platformatic/);
+});
+
+test('timestampRuns: a partition goes as one request unless a timestamp is more than 2^31 - 1 ms from its request\'s first, which the client would encode wrong', () => {
+  const day = 86_400_000n;
+  assert.deepEqual(timestampRuns([]), []);
+  assert.deepEqual(timestampRuns([5n, 1n, 9n]), [[0, 1, 2]]);
+  const t = 1_796_000_000_000n;
+  assert.deepEqual(timestampRuns([t, t - MAX_TIMESTAMP_DELTA_MS, t + MAX_TIMESTAMP_DELTA_MS]), [[0, 1, 2]], 'the bound itself is encoded right');
+  assert.deepEqual(timestampRuns([t, 0n, 1n, t, t + 1n]), [[0], [1, 2], [3, 4]], 'a 1970 row between two of now');
+  assert.deepEqual(timestampRuns([t, t + 30n * day, t + 31n * day]), [[0], [1, 2]]);
+  assert.deepEqual(timestampRuns([t, t - MAX_TIMESTAMP_DELTA_MS - 1n]), [[0], [1]]);
+});
+
+test('toPlatformatic: a message without a timestamp (created_at no Kafka timestamp can hold) is stamped with the send time', () => {
+  const before = BigInt(Date.now());
+  const { timestampMs: _omitted, ...rest } = message();
+  const m = toPlatformatic(rest, 0);
+  assert.ok(m.timestamp! >= before && m.timestamp! <= BigInt(Date.now()));
+  assert.equal(toPlatformatic(message(), 0).timestamp, 1_700_000_000_123n);
 });

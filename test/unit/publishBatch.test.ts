@@ -5,7 +5,7 @@ import { classifyPublishError } from '../../src/relay/publishErrors.js';
 import { validateRow } from '../../src/relay/validation.js';
 import { CircuitBreaker } from '../../src/relay/breaker.js';
 import { TopicMissingError } from '../../src/relay/topicMetadata.js';
-import type { RelayMessage } from '../../src/relay/message.js';
+import { CREATED_AT_HEADER, type RelayMessage } from '../../src/relay/message.js';
 import type { SendResult } from '../../src/relay/producer.js';
 import type { ClaimedRow } from '../../src/relay/sql/claim.js';
 
@@ -109,12 +109,8 @@ test('a transient refusal of the whole send leaves every row unsent, with the er
   assert.deepEqual([out.published, out.deadLetters, out.held], [[], [], []]);
 });
 
-test('rows that cannot be a message (created_at infinity, -infinity, beyond Date range, before 1970; headers not an object; anything that throws) are dead-lettered alone, the rest publish', async () => {
+test('rows that cannot be a message (headers not an object; anything that throws) are dead-lettered alone, the rest publish', async () => {
   const bad = [
-    row('t1', { created_at: Infinity as unknown as Date }),
-    row('t2', { created_at: -Infinity as unknown as Date }),
-    row('t3', { created_at: new Date(Number.NaN) }),
-    row('t4', { created_at: new Date('1960-01-01T00:00:00Z') }),
     row('h1', { headers: ['x'] as unknown as Record<string, unknown> }),
     row('h2', { headers: 'text' as unknown as Record<string, unknown> }),
     row('x1', { headers: { big: 10n } }),
@@ -125,22 +121,51 @@ test('rows that cannot be a message (created_at infinity, -infinity, beyond Date
   assert.deepEqual(
     out.deadLetters.map((d) => [d.row.key, d.errorName]),
     [
-      ['t1', 'validation:invalid_timestamp'],
-      ['t2', 'validation:invalid_timestamp'],
-      ['t3', 'validation:invalid_timestamp'],
-      ['t4', 'validation:invalid_timestamp'],
       ['h1', 'validation:invalid_headers'],
       ['h2', 'validation:invalid_headers'],
       ['x1', 'validation:unencodable'],
     ],
   );
-  assert.match(out.deadLetters[0]!.reason, /created_at is Infinity/);
-  assert.match(out.deadLetters[2]!.reason, /outside the range/);
-  assert.match(out.deadLetters[3]!.reason, /before 1970/);
-  assert.match(out.deadLetters[6]!.reason, /cannot be turned into a Kafka message: .*BigInt/);
+  assert.match(out.deadLetters[0]!.reason, /headers must be a JSON object of strings, not an array/);
+  assert.match(out.deadLetters[2]!.reason, /cannot be turned into a Kafka message: .*BigInt/);
   assert.deepEqual(out.published.map((r) => r.key), ['ok1', 'ok2']);
   assert.deepEqual(sent.map((m) => m.timestampMs), [0, Date.parse('2026-01-01T00:00:00Z')]);
-  assert.ok(sent.every((m) => Number.isFinite(m.timestampMs)));
+  assert.ok(sent.every((m) => m.headers[CREATED_AT_HEADER] === undefined), 'no created_at header when the timestamp holds it');
+});
+
+test('a created_at no Kafka timestamp can hold (before 1970, past year 275760, ±infinity) publishes, in its key\'s order, without a timestamp and with the original in outbox-created-at', async () => {
+  const rows = [
+    row('k', { created_at: new Date('2026-01-01T00:00:00Z') }),
+    row('k', { created_at: new Date('1969-07-20T20:17:40.500Z'), created_at_text: '1969-07-20 20:17:40.5' }),
+    row('k', { created_at: new Date(Number.NaN), created_at_text: '280000-01-01 00:00:00' }),
+    row('k', { created_at: Infinity as unknown as Date, created_at_text: 'infinity' }),
+    row('k', { created_at: -Infinity as unknown as Date, created_at_text: '-infinity' }),
+    row('k', { created_at: new Date('-000043-03-15T12:00:00Z'), created_at_text: '0044-03-15 12:00:00 BC' }),
+    row('k', { created_at: new Date(0) }),
+    // Not from the claim (no text): what the value still says.
+    row('k', { created_at: new Date('1960-01-01T00:00:00Z') }),
+    row('k', { created_at: Infinity as unknown as Date }),
+  ];
+  const sent: RelayMessage[] = [];
+  const out = await publishBatch(rows, options('park', async (m) => void sent.push(...m)));
+  assert.deepEqual(out.deadLetters, []);
+  assert.deepEqual(out.published.map((r) => r.id), rows.map((r) => r.id), 'all published, in id order');
+  assert.deepEqual(sent.map((m) => m.id), rows.map((r) => r.id), 'sent in id order, in one send');
+  assert.deepEqual(
+    sent.map((m) => [m.timestampMs, m.headers[CREATED_AT_HEADER]]),
+    [
+      [Date.parse('2026-01-01T00:00:00Z'), undefined],
+      [undefined, '1969-07-20 20:17:40.5+00'],
+      [undefined, '280000-01-01 00:00:00+00'],
+      [undefined, 'infinity'],
+      [undefined, '-infinity'],
+      [undefined, '0044-03-15 12:00:00+00 BC'],
+      [0, undefined],
+      [undefined, '1960-01-01T00:00:00.000Z'],
+      [undefined, 'infinity'],
+    ],
+  );
+  assert.ok(sent.every((m) => !('timestampMs' in m) || Number.isInteger(m.timestampMs)), 'no NaN or negative timestamp reaches a client');
 });
 
 test('a partition refused for good is re-sent one row at a time, and nothing Kafka acknowledged is sent again', async () => {
@@ -218,4 +243,35 @@ test('the breaker opens after consecutive failures and, after a good probe, reop
   b.probeSucceeded();
   assert.equal(b.isOpen, false);
   assert.equal(b.failure(), true, 'one failure short of opening');
+});
+
+test('a row Kafka refuses for its timestamp (INVALID_TIMESTAMP: outside the topic\'s before/after bounds) is sent again stamped at send time, its created_at in outbox-created-at; its key\'s order holds', async () => {
+  const limitMs = Date.parse('2030-01-01T00:00:00Z');
+  const rows = [
+    row('k1', { created_at: new Date('2026-01-01T00:00:00Z') }),
+    row('k2', { created_at: new Date('2100-01-01T00:00:00.500Z') }),
+    row('k3', { created_at: new Date('2026-01-01T00:00:01Z') }),
+    row('k4', { created_at: new Date(Date.UTC(12026, 1, 3, 4, 5, 6, 120)) }),
+  ];
+  const kafka = partitioned((batch) => (batch.some((m) => m.timestampMs !== undefined && m.timestampMs > limitMs) ? kafkaError('INVALID_TIMESTAMP', false) : undefined));
+  const last = new Map<number, RelayMessage>();
+  const send = async (messages: RelayMessage[]): Promise<SendResult[]> => {
+    for (const m of messages) last.set(m.id, { ...m, headers: { ...m.headers } });
+    return kafka.send(messages);
+  };
+  const out = await publishBatch(rows, { ...options('park', async () => undefined), send });
+  assert.deepEqual(out.deadLetters, []);
+  assert.deepEqual(out.published.map((r) => r.key), ['k1', 'k2', 'k3', 'k4']);
+  assert.deepEqual(
+    rows.map((r) => [last.get(r.id)!.timestampMs, last.get(r.id)!.headers[CREATED_AT_HEADER]]),
+    [
+      [Date.parse('2026-01-01T00:00:00Z'), undefined],
+      [undefined, '2100-01-01 00:00:00.5+00'],
+      [Date.parse('2026-01-01T00:00:01Z'), undefined],
+      [undefined, '12026-02-03 04:05:06.12+00'],
+    ],
+  );
+  assert.deepEqual(kafka.acknowledged, rows.map((r) => r.id), 'each acknowledged once, in id order');
+  assert.deepEqual(kafka.requests, [rows.map((r) => r.id), [rows[0]!.id], [rows[1]!.id], [rows[1]!.id], [rows[2]!.id], [rows[3]!.id], [rows[3]!.id]]);
+  assert.equal(classifyPublishError(kafkaError('INVALID_TIMESTAMP', false)).class, 'permanent');
 });

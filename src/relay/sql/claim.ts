@@ -28,6 +28,9 @@ import { bigintLiteral, intArrayLiteral, intLiteral, textLiteral } from './liter
  * Shard ownership is what keeps one key's rows in one relay's hands; SKIP LOCKED is the
  * safety net, leaving rows another transaction holds to it instead of waiting.
  * payload goes out as text so the relay forwards the stored JSON without parsing it.
+ * created_at_text is the text of a created_at no Kafka timestamp can hold (before 1970,
+ * past JavaScript's last date, ±infinity), in UTC, for its header (../message.ts); node-pg
+ * turns the last two into numbers or an Invalid Date, which keep nothing of the value.
  *
  * The lease check is an array, not `shard IN (subquery)`: as a semi-join the planner
  * hashes the leases and then reads every unsent row and sorts them (242 ms per claim on
@@ -43,6 +46,8 @@ import { bigintLiteral, intArrayLiteral, intLiteral, textLiteral } from './liter
 export function claimSql(quotedSchema: string): string {
   return `
 SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, headers, created_at,
+       CASE WHEN created_at < '1970-01-01 00:00:00+00' OR created_at >= '275760-09-13 00:00:00+00'
+            THEN timezone('UTC', created_at)::text END AS created_at_text,
        (SELECT count(*) FROM ${quotedSchema}.outbox_shard_leases
          WHERE owner = $4 AND expires_at > now() AND shard = ANY($2::smallint[])) = cardinality($2::smallint[]) AS all_leased,
        (SELECT generation::text FROM ${quotedSchema}.outbox_claim_floors) AS generation
@@ -149,7 +154,10 @@ export interface ClaimedRow {
   payload: string | null;
   payload_bytes: Buffer | null;
   headers: Record<string, unknown> | null;
+  /** A Date; `Infinity`/`-Infinity` for ±infinity, an Invalid Date past year 275760 (node-pg). */
   created_at: Date;
+  /** created_at as Postgres prints it in UTC (without the offset) when no Kafka timestamp can hold it, else null. */
+  created_at_text?: string | null;
   /** See {@link claimSql}. */
   all_leased?: boolean;
   generation?: string;
