@@ -228,7 +228,7 @@ test('integration: with the JSON converters, every key and value is byte for byt
     if (v.bytes === null ? m.value !== null : m.value === null || !m.value.equals(v.bytes)) {
       wrong.push(`${e.id}: value ${JSON.stringify(m.value?.toString('utf8') ?? null)}, JsonConverter ${JSON.stringify(v.bytes?.toString('utf8') ?? null)}`);
     }
-    const keyText = k.bytes.toString('utf8');
+    const keyText = k.bytes?.toString('utf8') ?? '';
     if (/\\uD[89AB]/.test(keyText)) seen.nonBmpKey += 1;
     if (/\\u00[01]/.test(keyText)) seen.controlKey += 1;
     if (e.key.value === null) seen.nullKey += 1;
