@@ -381,6 +381,12 @@ test('integration: attach checks the table, its columns and the options first; r
   await refused({ table: `${db.schema}.outbox` }, 'table', /one of outbox-relay's own tables/);
   await db.pool.query(`CREATE TABLE "${app}".wrong_payload (id uuid, aggregatetype text, aggregateid text, type text, payload numeric)`);
   await refused({ table: `${app}.wrong_payload` }, 'payloadColumn', /is numeric; supported: jsonb, json, text, character varying, bytea/);
+  // Keys Debezium would have written otherwise (a Decimal, epoch numbers, a JSON string):
+  // the partitions would change at the switch.
+  await db.pool.query(`CREATE TABLE "${app}".wrong_key (id uuid, aggregatetype text, aggregateid numeric, created timestamptz, doc jsonb, type text, payload jsonb)`);
+  for (const keyColumn of ['aggregateid', 'created', 'doc']) {
+    await refused({ table: `${app}.wrong_key`, keyColumn }, 'keyColumn', /is (numeric|timestamp with time zone|jsonb); supported: text, character varying, uuid, smallint, integer, bigint, boolean/);
+  }
 
   const topics = async () => {
     const { rows } = await db.pool.query(`SELECT topic FROM "${db.schema}".outbox WHERE key = 'k-checked' ORDER BY id`);

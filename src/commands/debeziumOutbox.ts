@@ -14,7 +14,7 @@ import {
 } from './debeziumOptions.js';
 
 // A Debezium-shaped outbox table feeding our outbox through the trigger function of
-// sql/007_debezium_outbox.sql (docs/debezium.md). The writers keep inserting into their
+// sql/007_debezium_outbox.sql, as replaced by sql/008 (docs/debezium.md). The writers keep inserting into their
 // table; the relay reads our outbox and needs nothing new.
 
 /**
@@ -29,7 +29,7 @@ export interface DebeziumOutboxOptions extends DatabaseOptions {
   routeByColumn?: string;
   /** route.topic.replacement (default `outbox.event.${routedByValue}`); a fixed topic name sends every event there. */
   topicPattern?: string;
-  /** table.field.event.key: the Kafka key (default `aggregateid`). */
+  /** table.field.event.key: the Kafka key (default `aggregateid`); text, varchar, uuid, smallint, integer, bigint or boolean. */
   keyColumn?: string;
   /** table.field.event.id: header `id`, and the message-id when a uuid (default `id`). */
   idColumn?: string;
@@ -41,18 +41,22 @@ export interface DebeziumOutboxOptions extends DatabaseOptions {
   timestampColumn?: string | null;
   /** table.fields.additional.placement, header placement only: `column:header:alias,...`. */
   additionalPlacement?: string;
-  /** route.tombstone.on.empty.payload (default false): an empty or blank text payload is a tombstone. NULL always is. */
+  /**
+   * route.tombstone.on.empty.payload (default false): an empty or blank text payload is a
+   * tombstone; so is NULL, which without it is a tombstone with the string value
+   * converter and `null` with the JSON one.
+   */
   tombstoneOnEmptyPayload?: boolean;
   /**
    * The connector's key.converter (default `string`, StringConverter: the key as text;
-   * `json`, JsonConverter with schemas.enable=false: a text key in quotes). The key's
-   * bytes decide its partition, so match the connector's.
+   * `json`, JsonConverter with schemas.enable=false: a text key as a JSON string, NULL
+   * as `null`). The key's bytes decide its partition, so match the connector's.
    */
   keyConverter?: 'string' | 'json';
   /**
    * The connector's value.converter (default `string`: StringConverter, or ByteArray /
    * BinaryData for a bytea payload, the payload as it is; `json`: JsonConverter with
-   * schemas.enable=false, the payload as a JSON string, bytes as base64).
+   * schemas.enable=false, the payload as a JSON string, bytes as base64, NULL as `null`).
    */
   valueConverter?: 'string' | 'json';
   logger?: Logger;
@@ -80,6 +84,11 @@ export interface DetachDebeziumResult {
 
 const PAYLOAD_TYPES = ['jsonb', 'json', 'text', 'character varying', 'bytea'];
 const TIMESTAMP_TYPES = ['timestamp without time zone', 'timestamp with time zone'];
+// Key columns whose bytes the trigger writes as the connector did with either converter
+// (test/debeziumJsonConverter.integration.test.ts). Others differ: Debezium sends numeric
+// as a Decimal (base64 bytes with JsonConverter), temporal types as epoch numbers, json
+// as a string, so their keys, and partitions, would change at the switch.
+const KEY_TYPES = ['text', 'character varying', 'uuid', 'smallint', 'integer', 'bigint', 'boolean'];
 // Our own tables: capturing one of them into the outbox would loop or make no sense.
 const OWN_TABLES = [...Object.keys(RELAY_COLUMNS), 'outbox_migrations', 'outbox_claim_floors', 'processed_messages', 'entity_versions'];
 
@@ -154,7 +163,7 @@ function checkColumns(m: ResolvedDebeziumMapping, columns: Map<string, string>, 
     }
   };
   need('routeByColumn', m.routeByColumn);
-  need('keyColumn', m.keyColumn);
+  need('keyColumn', m.keyColumn, KEY_TYPES);
   need('idColumn', m.idColumn);
   need('payloadColumn', m.payloadColumn, PAYLOAD_TYPES);
   if (m.timestampColumn !== undefined) need('timestampColumn', m.timestampColumn, TIMESTAMP_TYPES);
