@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { ConfigError } from '../shared/errors.js';
+import { ConfigError, OutboxError } from '../shared/errors.js';
 import { quoteIdentifier } from '../shared/identifiers.js';
 import type { DatabaseOptions } from '../shared/database.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
@@ -91,6 +91,19 @@ const TIMESTAMP_TYPES = ['timestamp without time zone', 'timestamp with time zon
 const KEY_TYPES = ['text', 'character varying', 'uuid', 'smallint', 'integer', 'bigint', 'boolean'];
 // Our own tables: capturing one of them into the outbox would loop or make no sense.
 const OWN_TABLES = [...Object.keys(RELAY_COLUMNS), 'outbox_migrations', 'outbox_claim_floors', 'processed_messages', 'entity_versions'];
+
+/**
+ * Postgres' "permission denied" / "must be owner" (42501) on creating or dropping the
+ * trigger, with what the command needs; other errors as they are.
+ */
+function privilegeError(error: unknown, table: string, command: 'attach' | 'detach'): unknown {
+  const e = error as { code?: string; message?: string };
+  if (e.code !== '42501') return error;
+  const need = /must be owner/.test(e.message ?? '')
+    ? `replacing or dropping a trigger is for the owner of ${table} only (or a member of its role): run ${command} as that role, holding EXECUTE on outbox_debezium_capture, or GRANT the table owner's role to the role that ran migrate`
+    : `${command} needs the TRIGGER privilege on ${table} and EXECUTE on outbox_debezium_capture: run it as the role that ran \`outbox-relay migrate\` (the function's owner) with GRANT TRIGGER ON ${table}`;
+  return new OutboxError(`debezium ${command}: ${e.message ?? 'permission denied'}; ${need}`, { retriable: false, cause: error, context: { table } });
+}
 
 function sqlLiteral(value: string): string {
   return `'${value.replaceAll("'", "''")}'`;
@@ -254,7 +267,7 @@ export async function attachDebeziumOutbox(options: DebeziumOutboxOptions): Prom
       await client.query('COMMIT');
     } catch (error) {
       await client.query('ROLLBACK').catch(() => undefined);
-      throw error;
+      throw privilegeError(error, table, 'attach');
     }
     const result = { table, trigger: DEBEZIUM_TRIGGER, replaced: attachedTo !== undefined, arguments: triggerArguments(m, kinds) };
     logger.info({ table, schema: m.schema, replaced: result.replaced }, 'attached Debezium outbox table');
@@ -288,7 +301,9 @@ export async function detachDebeziumOutbox(options: Pick<DebeziumOutboxOptions, 
     const owner = existing.rows[0]?.schema;
     if (owner === undefined) return { table, detached: false };
     if (owner !== m.schema) throw new ConfigError('table', `${table} feeds the outbox in schema ${JSON.stringify(owner)}, not ${JSON.stringify(m.schema)}`);
-    await db.query(`DROP TRIGGER IF EXISTS ${DEBEZIUM_TRIGGER} ON ${table}`);
+    await db.query(`DROP TRIGGER IF EXISTS ${DEBEZIUM_TRIGGER} ON ${table}`).catch((error: unknown) => {
+      throw privilegeError(error, table, 'detach');
+    });
     logger.info({ table, schema: m.schema }, 'detached Debezium outbox table');
     return { table, detached: true };
   } finally {
