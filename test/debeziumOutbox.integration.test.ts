@@ -381,6 +381,10 @@ test('integration: attach checks the table, its columns and the options first; r
   await refused({ additionalPlacement: 'tenant:partition' }, 'additionalPlacement', /placement partition is not supported/);
   await refused({ additionalPlacement: 'tenant:header:message-id' }, 'additionalPlacement', /set by outbox-relay itself/);
   await refused({ table: `${db.schema}.outbox` }, 'table', /one of outbox-relay's own tables/);
+  // A typo would otherwise attach with the router's default for that option.
+  await refused({ topicPatern: 'x' } as never, 'topicPatern', /is not an option of the Debezium attach \(table, routeByColumn, topicPattern/);
+  await assert.rejects(detachDebeziumOutbox({ ...base, tabel: 'x' } as never), /tabel: is not an option/);
+  await assert.rejects(debeziumAttachScript({ ...base, keyConvertor: 'json' } as never), /keyConvertor: is not an option/);
   await db.pool.query(`CREATE TABLE "${app}".wrong_payload (id uuid, aggregatetype text, aggregateid text, type text, payload numeric)`);
   await refused({ table: `${app}.wrong_payload` }, 'payloadColumn', /is numeric; supported: jsonb, json, text, character varying, bytea/);
   // Keys Debezium would have written otherwise (a Decimal, epoch numbers, a JSON string):

@@ -6,6 +6,7 @@ import { silentLogger, type Logger } from '../shared/logger.js';
 import { RELAY_COLUMNS } from '../shared/schema.js';
 import { openDatabase } from './openDatabase.js';
 import {
+  DEBEZIUM_SETTINGS,
   DEBEZIUM_TRIGGER,
   resolveDebeziumOptions,
   triggerArguments,
@@ -190,11 +191,24 @@ function checkColumns(m: ResolvedDebeziumMapping, columns: Map<string, string>, 
   };
 }
 
+// Every option a call may take: the mapping's (DEBEZIUM_SETTINGS) and the connection's.
+// detach takes the same, so one options object serves attach and detach.
+const KNOWN_OPTIONS = new Set([...DEBEZIUM_SETTINGS.map((s) => s.option), 'schema', 'databaseUrl', 'client', 'pool', 'logger']);
+
+/** A misspelt option (`topicPatern`) would silently take the router's default instead. */
+function refuseUnknownOptions(options: object): void {
+  if (typeof options !== 'object' || options === null) throw new ConfigError('options', 'must be an object');
+  for (const key of Object.keys(options)) {
+    if (!KNOWN_OPTIONS.has(key)) throw new ConfigError(key, `is not an option of the Debezium attach (${[...KNOWN_OPTIONS].join(', ')})`);
+  }
+}
+
 /** Resolve the options, open the database, check the table: what attach and the script share. */
 async function inspect<T>(
   options: DebeziumOutboxOptions,
   work: (client: pg.ClientBase, m: ResolvedDebeziumMapping, kinds: ColumnKinds, attachedTo: string | undefined) => Promise<T>,
 ): Promise<T> {
+  refuseUnknownOptions(options);
   const m = resolveDebeziumOptions(options);
   const table = quotedTable(m);
   if (m.tableSchema === m.schema && OWN_TABLES.includes(m.tableName)) {
@@ -283,6 +297,7 @@ export async function attachDebeziumOutbox(options: DebeziumOutboxOptions): Prom
  *   schema's outbox; ConnectionError
  */
 export async function detachDebeziumOutbox(options: Pick<DebeziumOutboxOptions, 'table' | 'client' | 'pool' | 'databaseUrl' | 'schema' | 'logger'>): Promise<DetachDebeziumResult> {
+  refuseUnknownOptions(options);
   const m = resolveDebeziumOptions({ table: options.table, ...(options.schema !== undefined ? { schema: options.schema } : {}) });
   const logger = options.logger ?? silentLogger();
   const table = quotedTable(m);
