@@ -427,7 +427,7 @@ test('integration: attach checks the table, its columns and the options first; r
   const attacher = `${db.schema}_attacher`;
   await db.pool.query(`CREATE ROLE "${attacher}" LOGIN`);
   try {
-    await db.pool.query(`GRANT USAGE ON SCHEMA "${db.schema}", "${app}" TO "${attacher}"`);
+    await db.pool.query(`GRANT USAGE ON SCHEMA "${db.schema}" TO "${attacher}"`);
     await db.pool.query(`GRANT SELECT ON ALL TABLES IN SCHEMA "${db.schema}" TO "${attacher}"`);
     await db.pool.query(`GRANT TRIGGER ON "${app}".checked_events TO "${attacher}"`);
     const url = new URL(DATABASE_URL);
@@ -438,6 +438,8 @@ test('integration: attach checks the table, its columns and the options first; r
       assert.match(e.message, pattern);
       return true;
     };
+    await assert.rejects(attachDebeziumOutbox(asAttacher), denied(/permission denied for schema \S+_app; attach needs USAGE on schema \S+_app/));
+    await db.pool.query(`GRANT USAGE ON SCHEMA "${app}" TO "${attacher}"`);
     await assert.rejects(attachDebeziumOutbox(asAttacher), denied(/permission denied for function \S*outbox_debezium_capture; attach needs the TRIGGER privilege on .*checked_events.* and EXECUTE on outbox_debezium_capture/));
     await db.pool.query(`GRANT EXECUTE ON FUNCTION "${db.schema}".outbox_debezium_capture() TO "${attacher}"`);
     assert.equal((await attachDebeziumOutbox(asAttacher)).replaced, false, 'TRIGGER and EXECUTE are enough for a first attach');

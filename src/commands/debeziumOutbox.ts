@@ -100,7 +100,10 @@ const OWN_TABLES = [...Object.keys(RELAY_COLUMNS), 'outbox_migrations', 'outbox_
 function privilegeError(error: unknown, table: string, command: 'attach' | 'detach'): unknown {
   const e = error as { code?: string; message?: string };
   if (e.code !== '42501') return error;
-  const need = /must be owner/.test(e.message ?? '')
+  const schema = /permission denied for schema (\S+)/.exec(e.message ?? '')?.[1];
+  const need = schema !== undefined
+    ? `${command} needs USAGE on schema ${schema}, besides the privileges on ${table} (docs/debezium.md#privileges)`
+    : /must be owner/.test(e.message ?? '')
     ? `replacing or dropping a trigger is for the owner of ${table} only (or a member of its role): run ${command} as that role, holding EXECUTE on outbox_debezium_capture, or GRANT the table owner's role to the role that ran migrate`
     : `${command} needs the TRIGGER privilege on ${table} and EXECUTE on outbox_debezium_capture: run it as the role that ran \`outbox-relay migrate\` (the function's owner) with GRANT TRIGGER ON ${table}`;
   return new OutboxError(`debezium ${command}: ${e.message ?? 'permission denied'}; ${need}`, { retriable: false, cause: error, context: { table } });
@@ -147,7 +150,8 @@ interface ColumnRow {
   type: string;
 }
 
-async function tableColumns(db: pg.ClientBase | pg.Pool, m: ResolvedDebeziumMapping): Promise<Map<string, string> | undefined> {
+/** The table's oid and its columns' types (domains as their base type); undefined when there is no such table. */
+async function tableColumns(db: pg.ClientBase | pg.Pool, m: ResolvedDebeziumMapping): Promise<{ oid: number; columns: Map<string, string> } | undefined> {
   const table = await db.query<{ oid: number }>(
     `SELECT c.oid FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
       WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`,
@@ -160,7 +164,7 @@ async function tableColumns(db: pg.ClientBase | pg.Pool, m: ResolvedDebeziumMapp
       WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
     [table.rows[0].oid],
   );
-  return new Map(rows.map((r) => [r.name, r.type]));
+  return { oid: table.rows[0].oid, columns: new Map(rows.map((r) => [r.name, r.type])) };
 }
 
 /**
@@ -218,16 +222,18 @@ async function inspect<T>(
   try {
     const client = db instanceof pg.Pool ? await db.connect() : db;
     try {
-      const columns = await tableColumns(client, m);
-      if (!columns) throw new ConfigError('table', `table ${table} does not exist`);
-      const kinds = checkColumns(m, columns, table);
+      // The catalog only (by oid, not by name): print needs no privilege on the table's
+      // schema, and attach's privilege errors come from CREATE TRIGGER, explained there.
+      const found = await tableColumns(client, m);
+      if (!found) throw new ConfigError('table', `table ${table} does not exist`);
+      const kinds = checkColumns(m, found.columns, table);
       const existing = await client.query<{ schema: string }>(
         `SELECT pn.nspname AS schema
            FROM pg_catalog.pg_trigger AS tg
            JOIN pg_catalog.pg_proc AS p ON p.oid = tg.tgfoid
            JOIN pg_catalog.pg_namespace AS pn ON pn.oid = p.pronamespace
-          WHERE tg.tgrelid = $1::regclass AND tg.tgname = $2`,
-        [table, DEBEZIUM_TRIGGER],
+          WHERE tg.tgrelid = $1 AND tg.tgname = $2`,
+        [found.oid, DEBEZIUM_TRIGGER],
       );
       const attachedTo = existing.rows[0]?.schema;
       if (attachedTo !== undefined && attachedTo !== m.schema) {
@@ -303,7 +309,11 @@ export async function detachDebeziumOutbox(options: Pick<DebeziumOutboxOptions, 
   const table = quotedTable(m);
   const { db, close } = await openDatabase({ ...options, schema: m.schema }, 'outbox-relay:debezium');
   try {
-    const found = await db.query<{ oid: number | null }>('SELECT to_regclass($1)::oid AS oid', [table]);
+    const found = await db.query<{ oid: number | null }>(
+      `SELECT c.oid FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+        WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`,
+      [m.tableSchema, m.tableName],
+    );
     if (found.rows[0]?.oid == null) throw new ConfigError('table', `table ${table} does not exist`);
     const existing = await db.query<{ schema: string }>(
       `SELECT pn.nspname AS schema
