@@ -134,7 +134,10 @@ function payload(t: Table): string | Buffer | null {
   if (t.payloadType === 'bytea') return r < 0.12 ? Buffer.alloc(0) : Buffer.from(Array.from({ length: int(90) }, () => int(256)));
   if (r < 0.14) return t.payloadType === 'text' ? pick(['null', '', ' ', '\t\n ']) : 'null';
   if (t.payloadType === 'text') return text(12);
-  return json(3, t.payloadType === 'json');
+  if (t.payloadType === 'jsonb') return json(3, false);
+  // json keeps its text as written, whitespace around the document included.
+  const around = (): string => (rnd() < 0.2 ? pick([' ', '\n', '\t', '  \r\n']) : '');
+  return around() + json(3, true) + around();
 }
 
 test('integration: with the JSON converters, every key and value is byte for byte what Kafka Connect\'s JsonConverter writes, and every record is on the partition Kafka\'s partitioner gives those key bytes', async () => {

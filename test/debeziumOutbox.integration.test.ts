@@ -234,7 +234,7 @@ test('integration: text, json and bytea payloads, a non-uuid id, a timestamp col
   await attachDebeziumOutbox({ ...common, table: text, timestampColumn: 'created', tombstoneOnEmptyPayload: true });
   await attachDebeziumOutbox({ ...common, table: json });
   await attachDebeziumOutbox({ ...common, table: bytes, payloadColumn: 'body', typeColumn: null, additionalPlacement: 'kind:header:eventType,src:header:__debezium.context.connectorLogicalName' });
-  const jsonText = '{"b":1,   "a" : [2,1], "b":3}';
+  const jsonText = ' {"b":1,   "a" : [2,1], "b":3}\n';
   const binary = Buffer.from([0, 1, 2, 255, 254, 10]);
   await asWriter(async (c) => {
     await c.query(`INSERT INTO "${app}".text_events VALUES (41, 'x', 't1', 'T', 'plain text ✓', '2024-05-06 07:08:09.123'), (42, 'x', 't1', 'T', '  ', NULL), (43, 'x', 't1', 'T', NULL, NULL)`);
