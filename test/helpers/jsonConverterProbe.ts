@@ -55,7 +55,8 @@ export function jsonConverter(cases: readonly ProbeCase[], partitions: number): 
   const output = execFileSync('java', ['-cp', `${classes}:${LIBS}/*`, 'JsonConverterProbe'], {
     input,
     maxBuffer: 256 * 1024 * 1024,
-    stdio: ['pipe', 'pipe', 'ignore'],
+    // stderr is kept for the error (it also carries reload4j's "no appenders" warning).
+    stdio: ['pipe', 'pipe', 'pipe'],
   }).toString('utf8');
   const lines = output.split('\n').filter((l) => l !== '');
   if (lines.length !== cases.length) throw new Error(`JsonConverterProbe answered ${lines.length} of ${cases.length} cases`);
