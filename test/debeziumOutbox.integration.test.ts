@@ -387,6 +387,13 @@ test('integration: attach checks the table, its columns and the options first; r
   await assert.rejects(debeziumAttachScript({ ...base, keyConvertor: 'json' } as never), /keyConvertor: is not an option/);
   await db.pool.query(`CREATE TABLE "${app}".wrong_payload (id uuid, aggregatetype text, aggregateid text, type text, payload numeric)`);
   await refused({ table: `${app}.wrong_payload` }, 'payloadColumn', /is numeric; supported: jsonb, json, text, character varying, bytea/);
+  // Domains count as their base type (docs: "or domains over them").
+  await db.pool.query(`CREATE DOMAIN "${app}".event_doc AS jsonb; CREATE DOMAIN "${app}".aggregate_ref AS varchar(64)`);
+  await db.pool.query(`CREATE TABLE "${app}".domain_events (id uuid, aggregatetype text, aggregateid "${app}".aggregate_ref, type text, payload "${app}".event_doc)`);
+  assert.deepEqual((await attachDebeziumOutbox({ ...base, table: `${app}.domain_events` })).arguments.slice(4, 7), ['uuid', 'payload', 'jsonb']);
+  await db.pool.query(`CREATE DOMAIN "${app}".amount AS numeric`);
+  await db.pool.query(`CREATE TABLE "${app}".domain_key (id uuid, aggregatetype text, aggregateid "${app}".amount, type text, payload jsonb)`);
+  await refused({ table: `${app}.domain_key` }, 'keyColumn', /is numeric; supported: text/);
   // Keys Debezium would have written otherwise (a Decimal, epoch numbers, a JSON string):
   // the partitions would change at the switch.
   await db.pool.query(`CREATE TABLE "${app}".wrong_key (id uuid, aggregatetype text, aggregateid numeric, created timestamptz, doc jsonb, type text, payload jsonb)`);
