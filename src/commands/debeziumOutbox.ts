@@ -15,8 +15,8 @@ import {
 } from './debeziumOptions.js';
 
 // A Debezium-shaped outbox table feeding our outbox through the trigger function of
-// sql/007_debezium_outbox.sql, as replaced by sql/008 (docs/debezium.md). The writers keep inserting into their
-// table; the relay reads our outbox and needs nothing new.
+// sql/007_debezium_outbox.sql, as replaced by sql/008 (docs/debezium.md). The writers
+// keep inserting into their table; the relay reads our outbox and needs nothing new.
 
 /**
  * Options of {@link attachDebeziumOutbox} and {@link debeziumAttachScript}: where our
