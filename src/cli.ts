@@ -442,7 +442,8 @@ for (const [name, description, list] of [
     selectOutbox(flags);
     const o = resolve(list, flags);
     const { attachDebeziumOutbox, debeziumAttachScript, detachDebeziumOutbox } = await import('./commands/debeziumOutbox.js');
-    const options = { ...o, logger: createLogger(o.logLevel as LogLevel) } as unknown as import('./commands/debeziumOutbox.js').DebeziumOutboxOptions;
+    const { logLevel: level, ...settings } = o;
+    const options = { ...settings, logger: createLogger(level as LogLevel) } as unknown as import('./commands/debeziumOutbox.js').DebeziumOutboxOptions;
     if (name === 'print') {
       process.stdout.write(await debeziumAttachScript(options));
     } else if (name === 'attach') {

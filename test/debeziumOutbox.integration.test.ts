@@ -10,6 +10,7 @@ import { createTestSchema, uniqueName, DATABASE_URL, type TestSchema } from './h
 import { readTopic, testBrokers, testKafka, type ReadMessage } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
 import { partitionOf } from './helpers/partition.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 // Writers that know only a Debezium-shaped outbox table (the event router's default
 // shape), the trigger of sql/007 copying their rows into our outbox, and a relay with
@@ -79,7 +80,7 @@ async function asWriter<T>(work: (client: pg.PoolClient) => Promise<T>): Promise
 }
 
 function startRelay(): Relay {
-  return createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema });
+  return createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema });
 }
 
 /** jsonb as Postgres renders it: what pgoutput gives Debezium, and what it then sends. */
@@ -158,6 +159,12 @@ test('integration: writers of a Debezium outbox table (insert-then-delete, rollb
       tomb.id, tomb.aggregatetype, tomb.aggregateid, tomb.type, tomb.tenant,
     ]);
     committed.push({ ...tomb, seq: -1 });
+    // The JSON literal null: the text null, as logical decoding and StringConverter give it.
+    const jsonNull = nextEvent('customer', 'c1');
+    await c.query(`INSERT INTO "${app}".outboxevent (id, aggregatetype, aggregateid, type, payload, tenant) VALUES ($1, $2, $3, $4, 'null', $5)`, [
+      jsonNull.id, jsonNull.aggregatetype, jsonNull.aggregateid, jsonNull.type, jsonNull.tenant,
+    ]);
+    committed.push({ ...jsonNull, seq: -2 });
     // The writer has no grant on the outbox: only the trigger writes there.
     await assert.rejects(c.query(`INSERT INTO "${db.schema}".outbox (topic, key) VALUES ('t', 'k')`), /permission denied/);
   });
@@ -197,6 +204,10 @@ test('integration: writers of a Debezium outbox table (insert-then-delete, rollb
           assert.equal(m.value, null, 'a NULL payload is a tombstone');
           continue;
         }
+        if (e.seq === -2) {
+          assert.equal(m.value?.toString('utf8'), 'null', 'a JSON null payload is the text null, not a tombstone');
+          continue;
+        }
         const expected = await jsonbText({ seq: e.seq, aggregate: e.aggregateid, nested: { b: [1, 2], a: 'x' } });
         assert.equal(m.value?.toString('utf8'), expected, 'the value is the jsonb text, byte for byte');
         assert.ok(e.seq > (lastSeq.get(`${m.partition}/${e.aggregateid}`) ?? 0), `${e.aggregateid}: seq ${e.seq} after ${lastSeq.get(`${m.partition}/${e.aggregateid}`)}`);
@@ -217,23 +228,25 @@ test('integration: text, json and bytea payloads, a non-uuid id, a timestamp col
   await createTopics([topic]);
   const text = await debeziumTable('text_events', 'id bigint, aggregatetype text, aggregateid text, type text, payload text, created timestamp');
   const json = await debeziumTable('json_events', 'id uuid, aggregatetype text, aggregateid text, type text, payload json');
-  const bytes = await debeziumTable('bytea_events', 'id uuid, aggregatetype text, aggregateid text, kind text, body bytea');
+  // src: a constant column placed as Debezium's connectorLogicalName context header (docs/debezium.md).
+  const bytes = await debeziumTable('bytea_events', "id uuid, aggregatetype text, aggregateid text, kind text, body bytea, src text DEFAULT 'dbserver1'");
   const common = { databaseUrl: db.databaseUrl, schema: db.schema, topicPattern: topic };
   await attachDebeziumOutbox({ ...common, table: text, timestampColumn: 'created', tombstoneOnEmptyPayload: true });
   await attachDebeziumOutbox({ ...common, table: json });
-  await attachDebeziumOutbox({ ...common, table: bytes, payloadColumn: 'body', typeColumn: null, additionalPlacement: 'kind:header:eventType' });
-  const jsonText = '{"b":1,   "a" : [2,1], "b":3}';
+  await attachDebeziumOutbox({ ...common, table: bytes, payloadColumn: 'body', typeColumn: null, additionalPlacement: 'kind:header:eventType,src:header:__debezium.context.connectorLogicalName' });
+  const jsonText = ' {"b":1,   "a" : [2,1], "b":3}\n';
   const binary = Buffer.from([0, 1, 2, 255, 254, 10]);
   await asWriter(async (c) => {
     await c.query(`INSERT INTO "${app}".text_events VALUES (41, 'x', 't1', 'T', 'plain text ✓', '2024-05-06 07:08:09.123'), (42, 'x', 't1', 'T', '  ', NULL), (43, 'x', 't1', 'T', NULL, NULL)`);
-    await c.query(`INSERT INTO "${app}".json_events VALUES (gen_random_uuid(), 'x', 'j1', 'J', $1)`, [jsonText]);
+    await c.query(`INSERT INTO "${app}".json_events VALUES (gen_random_uuid(), 'x', 'j1', 'J', $1), (gen_random_uuid(), 'x', 'j1', 'J', 'null'), (gen_random_uuid(), 'x', 'j1', 'J', NULL)`, [jsonText]);
+    await c.query(`INSERT INTO "${app}".text_events VALUES (44, 'x', 't2', 'T', 'null', NULL)`);
     await c.query(`INSERT INTO "${app}".bytea_events VALUES (gen_random_uuid(), 'x', 'b1', 'blob', $1), (gen_random_uuid(), 'x', 'b1', 'blob', ''::bytea)`, [binary]);
   });
   const relay = startRelay();
   await relay.start();
   try {
-    const messages = await readTopic(topic, (m) => m.length >= 6);
-    assert.equal(messages.length, 6);
+    const messages = await readTopic(topic, (m) => m.length >= 9);
+    assert.equal(messages.length, 9);
     const of = (key: string) => messages.filter((m) => m.key === key).sort((a, b) => Number(a.headers[HEADERS.outboxId]) - Number(b.headers[HEADERS.outboxId]));
 
     const [t1, t2, t3] = of('t1');
@@ -248,13 +261,19 @@ test('integration: text, json and bytea payloads, a non-uuid id, a timestamp col
     const { rows } = await db.pool.query(`SELECT md5($1)::uuid::text AS u`, [`${app}.text_events:41`]);
     assert.equal(t1!.headers[HEADERS.messageId], rows[0].u);
 
-    const [j1] = of('j1');
+    const [j1, jNull, jSqlNull] = of('j1');
     assert.equal(j1!.value?.toString('utf8'), jsonText, 'json keeps its text as written');
     assert.equal(j1!.headers[HEADERS.contentType], 'application/json');
+    assert.equal(jNull!.value?.toString('utf8'), 'null', 'the JSON literal null is the text null, as StringConverter writes it');
+    assert.equal(jNull!.headers[HEADERS.contentType], 'application/json');
+    assert.equal(jSqlNull!.value, null, 'SQL NULL is a tombstone');
+    const [t4] = of('t2');
+    assert.equal(t4!.value?.toString('utf8'), 'null', 'a text null is not blank');
 
     const [b1, b2] = of('b1');
     assert.deepEqual(b1!.value, binary);
     assert.equal(b1!.headers.eventType, 'blob');
+    assert.equal(b1!.headers['__debezium.context.connectorLogicalName'], 'dbserver1');
     assert.equal(b1!.headers.type, undefined, 'typeColumn null: no type header');
     assert.equal(b2!.value?.length, 0, 'an empty bytea is an empty value, not a tombstone (the event router never sees bytes as empty)');
   } finally {
@@ -262,7 +281,7 @@ test('integration: text, json and bytea payloads, a non-uuid id, a timestamp col
   }
 });
 
-test('integration: with the JSON converters, keys and values are the JSON the connector wrote (a quoted key, so the same partition; the payload as a JSON string; bytes as base64)', async () => {
+test('integration: with the JSON converters, keys and values are the JSON the connector wrote (a quoted key, so the same partition; the payload as a JSON string; bytes as base64; NULL as null)', async () => {
   const topic = uniqueName('dbzjson').replaceAll('_', '-');
   await createTopics([topic]);
   const jsonb = await debeziumTable('jsonconv_events');
@@ -284,7 +303,7 @@ test('integration: with the JSON converters, keys and values are the JSON the co
     assert.ok(first && tombstone, `the key is the JSON string (got ${messages.map((m) => m.key).join(', ')})`);
     assert.equal(first.value?.toString('utf8'), JSON.stringify('{"a": "é", "b": [1, 2]}'), 'the jsonb text, as a JSON string');
     assert.equal(first.partition, partitionOf(jsonKey, 3), "the JSON key's partition, as Kafka Connect's producer picks it");
-    assert.equal(tombstone.value, null);
+    assert.equal(tombstone.value?.toString('utf8'), 'null', 'a NULL payload keeps its schema in the router, so JsonConverter writes null: not a tombstone');
     const b = messages.find((m) => m.key === '42');
     assert.ok(b, 'a number key is the number');
     assert.equal(b.value?.toString('utf8'), JSON.stringify(binary.toString('base64')));
@@ -362,8 +381,25 @@ test('integration: attach checks the table, its columns and the options first; r
   await refused({ additionalPlacement: 'tenant:partition' }, 'additionalPlacement', /placement partition is not supported/);
   await refused({ additionalPlacement: 'tenant:header:message-id' }, 'additionalPlacement', /set by outbox-relay itself/);
   await refused({ table: `${db.schema}.outbox` }, 'table', /one of outbox-relay's own tables/);
+  // A typo would otherwise attach with the router's default for that option.
+  await refused({ topicPatern: 'x' } as never, 'topicPatern', /is not an option of the Debezium attach \(table, routeByColumn, topicPattern/);
+  await assert.rejects(detachDebeziumOutbox({ ...base, tabel: 'x' } as never), /tabel: is not an option/);
+  await assert.rejects(debeziumAttachScript({ ...base, keyConvertor: 'json' } as never), /keyConvertor: is not an option/);
   await db.pool.query(`CREATE TABLE "${app}".wrong_payload (id uuid, aggregatetype text, aggregateid text, type text, payload numeric)`);
   await refused({ table: `${app}.wrong_payload` }, 'payloadColumn', /is numeric; supported: jsonb, json, text, character varying, bytea/);
+  // Domains count as their base type (docs: "or domains over them").
+  await db.pool.query(`CREATE DOMAIN "${app}".event_doc AS jsonb; CREATE DOMAIN "${app}".aggregate_ref AS varchar(64)`);
+  await db.pool.query(`CREATE TABLE "${app}".domain_events (id uuid, aggregatetype text, aggregateid "${app}".aggregate_ref, type text, payload "${app}".event_doc)`);
+  assert.deepEqual((await attachDebeziumOutbox({ ...base, table: `${app}.domain_events` })).arguments.slice(4, 7), ['uuid', 'payload', 'jsonb']);
+  await db.pool.query(`CREATE DOMAIN "${app}".amount AS numeric`);
+  await db.pool.query(`CREATE TABLE "${app}".domain_key (id uuid, aggregatetype text, aggregateid "${app}".amount, type text, payload jsonb)`);
+  await refused({ table: `${app}.domain_key` }, 'keyColumn', /is numeric; supported: text/);
+  // Keys Debezium would have written otherwise (a Decimal, epoch numbers, a JSON string):
+  // the partitions would change at the switch.
+  await db.pool.query(`CREATE TABLE "${app}".wrong_key (id uuid, aggregatetype text, aggregateid numeric, created timestamptz, doc jsonb, type text, payload jsonb)`);
+  for (const keyColumn of ['aggregateid', 'created', 'doc']) {
+    await refused({ table: `${app}.wrong_key`, keyColumn }, 'keyColumn', /is (numeric|timestamp with time zone|jsonb); supported: text, character varying, uuid, smallint, integer, bigint, boolean/);
+  }
 
   const topics = async () => {
     const { rows } = await db.pool.query(`SELECT topic FROM "${db.schema}".outbox WHERE key = 'k-checked' ORDER BY id`);

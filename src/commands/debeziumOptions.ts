@@ -2,7 +2,7 @@ import { ConfigError } from '../shared/errors.js';
 import { DEFAULT_SCHEMA, identifierProblem } from '../shared/identifiers.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
 import { HEADERS } from '../shared/kafka.js';
-import { boolean, choice, optionValue, type Setting, type SettingDescriptor } from '../shared/settings.js';
+import { boolean, checkedText, choice, optionValue, type Setting, type SettingDescriptor } from '../shared/settings.js';
 
 // Settings of `outbox-relay debezium attach|detach|print` (src/commands/debeziumOutbox.ts,
 // docs/debezium.md). Named after the event router options they stand for; defaults are
@@ -18,24 +18,8 @@ export const DEBEZIUM_TRIGGER = 'outbox_relay_debezium';
 /** Header names the trigger or the relay set themselves, which a placed column may not take. */
 const RESERVED_HEADERS: readonly string[] = ['id', HEADERS.messageId, HEADERS.outboxId, HEADERS.contentType];
 
-function setting<T>(d: SettingDescriptor & { defaultValue: T | undefined }, parse: (raw: string) => T, check: (value: T) => string | undefined): Setting<T> {
-  return {
-    option: d.option,
-    flag: d.flag,
-    env: d.env,
-    description: d.description,
-    defaultValue: d.defaultValue,
-    parse(raw) {
-      const value = parse(raw);
-      const problem = check(value);
-      return problem ? { problem } : { value };
-    },
-    check,
-  };
-}
-
 function column(d: SettingDescriptor & { defaultValue: string }): Setting<string> {
-  return setting(d, (raw) => raw.trim(), (v) => identifierProblem(v));
+  return checkedText({ ...d, check: (v) => identifierProblem(v) });
 }
 
 /** `schema.table`, or `table` in public, each part a plain identifier; the problem, or undefined. */
@@ -51,17 +35,14 @@ export function tableNameProblem(value: unknown): string | undefined {
 }
 
 /** The Debezium table, `schema.table` (`table` alone means public.table). Required. */
-export const debeziumTable = setting<string>(
-  {
-    option: 'table',
-    flag: '--table',
-    env: 'OUTBOX_DEBEZIUM_TABLE',
-    description: 'The Debezium-shaped outbox table the writers insert into, as schema.table.',
-    defaultValue: undefined,
-  },
-  (raw) => raw.trim(),
-  tableNameProblem,
-);
+export const debeziumTable = checkedText({
+  option: 'table',
+  flag: '--table',
+  env: 'OUTBOX_DEBEZIUM_TABLE',
+  description: 'The Debezium-shaped outbox table the writers insert into, as schema.table.',
+  defaultValue: undefined,
+  check: tableNameProblem,
+});
 
 export const debeziumRouteByColumn = column({
   option: 'routeByColumn',
@@ -83,17 +64,14 @@ export function topicPatternProblem(value: unknown): string | undefined {
     : `${JSON.stringify(value)} has no ${ROUTED_BY_VALUE} and is not a legal Kafka topic name itself (1-249 of A-Z a-z 0-9 . _ -)`;
 }
 
-export const debeziumTopicPattern = setting<string>(
-  {
-    option: 'topicPattern',
-    flag: '--topic-pattern',
-    env: 'OUTBOX_DEBEZIUM_TOPIC_PATTERN',
-    description: 'Topic of each event, ${routedByValue} replaced by the route-by column (route.topic.replacement); a fixed name sends every event there.',
-    defaultValue: `outbox.event.${ROUTED_BY_VALUE}`,
-  },
-  (raw) => raw.trim(),
-  topicPatternProblem,
-);
+export const debeziumTopicPattern = checkedText({
+  option: 'topicPattern',
+  flag: '--topic-pattern',
+  env: 'OUTBOX_DEBEZIUM_TOPIC_PATTERN',
+  description: 'Topic of each event, ${routedByValue} replaced by the route-by column (route.topic.replacement); a fixed name sends every event there.',
+  defaultValue: `outbox.event.${ROUTED_BY_VALUE}`,
+  check: topicPatternProblem,
+});
 
 export const debeziumKeyColumn = column({
   option: 'keyColumn',
@@ -123,29 +101,24 @@ function optionalColumn(value: string): string | undefined {
   return value === '' ? undefined : identifierProblem(value);
 }
 
-export const debeziumTypeColumn = setting<string>(
-  {
-    option: 'typeColumn',
-    flag: '--type-column',
-    env: 'OUTBOX_DEBEZIUM_TYPE_COLUMN',
-    description: "Column sent as header type (the event router sends it only when placed; we do by default); 'none' for no type header.",
-    defaultValue: 'type',
-  },
-  (raw) => (raw.trim().toLowerCase() === 'none' ? '' : raw.trim()),
-  optionalColumn,
-);
+export const debeziumTypeColumn = checkedText({
+  option: 'typeColumn',
+  flag: '--type-column',
+  env: 'OUTBOX_DEBEZIUM_TYPE_COLUMN',
+  description: "Column sent as header type (the event router sends it only when placed; we do by default); 'none' for no type header.",
+  defaultValue: 'type',
+  normalize: (v) => (v.toLowerCase() === 'none' ? '' : v),
+  check: optionalColumn,
+});
 
-export const debeziumTimestampColumn = setting<string>(
-  {
-    option: 'timestampColumn',
-    flag: '--timestamp-column',
-    env: 'OUTBOX_DEBEZIUM_TIMESTAMP_COLUMN',
-    description: 'Timestamp column that becomes the Kafka timestamp (table.field.event.timestamp); default the time of the insert.',
-    defaultValue: '',
-  },
-  (raw) => raw.trim(),
-  optionalColumn,
-);
+export const debeziumTimestampColumn = checkedText({
+  option: 'timestampColumn',
+  flag: '--timestamp-column',
+  env: 'OUTBOX_DEBEZIUM_TIMESTAMP_COLUMN',
+  description: 'Timestamp column that becomes the Kafka timestamp (table.field.event.timestamp); default the time of the insert.',
+  defaultValue: '',
+  check: optionalColumn,
+});
 
 /** One column placed as a header. */
 export interface HeaderPlacement {
@@ -190,27 +163,24 @@ export function parseAdditionalPlacement(value: string): { value: HeaderPlacemen
   return { value: placements };
 }
 
-export const debeziumAdditionalPlacement = setting<string>(
-  {
-    option: 'additionalPlacement',
-    flag: '--additional-placement',
-    env: 'OUTBOX_DEBEZIUM_ADDITIONAL_PLACEMENT',
-    description: 'More columns sent as headers, column:header:name,... (table.fields.additional.placement; header placement only).',
-    defaultValue: '',
-  },
-  (raw) => raw.trim(),
-  (v) => {
+export const debeziumAdditionalPlacement = checkedText({
+  option: 'additionalPlacement',
+  flag: '--additional-placement',
+  env: 'OUTBOX_DEBEZIUM_ADDITIONAL_PLACEMENT',
+  description: 'More columns sent as headers, column:header:name,... (table.fields.additional.placement; header placement only).',
+  defaultValue: '',
+  check: (v) => {
     if (typeof v !== 'string') return 'is not text';
     const parsed = parseAdditionalPlacement(v);
     return 'problem' in parsed ? parsed.problem : undefined;
   },
-);
+});
 
 export const debeziumTombstoneOnEmptyPayload = boolean({
   option: 'tombstoneOnEmptyPayload',
   flag: '--tombstone-on-empty-payload',
   env: 'OUTBOX_DEBEZIUM_TOMBSTONE_ON_EMPTY_PAYLOAD',
-  description: 'An empty or blank text payload is sent as a tombstone (route.tombstone.on.empty.payload); a NULL one always is.',
+  description: 'An empty or blank text payload, and with the JSON value converter a NULL one, is sent as a tombstone (route.tombstone.on.empty.payload); with the string converter a NULL payload always is.',
   defaultValue: false,
 });
 
@@ -221,7 +191,7 @@ export const debeziumKeyConverter = choice<DebeziumConverter>({
   option: 'keyConverter',
   flag: '--key-converter',
   env: 'OUTBOX_DEBEZIUM_KEY_CONVERTER',
-  description: "The connector's key.converter: string (StringConverter: the key as text) or json (JsonConverter, schemas.enable=false: a text key in quotes). Keys, and so partitions, stay as they were.",
+  description: "The connector's key.converter: string (StringConverter: the key as text) or json (JsonConverter, schemas.enable=false: a text key as a JSON string, NULL as null). Keys, and so partitions, stay as they were.",
   defaultValue: 'string',
   choices: ['string', 'json'],
 });
@@ -230,7 +200,7 @@ export const debeziumValueConverter = choice<DebeziumConverter>({
   option: 'valueConverter',
   flag: '--value-converter',
   env: 'OUTBOX_DEBEZIUM_VALUE_CONVERTER',
-  description: "The connector's value.converter: string (StringConverter, or ByteArray/BinaryData for bytea: the payload as it is) or json (JsonConverter, schemas.enable=false: the payload as a JSON string).",
+  description: "The connector's value.converter: string (StringConverter, or ByteArray/BinaryData for bytea: the payload as it is) or json (JsonConverter, schemas.enable=false: the payload as a JSON string, NULL as null).",
   defaultValue: 'string',
   choices: ['string', 'json'],
 });
@@ -347,7 +317,7 @@ export interface ColumnKinds {
   timestamp: 'utc' | 'tz' | '';
 }
 
-/** The trigger arguments of sql/007_debezium_outbox.sql for a mapping, in order. */
+/** The trigger arguments of sql/007_debezium_outbox.sql (and 008, which reads the same) for a mapping, in order. */
 export function triggerArguments(m: ResolvedDebeziumMapping, kinds: ColumnKinds): string[] {
   return [
     m.routeByColumn,

@@ -1,11 +1,12 @@
 import pg from 'pg';
-import { ConfigError } from '../shared/errors.js';
+import { ConfigError, OutboxError } from '../shared/errors.js';
 import { quoteIdentifier } from '../shared/identifiers.js';
 import type { DatabaseOptions } from '../shared/database.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { RELAY_COLUMNS } from '../shared/schema.js';
 import { openDatabase } from './openDatabase.js';
 import {
+  DEBEZIUM_SETTINGS,
   DEBEZIUM_TRIGGER,
   resolveDebeziumOptions,
   triggerArguments,
@@ -14,8 +15,8 @@ import {
 } from './debeziumOptions.js';
 
 // A Debezium-shaped outbox table feeding our outbox through the trigger function of
-// sql/007_debezium_outbox.sql (docs/debezium.md). The writers keep inserting into their
-// table; the relay reads our outbox and needs nothing new.
+// sql/007_debezium_outbox.sql, as replaced by sql/008 (docs/debezium.md). The writers
+// keep inserting into their table; the relay reads our outbox and needs nothing new.
 
 /**
  * Options of {@link attachDebeziumOutbox} and {@link debeziumAttachScript}: where our
@@ -29,7 +30,7 @@ export interface DebeziumOutboxOptions extends DatabaseOptions {
   routeByColumn?: string;
   /** route.topic.replacement (default `outbox.event.${routedByValue}`); a fixed topic name sends every event there. */
   topicPattern?: string;
-  /** table.field.event.key: the Kafka key (default `aggregateid`). */
+  /** table.field.event.key: the Kafka key (default `aggregateid`); text, varchar, uuid, smallint, integer, bigint or boolean. */
   keyColumn?: string;
   /** table.field.event.id: header `id`, and the message-id when a uuid (default `id`). */
   idColumn?: string;
@@ -41,18 +42,22 @@ export interface DebeziumOutboxOptions extends DatabaseOptions {
   timestampColumn?: string | null;
   /** table.fields.additional.placement, header placement only: `column:header:alias,...`. */
   additionalPlacement?: string;
-  /** route.tombstone.on.empty.payload (default false): an empty or blank text payload is a tombstone. NULL always is. */
+  /**
+   * route.tombstone.on.empty.payload (default false): an empty or blank text payload is a
+   * tombstone; so is NULL, which without it is a tombstone with the string value
+   * converter and `null` with the JSON one.
+   */
   tombstoneOnEmptyPayload?: boolean;
   /**
    * The connector's key.converter (default `string`, StringConverter: the key as text;
-   * `json`, JsonConverter with schemas.enable=false: a text key in quotes). The key's
-   * bytes decide its partition, so match the connector's.
+   * `json`, JsonConverter with schemas.enable=false: a text key as a JSON string, NULL
+   * as `null`). The key's bytes decide its partition, so match the connector's.
    */
   keyConverter?: 'string' | 'json';
   /**
    * The connector's value.converter (default `string`: StringConverter, or ByteArray /
    * BinaryData for a bytea payload, the payload as it is; `json`: JsonConverter with
-   * schemas.enable=false, the payload as a JSON string, bytes as base64).
+   * schemas.enable=false, the payload as a JSON string, bytes as base64, NULL as `null`).
    */
   valueConverter?: 'string' | 'json';
   logger?: Logger;
@@ -80,8 +85,29 @@ export interface DetachDebeziumResult {
 
 const PAYLOAD_TYPES = ['jsonb', 'json', 'text', 'character varying', 'bytea'];
 const TIMESTAMP_TYPES = ['timestamp without time zone', 'timestamp with time zone'];
+// Key columns whose bytes the trigger writes as the connector did with either converter
+// (test/debeziumJsonConverter.integration.test.ts). Others differ: Debezium sends numeric
+// as a Decimal (base64 bytes with JsonConverter), temporal types as epoch numbers, json
+// as a string, so their keys, and partitions, would change at the switch.
+const KEY_TYPES = ['text', 'character varying', 'uuid', 'smallint', 'integer', 'bigint', 'boolean'];
 // Our own tables: capturing one of them into the outbox would loop or make no sense.
 const OWN_TABLES = [...Object.keys(RELAY_COLUMNS), 'outbox_migrations', 'outbox_claim_floors', 'processed_messages', 'entity_versions'];
+
+/**
+ * Postgres' "permission denied" / "must be owner" (42501) on creating or dropping the
+ * trigger, with what the command needs; other errors as they are.
+ */
+function privilegeError(error: unknown, table: string, command: 'attach' | 'detach'): unknown {
+  const e = error as { code?: string; message?: string };
+  if (e.code !== '42501') return error;
+  const schema = /permission denied for schema (\S+)/.exec(e.message ?? '')?.[1];
+  const need = schema !== undefined
+    ? `${command} needs USAGE on schema ${schema}, besides the privileges on ${table} (docs/debezium.md#privileges)`
+    : /must be owner/.test(e.message ?? '')
+    ? `replacing or dropping a trigger is for the owner of ${table} only (or a member of its role): run ${command} as that role, holding EXECUTE on outbox_debezium_capture, or GRANT the table owner's role to the role that ran migrate`
+    : `${command} needs the TRIGGER privilege on ${table} and EXECUTE on outbox_debezium_capture: run it as the role that ran \`outbox-relay migrate\` (the function's owner) with GRANT TRIGGER ON ${table}`;
+  return new OutboxError(`debezium ${command}: ${e.message ?? 'permission denied'}; ${need}`, { retriable: false, cause: error, context: { table } });
+}
 
 function sqlLiteral(value: string): string {
   return `'${value.replaceAll("'", "''")}'`;
@@ -124,7 +150,8 @@ interface ColumnRow {
   type: string;
 }
 
-async function tableColumns(db: pg.ClientBase | pg.Pool, m: ResolvedDebeziumMapping): Promise<Map<string, string> | undefined> {
+/** The table's oid and its columns' types (domains as their base type); undefined when there is no such table. */
+async function tableColumns(db: pg.ClientBase | pg.Pool, m: ResolvedDebeziumMapping): Promise<{ oid: number; columns: Map<string, string> } | undefined> {
   const table = await db.query<{ oid: number }>(
     `SELECT c.oid FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
       WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`,
@@ -137,7 +164,7 @@ async function tableColumns(db: pg.ClientBase | pg.Pool, m: ResolvedDebeziumMapp
       WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
     [table.rows[0].oid],
   );
-  return new Map(rows.map((r) => [r.name, r.type]));
+  return { oid: table.rows[0].oid, columns: new Map(rows.map((r) => [r.name, r.type])) };
 }
 
 /**
@@ -154,7 +181,7 @@ function checkColumns(m: ResolvedDebeziumMapping, columns: Map<string, string>, 
     }
   };
   need('routeByColumn', m.routeByColumn);
-  need('keyColumn', m.keyColumn);
+  need('keyColumn', m.keyColumn, KEY_TYPES);
   need('idColumn', m.idColumn);
   need('payloadColumn', m.payloadColumn, PAYLOAD_TYPES);
   if (m.timestampColumn !== undefined) need('timestampColumn', m.timestampColumn, TIMESTAMP_TYPES);
@@ -168,11 +195,24 @@ function checkColumns(m: ResolvedDebeziumMapping, columns: Map<string, string>, 
   };
 }
 
+// Every option a call may take: the mapping's (DEBEZIUM_SETTINGS) and the connection's.
+// detach takes the same, so one options object serves attach and detach.
+const KNOWN_OPTIONS = new Set([...DEBEZIUM_SETTINGS.map((s) => s.option), 'schema', 'databaseUrl', 'client', 'pool', 'logger']);
+
+/** A misspelt option (`topicPatern`) would silently take the router's default instead. */
+function refuseUnknownOptions(options: object): void {
+  if (typeof options !== 'object' || options === null) throw new ConfigError('options', 'must be an object');
+  for (const key of Object.keys(options)) {
+    if (!KNOWN_OPTIONS.has(key)) throw new ConfigError(key, `is not an option of the Debezium attach (${[...KNOWN_OPTIONS].join(', ')})`);
+  }
+}
+
 /** Resolve the options, open the database, check the table: what attach and the script share. */
 async function inspect<T>(
   options: DebeziumOutboxOptions,
   work: (client: pg.ClientBase, m: ResolvedDebeziumMapping, kinds: ColumnKinds, attachedTo: string | undefined) => Promise<T>,
 ): Promise<T> {
+  refuseUnknownOptions(options);
   const m = resolveDebeziumOptions(options);
   const table = quotedTable(m);
   if (m.tableSchema === m.schema && OWN_TABLES.includes(m.tableName)) {
@@ -182,16 +222,18 @@ async function inspect<T>(
   try {
     const client = db instanceof pg.Pool ? await db.connect() : db;
     try {
-      const columns = await tableColumns(client, m);
-      if (!columns) throw new ConfigError('table', `table ${table} does not exist`);
-      const kinds = checkColumns(m, columns, table);
+      // The catalog only (by oid, not by name): print needs no privilege on the table's
+      // schema, and attach's privilege errors come from CREATE TRIGGER, explained there.
+      const found = await tableColumns(client, m);
+      if (!found) throw new ConfigError('table', `table ${table} does not exist`);
+      const kinds = checkColumns(m, found.columns, table);
       const existing = await client.query<{ schema: string }>(
         `SELECT pn.nspname AS schema
            FROM pg_catalog.pg_trigger AS tg
            JOIN pg_catalog.pg_proc AS p ON p.oid = tg.tgfoid
            JOIN pg_catalog.pg_namespace AS pn ON pn.oid = p.pronamespace
-          WHERE tg.tgrelid = $1::regclass AND tg.tgname = $2`,
-        [table, DEBEZIUM_TRIGGER],
+          WHERE tg.tgrelid = $1 AND tg.tgname = $2`,
+        [found.oid, DEBEZIUM_TRIGGER],
       );
       const attachedTo = existing.rows[0]?.schema;
       if (attachedTo !== undefined && attachedTo !== m.schema) {
@@ -245,7 +287,7 @@ export async function attachDebeziumOutbox(options: DebeziumOutboxOptions): Prom
       await client.query('COMMIT');
     } catch (error) {
       await client.query('ROLLBACK').catch(() => undefined);
-      throw error;
+      throw privilegeError(error, table, 'attach');
     }
     const result = { table, trigger: DEBEZIUM_TRIGGER, replaced: attachedTo !== undefined, arguments: triggerArguments(m, kinds) };
     logger.info({ table, schema: m.schema, replaced: result.replaced }, 'attached Debezium outbox table');
@@ -261,12 +303,17 @@ export async function attachDebeziumOutbox(options: DebeziumOutboxOptions): Prom
  *   schema's outbox; ConnectionError
  */
 export async function detachDebeziumOutbox(options: Pick<DebeziumOutboxOptions, 'table' | 'client' | 'pool' | 'databaseUrl' | 'schema' | 'logger'>): Promise<DetachDebeziumResult> {
+  refuseUnknownOptions(options);
   const m = resolveDebeziumOptions({ table: options.table, ...(options.schema !== undefined ? { schema: options.schema } : {}) });
   const logger = options.logger ?? silentLogger();
   const table = quotedTable(m);
   const { db, close } = await openDatabase({ ...options, schema: m.schema }, 'outbox-relay:debezium');
   try {
-    const found = await db.query<{ oid: number | null }>('SELECT to_regclass($1)::oid AS oid', [table]);
+    const found = await db.query<{ oid: number | null }>(
+      `SELECT c.oid FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+        WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`,
+      [m.tableSchema, m.tableName],
+    );
     if (found.rows[0]?.oid == null) throw new ConfigError('table', `table ${table} does not exist`);
     const existing = await db.query<{ schema: string }>(
       `SELECT pn.nspname AS schema
@@ -279,7 +326,9 @@ export async function detachDebeziumOutbox(options: Pick<DebeziumOutboxOptions, 
     const owner = existing.rows[0]?.schema;
     if (owner === undefined) return { table, detached: false };
     if (owner !== m.schema) throw new ConfigError('table', `${table} feeds the outbox in schema ${JSON.stringify(owner)}, not ${JSON.stringify(m.schema)}`);
-    await db.query(`DROP TRIGGER IF EXISTS ${DEBEZIUM_TRIGGER} ON ${table}`);
+    await db.query(`DROP TRIGGER IF EXISTS ${DEBEZIUM_TRIGGER} ON ${table}`).catch((error: unknown) => {
+      throw privilegeError(error, table, 'detach');
+    });
     logger.info({ table, schema: m.schema }, 'detached Debezium outbox table');
     return { table, detached: true };
   } finally {

@@ -100,6 +100,32 @@ export function text(d: SettingDescriptor & { secret?: boolean }): Setting<strin
   };
 }
 
+/**
+ * Text with a rule of its own (a name, a pattern): trimmed, mapped by `normalize` when
+ * given (`none` to ''), then checked by `check`. `defaultValue` undefined: required.
+ */
+export function checkedText(
+  d: SettingDescriptor & {
+    defaultValue: string | undefined;
+    check: (value: string) => string | undefined;
+    normalize?: (trimmed: string) => string;
+  },
+): Setting<string> {
+  return {
+    option: d.option,
+    flag: d.flag,
+    env: d.env,
+    description: d.description,
+    defaultValue: d.defaultValue,
+    parse(raw) {
+      const value = d.normalize ? d.normalize(raw.trim()) : raw.trim();
+      const problem = d.check(value);
+      return problem ? { problem } : { value };
+    },
+    check: d.check,
+  };
+}
+
 /** A duration written as text (`7d`, `12h`); the value stays text so help shows `7d`. */
 export function duration(d: SettingDescriptor & { defaultValue: string; minMs: number; maxMs: number }): Setting<string> {
   const accepts = `a duration from ${formatDuration(d.minMs)} to ${formatDuration(d.maxMs)} (45s, 30m, 12h, 7d)`;
