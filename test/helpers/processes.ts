@@ -11,6 +11,16 @@ export interface Spawned {
   exited: Promise<number | string>;
 }
 
+/**
+ * What a child needs of the harness (test/helpers/adapterGuard.mjs): the preload, through
+ * NODE_OPTIONS, the adapter under test and where to report a relay on another one. The
+ * rest of the environment is not inherited: each test says what its process sees.
+ */
+function guardEnv(): Record<string, string | undefined> {
+  const { NODE_OPTIONS, OUTBOX_TEST_PRODUCER, OUTBOX_TEST_ADAPTER_REPORTS } = process.env;
+  return { NODE_OPTIONS, OUTBOX_TEST_PRODUCER, OUTBOX_TEST_ADAPTER_REPORTS };
+}
+
 /** Run the outbox-relay CLI from source, as a separate process. */
 export function spawnCli(args: string[], env: Record<string, string | undefined>): Spawned {
   return spawnTs('src/cli.ts', args, env);
@@ -21,7 +31,7 @@ export function spawnTs(file: string, args: string[], env: Record<string, string
   const child = spawn(process.execPath, ['--import', 'tsx', file, ...args], {
     cwd: ROOT,
     // Relays started by tests run side by side: metrics on any free port unless a test says otherwise.
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, OUTBOX_METRICS_ADDRESS: '127.0.0.1:0', ...env },
+    env: { ...guardEnv(), PATH: process.env.PATH, HOME: process.env.HOME, OUTBOX_METRICS_ADDRESS: '127.0.0.1:0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let text = '';
