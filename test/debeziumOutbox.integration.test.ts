@@ -10,6 +10,7 @@ import { createTestSchema, uniqueName, DATABASE_URL, type TestSchema } from './h
 import { readTopic, testBrokers, testKafka, type ReadMessage } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
 import { partitionOf } from './helpers/partition.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 // Writers that know only a Debezium-shaped outbox table (the event router's default
 // shape), the trigger of sql/007 copying their rows into our outbox, and a relay with
@@ -79,7 +80,7 @@ async function asWriter<T>(work: (client: pg.PoolClient) => Promise<T>): Promise
 }
 
 function startRelay(): Relay {
-  return createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema });
+  return createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema });
 }
 
 /** jsonb as Postgres renders it: what pgoutput gives Debezium, and what it then sends. */

@@ -12,6 +12,7 @@ import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { metricValue } from './helpers/metrics.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 let db: TestSchema;
 before(async () => {
@@ -25,6 +26,7 @@ after(async () => {
 
 function relayWith(kafka: Kafka | undefined, schema = db.schema): Relay {
   const relay = createRelay({
+    producer: TEST_PRODUCER,
     // Other tests' transactions share this database: do not wait a minute behind one.
     horizonMaxWaitMs: 1_000,
     databaseUrl: db.databaseUrl,
@@ -151,6 +153,7 @@ test('integration: a row too large for Kafka is counted as a dead letter and its
   cleanups.push(() => other.drop());
   const topic = await createTopic(1);
   const relay = createRelay({
+    producer: TEST_PRODUCER,
     databaseUrl: db.databaseUrl,
     kafkaBrokers: testBrokers(),
     schema: other.schema,

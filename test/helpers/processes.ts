@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { TEST_PRODUCER_ENV } from './producer.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -21,9 +22,10 @@ function guardEnv(): Record<string, string | undefined> {
   return { NODE_OPTIONS, OUTBOX_TEST_PRODUCER, OUTBOX_TEST_ADAPTER_REPORTS };
 }
 
-/** Run the outbox-relay CLI from source, as a separate process. */
+/** Run the outbox-relay CLI from source, as a separate process (a relay on the adapter under test). */
 export function spawnCli(args: string[], env: Record<string, string | undefined>): Spawned {
-  return spawnTs('src/cli.ts', args, env);
+  // A relay process runs on the adapter under test unless the test says otherwise.
+  return spawnTs('src/cli.ts', args, { ...TEST_PRODUCER_ENV, ...env });
 }
 
 /** Run a TypeScript file of this repo with node + tsx. */
