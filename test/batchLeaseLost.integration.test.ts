@@ -45,7 +45,7 @@ test('integration: a lease lost while Kafka acknowledges a batch rolls the whole
     errors.push(e);
   });
   relay.on('batch', (b) => batches.push(b));
-  await relay.start();
+  await sockets.own(() => relay.start());
   const s = `"${db.schema}"`;
   try {
     await waitFor('every shard owned', () => relay.ownedShards.length === 256);

@@ -45,7 +45,7 @@ test('integration: a relay batch held open (its Kafka send stalled) does not hol
   const topic = await createTopic(2);
   const sockets = pausableBroker();
   const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), producer: TEST_PRODUCER, schema: db.schema, batchesInFlight: 1 });
-  await relay.start();
+  await sockets.own(() => relay.start());
   try {
     const first = await insertRow('warm-up', topic);
     await readTopic(topic, (m) => m.length >= 1);

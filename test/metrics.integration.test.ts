@@ -24,13 +24,13 @@ after(async () => {
   await db.drop();
 });
 
-function relayWith(kafka: Kafka | undefined, schema = db.schema): Relay {
+function relayWith(kafka: Kafka | undefined, schema = db.schema, kafkaBrokers = testBrokers()): Relay {
   const relay = createRelay({
     producer: TEST_PRODUCER,
     // Other tests' transactions share this database: do not wait a minute behind one.
     horizonMaxWaitMs: 1_000,
     databaseUrl: db.databaseUrl,
-    kafkaBrokers: testBrokers(),
+    kafkaBrokers,
     schema,
     kafka,
     batchSize: 40,
@@ -128,7 +128,7 @@ test('integration: a broker that refuses connections shows up as publish errors 
   cleanups.push(() => other.drop());
   // Nothing listens on port 1: every batch fails to connect.
   const dead = new Kafka({ clientId: 'dead', brokers: ['127.0.0.1:1'], logLevel: logLevel.NOTHING, retry: { retries: 0 }, connectionTimeout: 200 });
-  const relay = relayWith(dead, other.schema);
+  const relay = relayWith(dead, other.schema, ['127.0.0.1:1']);
   const inst = instrument(relay);
   const r = inst.registry;
   await insertRows(other.schema, 'never-published', 5, 10);
