@@ -47,3 +47,19 @@ test('integration: the adapter guard fails a test whose relay process ignores OU
   const honest = await runFixture('kafkajs', 'process');
   assert.equal(honest.code, 0, honest.output);
 });
+
+test('the harness refuses a test process on another Node major than OUTBOX_TEST_NODE_MAJOR (what .ci/run claims for each pass)', async () => {
+  const major = process.versions.node.split('.')[0]!;
+  const probe = (wanted: string) =>
+    new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn(process.execPath, ['--import', GUARD, '-e', ''], { env: { PATH: process.env.PATH, OUTBOX_TEST_NODE_MAJOR: wanted }, stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      child.on('exit', (code) => resolve({ code, stderr }));
+    });
+  const other = String(Number(major) + 4);
+  const wrong = await probe(other);
+  assert.equal(wrong.code, 2);
+  assert.equal(wrong.stderr, `test harness: OUTBOX_TEST_NODE_MAJOR=${other}, but this process (${process.execPath}) is Node ${process.versions.node}\n`);
+  assert.deepEqual(await probe(major), { code: 0, stderr: '' });
+});

@@ -1,4 +1,4 @@
-// The producer-adapter matrix, enforced by the harness: preloaded into every test process
+// The producer-adapter matrix (and the Node version CI claims), enforced by the harness: preloaded into every test process
 // (package.json's test scripts: node --import ./test/helpers/adapterGuard.mjs) and, through
 // NODE_OPTIONS, into every process those start. Every relay announces its producer adapter
 // on a diagnostics channel when it starts (src/shared/diagnostics.ts); a relay on another
@@ -23,6 +23,12 @@ const raw = (process.env.OUTBOX_TEST_PRODUCER ?? '').trim();
 const expected = raw === '' ? 'kafkajs' : raw;
 if (!ADAPTERS.includes(expected)) {
   process.stderr.write(`adapter guard: OUTBOX_TEST_PRODUCER=${JSON.stringify(raw)} is not one of ${ADAPTERS.join(', ')}\n`);
+  process.exit(2);
+}
+// CI names the Node major it claims to test (.ci/run): every test process checks it runs on it.
+const nodeMajor = (process.env.OUTBOX_TEST_NODE_MAJOR ?? '').trim();
+if (nodeMajor !== '' && process.versions.node.split('.')[0] !== nodeMajor) {
+  process.stderr.write(`test harness: OUTBOX_TEST_NODE_MAJOR=${nodeMajor}, but this process (${process.execPath}) is Node ${process.versions.node}\n`);
   process.exit(2);
 }
 // Children inherit the adapter under test even when the variable was unset.

@@ -14,12 +14,13 @@ export interface Spawned {
 
 /**
  * What a child needs of the harness (test/helpers/adapterGuard.mjs): the preload, through
- * NODE_OPTIONS, the adapter under test and where to report a relay on another one. The
+ * NODE_OPTIONS, the adapter under test, where to report a relay on another one, and the
+ * Node major CI claims. The
  * rest of the environment is not inherited: each test says what its process sees.
  */
 function guardEnv(): Record<string, string | undefined> {
-  const { NODE_OPTIONS, OUTBOX_TEST_PRODUCER, OUTBOX_TEST_ADAPTER_REPORTS } = process.env;
-  return { NODE_OPTIONS, OUTBOX_TEST_PRODUCER, OUTBOX_TEST_ADAPTER_REPORTS };
+  const { NODE_OPTIONS, OUTBOX_TEST_PRODUCER, OUTBOX_TEST_ADAPTER_REPORTS, OUTBOX_TEST_NODE_MAJOR } = process.env;
+  return { NODE_OPTIONS, OUTBOX_TEST_PRODUCER, OUTBOX_TEST_ADAPTER_REPORTS, OUTBOX_TEST_NODE_MAJOR };
 }
 
 /** Run the outbox-relay CLI from source, as a separate process (a relay on the adapter under test). */
