@@ -8,6 +8,7 @@ import { createTopic, readTopic } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
 import { startLocalKafka, type LocalKafka } from '../scripts/localKafka.js';
+import { sentCount as sentRows } from './helpers/outbox.js';
 
 // This file runs its own broker: restarting the shared one would disturb other tests.
 let db: TestSchema;
@@ -19,10 +20,7 @@ after(async () => {
   await Promise.all([db.drop(), kafka.destroy()]);
 });
 
-async function sentCount(): Promise<number> {
-  const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE sent_at IS NOT NULL`);
-  return rows[0]!.n;
-}
+const sentCount = (): Promise<number> => sentRows(db);
 
 test('integration: the relay rides out a broker restart by itself and every row arrives', async () => {
   const brokers = [kafka.brokers];
