@@ -182,9 +182,9 @@ interface Invocation {
 }
 
 /** `outbox-relay <command...> [args] --flag ...` in shell blocks; continuation lines joined, comments dropped. */
-function invocations(): Invocation[] {
+function invocations(blocks: Block[] = ALL): Invocation[] {
   const found: Invocation[] = [];
-  for (const b of ALL.filter((x) => SHELL.has(x.lang))) {
+  for (const b of blocks.filter((x) => SHELL.has(x.lang))) {
     const lines = b.code.split('\n');
     for (let i = 0; i < lines.length; i++) {
       const start = i;
@@ -216,9 +216,8 @@ async function help(command: string[]): Promise<string> {
   return stdout;
 }
 
-test("docs: every `outbox-relay <command> --flag` in a shell block is a command and a flag of the CLI's --help", async () => {
-  const calls = invocations();
-  assert.ok(calls.length >= MIN_CLI_INVOCATIONS, `found ${calls.length} outbox-relay command lines, expected at least ${MIN_CLI_INVOCATIONS}: is the extraction broken?`);
+/** The invocations whose command or flags the CLI does not have, one line each. */
+async function cliProblems(calls: Invocation[]): Promise<string[]> {
   const top = await help([]);
   const commands = new Set([...top.matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]!));
   assert.ok(commands.has('run') && commands.has('migrate'), `the top-level help lists no commands:\n${top}`);
@@ -246,5 +245,34 @@ test("docs: every `outbox-relay <command> --flag` in a shell block is a command 
       if (!new RegExp(`(^|[\\s,])${flag.replace(/[-]/g, '\\-')}(\\s|,|$|\\[|<|=)`, 'm').test(text)) problems.push(`${call.where}: \`outbox-relay ${key}\` has no option ${flag}`);
     }
   }
+  return problems;
+}
+
+test("docs: every `outbox-relay <command> --flag` in a shell block is a command and a flag of the CLI's --help", async () => {
+  const calls = invocations();
+  assert.ok(calls.length >= MIN_CLI_INVOCATIONS, `found ${calls.length} outbox-relay command lines, expected at least ${MIN_CLI_INVOCATIONS}: is the extraction broken?`);
+  const problems = await cliProblems(calls);
   assert.deepEqual(problems, [], problems.join('\n'));
+});
+
+test('docs: a shell line with an unknown command or flag fails the check, naming its file and line (positive control)', async () => {
+  const block: Block = {
+    file: 'docs/example.md',
+    fence: 10,
+    lang: 'sh',
+    code: ['outbox-relay cleanup --retention 12h --bogus-flag 3   # one unknown flag', 'DATABASE_URL=x outbox-relay dead-letters replay --all \\', '  --rate 10 --nope', 'outbox-relay nosuch --x'].join('\n'),
+    marker: undefined,
+    markerLine: 0,
+  };
+  const calls = invocations([block]);
+  assert.deepEqual(calls.map((c) => [c.where, c.command.join(' '), c.flags.join(' ')]), [
+    ['docs/example.md:11', 'cleanup', '--retention --bogus-flag'],
+    ['docs/example.md:12', 'dead-letters replay', '--all --rate --nope'],
+    ['docs/example.md:14', 'nosuch', '--x'],
+  ]);
+  const problems = await cliProblems(calls);
+  assert.equal(problems.length, 3, problems.join('\n'));
+  assert.match(problems[0]!, /^docs\/example\.md:11: `outbox-relay cleanup` has no option --bogus-flag$/);
+  assert.match(problems[1]!, /^docs\/example\.md:12: `outbox-relay dead-letters replay` has no option --nope$/);
+  assert.match(problems[2]!, /^docs\/example\.md:14: `outbox-relay nosuch` is not a command/);
 });
