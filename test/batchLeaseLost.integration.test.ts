@@ -1,11 +1,11 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import net from 'node:net';
-import { Kafka, logLevel, type ISocketFactory } from 'kafkajs';
 import { createRelay, type RelayEvents } from '../src/relay/relay.js';
-import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
+import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { pausableBroker } from './helpers/pausableBroker.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 // A relay that loses the lease of a shard while Kafka is acknowledging a batch must roll
 // the whole batch back: the mark and COMMIT go to Postgres in one message
@@ -21,31 +21,6 @@ after(async () => {
   await db.drop();
 });
 
-/** A kafkajs socket factory whose sockets hold their writes while paused: a slow broker, on the real one. */
-function pausableSockets(): { factory: ISocketFactory; pause(): void; resume(): void } {
-  let paused = false;
-  const held: Array<() => void> = [];
-  const factory: ISocketFactory = ({ host, port, onConnect }) => {
-    const socket = net.connect({ host, port }, onConnect);
-    const write = socket.write.bind(socket) as (...args: unknown[]) => boolean;
-    socket.write = ((...args: unknown[]) => {
-      if (!paused) return write(...args);
-      held.push(() => write(...args));
-      return true;
-    }) as typeof socket.write;
-    return socket;
-  };
-  return {
-    factory,
-    pause: () => {
-      paused = true;
-    },
-    resume: () => {
-      paused = false;
-      for (const flush of held.splice(0)) flush();
-    },
-  };
-}
 
 /** Two keys on different shards (shard = hashtext(key) & 255, sql/001_outbox.sql). */
 async function keysOnTwoShards(): Promise<[string, string]> {
@@ -59,10 +34,9 @@ async function keysOnTwoShards(): Promise<[string, string]> {
 
 test('integration: a lease lost while Kafka acknowledges a batch rolls the whole batch back (no row of it marked sent), and the error names the lost lease', async () => {
   const topic = await createTopic(2);
-  const sockets = pausableSockets();
-  const kafka = new Kafka({ clientId: uniqueName('leaselost'), brokers: testBrokers(), logLevel: logLevel.NOTHING, socketFactory: sockets.factory });
+  const sockets = pausableBroker();
   // One worker, so one batch claims both rows; a long TTL, so no renewal round runs between the steal and the check.
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, kafka, batchesInFlight: 1, leaseTtlMs: 60_000 });
+  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), producer: TEST_PRODUCER, schema: db.schema, batchesInFlight: 1, leaseTtlMs: 60_000 });
   const errors: Array<RelayEvents['batchError']> = [];
   const batches: Array<RelayEvents['batch']> = [];
   relay.on('batchError', (e) => {
@@ -71,7 +45,7 @@ test('integration: a lease lost while Kafka acknowledges a batch rolls the whole
     errors.push(e);
   });
   relay.on('batch', (b) => batches.push(b));
-  await relay.start();
+  await sockets.own(() => relay.start());
   const s = `"${db.schema}"`;
   try {
     await waitFor('every shard owned', () => relay.ownedShards.length === 256);
@@ -112,7 +86,7 @@ test('integration: a lease lost while Kafka acknowledges a batch rolls the whole
     assert.deepEqual(after.map((r) => r.sent), [false, false], 'the batch was rolled back whole');
     assert.equal(batches.length, 1, 'no batch event for the rolled-back batch');
   } finally {
-    sockets.resume();
+    sockets.restore();
     await relay.stop();
   }
 });

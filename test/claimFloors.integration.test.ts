@@ -9,6 +9,7 @@ import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, type ReadMessage } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
+import { writeCommitted } from './helpers/outbox.js';
 
 // Claims start past what a worker has dealt with (src/relay/floor.ts). These are the
 // ways rows come back below that floor; each must still go out, in order per key.
@@ -21,17 +22,7 @@ after(async () => {
   await db.drop();
 });
 
-async function write(messages: OutboxMessage[]): Promise<number[]> {
-  const client = await db.pool.connect();
-  try {
-    await client.query('BEGIN');
-    const ids = await enqueue(client, messages, { schema: db.schema });
-    await client.query('COMMIT');
-    return ids.map((r) => r.id as number);
-  } finally {
-    client.release();
-  }
-}
+const write = (messages: OutboxMessage[]): Promise<number[]> => writeCommitted(db, messages);
 
 const floorsOf = (relay: Relay): number[] => [...(relay as unknown as { floors: Map<unknown, ClaimFloor> }).floors.values()].map((f) => f.floor);
 

@@ -16,6 +16,7 @@ import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { spawnCli } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 // Dead letters are made here the way the relay makes them: an outbox id from the sequence,
 // the row moved whole into outbox_dead_letters, and for policy park a row in
@@ -535,7 +536,7 @@ test('integration: a real relay parks a key on a record Kafka refuses; after the
     { topic, key: 'b', payload: { n: 1 } },
     { topic, key: 'a', payload: { n: 4 } },
   ]);
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, deadLetterPolicy: 'park' });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, deadLetterPolicy: 'park' });
   await relay.start();
   try {
     await waitFor('the big row to be dead-lettered and its key parked', async () => (await parkedKeys()).length === 1);

@@ -3,13 +3,14 @@ import assert from 'node:assert/strict';
 import { Partitioners } from 'kafkajs';
 import { createRelay } from '../src/relay/relay.js';
 import type { RelayOptions } from '../src/relay/options.js';
-import { enqueue, type OutboxMessage } from '../src/enqueue.js';
+import type { OutboxMessage } from '../src/enqueue.js';
 import { HEADERS } from '../src/shared/kafka.js';
 import { classifyPublishError } from '../src/relay/publishErrors.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
+import { writeCommitted } from './helpers/outbox.js';
 
 let db: TestSchema;
 before(async () => {
@@ -19,17 +20,7 @@ after(async () => {
   await db.drop();
 });
 
-async function write(messages: OutboxMessage[]): Promise<number[]> {
-  const client = await db.pool.connect();
-  try {
-    await client.query('BEGIN');
-    const ids = await enqueue(client, messages, { schema: db.schema });
-    await client.query('COMMIT');
-    return ids.map((r) => r.id as number);
-  } finally {
-    client.release();
-  }
-}
+const write = (messages: OutboxMessage[]): Promise<number[]> => writeCommitted(db, messages);
 
 /** A topic whose broker-side max.message.bytes is small: bigger records are refused by Kafka itself. */
 async function smallTopic(): Promise<string> {

@@ -232,3 +232,16 @@ test('Kubernetes manifests: probes, resources, securityContext, secrets from Sec
   assert.ok(docs.some((d) => d.kind === 'Service' && d.spec.ports.some((p: Any) => p.port === 9464)));
   assert.ok(dirname(DEPLOY));
 });
+
+test('compose init script: every module it imports from the image (/app/dist/...) is one the build emits, with the names it imports', async () => {
+  const text = read('compose/init.mjs');
+  const imports = [...text.matchAll(/^import \{ ([^}]+) \} from '\/app\/dist\/([^']+)\.js';$/gm)];
+  assert.ok(imports.length >= 2, 'init.mjs imports migrate and roleScript from the image');
+  for (const [, names, path] of imports) {
+    // The image's dist/ is tsconfig.build.json's output of src/: dist/P.js is src/P.ts.
+    const source = join(ROOT, 'src', `${path}.ts`);
+    assert.ok(existsSync(source), `/app/dist/${path}.js: the build emits no such file (no src/${path}.ts)`);
+    const mod = (await import(source)) as Record<string, unknown>;
+    for (const name of names!.split(',').map((n) => n.trim())) assert.equal(typeof mod[name], 'function', `/app/dist/${path}.js exports ${name}`);
+  }
+});

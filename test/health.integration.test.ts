@@ -13,6 +13,7 @@ import { ConfigError } from '../src/shared/errors.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { testBrokers, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 let db: TestSchema;
 before(async () => {
@@ -52,6 +53,7 @@ async function serve(relay: Relay, kafka?: Kafka): Promise<MetricsServer> {
 
 function relayOn(options: { databaseUrl?: string; kafka?: Kafka }): Relay {
   const relay = createRelay({
+    producer: TEST_PRODUCER,
     // Other tests' transactions share this database: do not wait a minute behind one.
     horizonMaxWaitMs: 1_000,
     databaseUrl: options.databaseUrl ?? db.databaseUrl,

@@ -4,6 +4,7 @@ import pg from 'pg';
 import { Horizon } from '../src/relay/horizon.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 let db: TestSchema;
 before(async () => {
@@ -82,7 +83,7 @@ test('integration: a relay behind a write transaction held open elsewhere publis
   const { createTopic, testBrokers } = await import('./helpers/kafka.js');
   const topic = await createTopic(1);
   const longTx = await db.pool.connect();
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, horizonMaxWaitMs: 1_000 });
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, horizonMaxWaitMs: 1_000 });
   let forced = 0;
   relay.on('horizon', (h) => {
     if (h.forced) forced++;

@@ -1,14 +1,14 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import net from 'node:net';
-import { Kafka, logLevel, type ISocketFactory } from 'kafkajs';
 import type pg from 'pg';
 import { createRelay } from '../src/relay/relay.js';
 import { Horizon, openProbeConnection } from '../src/relay/horizon.js';
 import { enqueue } from '../src/enqueue.js';
-import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
+import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { pausableBroker } from './helpers/pausableBroker.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 // The horizon ignores the relay's own transactions (they never insert outbox rows), and
 // only those: src/relay/horizon.ts has the argument.
@@ -33,35 +33,6 @@ async function insertRow(key: string, topic = 'horizon-relay'): Promise<number> 
   }
 }
 
-/**
- * A kafkajs socket factory whose sockets stop writing while `paused` (the broker sees
- * nothing, so a produce request waits for its answer): a slow broker, on the real one.
- */
-function pausableSockets(): { factory: ISocketFactory; pause(): void; resume(): void } {
-  let paused = false;
-  const held: Array<() => void> = [];
-  const factory: ISocketFactory = ({ host, port, onConnect }) => {
-    const socket = net.connect({ host, port }, onConnect);
-    const write = socket.write.bind(socket) as (...args: unknown[]) => boolean;
-    socket.write = ((...args: unknown[]) => {
-      if (!paused) return write(...args);
-      held.push(() => write(...args));
-      return true;
-    }) as typeof socket.write;
-    return socket;
-  };
-  return {
-    factory,
-    pause: () => {
-      paused = true;
-    },
-    resume: () => {
-      paused = false;
-      for (const flush of held.splice(0)) flush();
-    },
-  };
-}
-
 async function relayBatchXid(applicationName: string): Promise<string | null> {
   const { rows } = await db.pool.query<{ xid: string | null }>(
     `SELECT backend_xid::text AS xid FROM pg_stat_activity WHERE application_name = $1 AND backend_xid IS NOT NULL AND state = 'idle in transaction'`,
@@ -72,10 +43,9 @@ async function relayBatchXid(applicationName: string): Promise<string | null> {
 
 test('integration: a relay batch held open (its Kafka send stalled) does not hold the horizon back: rows other writers commit meanwhile are released', async () => {
   const topic = await createTopic(2);
-  const sockets = pausableSockets();
-  const kafka = new Kafka({ clientId: uniqueName('held'), brokers: testBrokers(), logLevel: logLevel.NOTHING, socketFactory: sockets.factory });
-  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, kafka, batchesInFlight: 1 });
-  await relay.start();
+  const sockets = pausableBroker();
+  const relay = createRelay({ databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), producer: TEST_PRODUCER, schema: db.schema, batchesInFlight: 1 });
+  await sockets.own(() => relay.start());
   try {
     const first = await insertRow('warm-up', topic);
     await readTopic(topic, (m) => m.length >= 1);
@@ -93,7 +63,7 @@ test('integration: a relay batch held open (its Kafka send stalled) does not hol
     const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.key)).size >= 3);
     assert.deepEqual([...new Set(messages.map((m) => m.key))].sort(), ['later', 'stalled', 'warm-up']);
   } finally {
-    sockets.resume();
+    sockets.restore();
     await relay.stop();
   }
 });

@@ -9,10 +9,11 @@ import { getStatus } from '../src/commands/status.js';
 import { instrumentRelay, type RelayInstrumentation } from '../src/metrics/relayMetrics.js';
 import { roleScript } from '../src/commands/roles.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
-import { createTopic, readTopic, testKafka } from './helpers/kafka.js';
+import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { produce } from './helpers/consumer.js';
 import { metricValue } from './helpers/metrics.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 // Roles are cluster-wide: every name is unique to this run, and all are dropped at the end.
 const relayGroup = uniqueName('lp_relay');
@@ -63,8 +64,9 @@ async function unsent(): Promise<number> {
 
 function relayAsRole(): { relay: Relay; metrics: RelayInstrumentation } {
   const relay = createRelay({
+    producer: TEST_PRODUCER,
     databaseUrl: urlFor(relayLogin),
-    kafkaBrokers: ['unused:9092'],
+    kafkaBrokers: testBrokers(),
     kafka: testKafka(),
     schema: db.schema,
     leaseTtlMs: 1_000,

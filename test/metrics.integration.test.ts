@@ -12,6 +12,7 @@ import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { metricValue } from './helpers/metrics.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 let db: TestSchema;
 before(async () => {
@@ -23,12 +24,13 @@ after(async () => {
   await db.drop();
 });
 
-function relayWith(kafka: Kafka | undefined, schema = db.schema): Relay {
+function relayWith(kafka: Kafka | undefined, schema = db.schema, kafkaBrokers = testBrokers()): Relay {
   const relay = createRelay({
+    producer: TEST_PRODUCER,
     // Other tests' transactions share this database: do not wait a minute behind one.
     horizonMaxWaitMs: 1_000,
     databaseUrl: db.databaseUrl,
-    kafkaBrokers: testBrokers(),
+    kafkaBrokers,
     schema,
     kafka,
     batchSize: 40,
@@ -126,7 +128,7 @@ test('integration: a broker that refuses connections shows up as publish errors 
   cleanups.push(() => other.drop());
   // Nothing listens on port 1: every batch fails to connect.
   const dead = new Kafka({ clientId: 'dead', brokers: ['127.0.0.1:1'], logLevel: logLevel.NOTHING, retry: { retries: 0 }, connectionTimeout: 200 });
-  const relay = relayWith(dead, other.schema);
+  const relay = relayWith(dead, other.schema, ['127.0.0.1:1']);
   const inst = instrument(relay);
   const r = inst.registry;
   await insertRows(other.schema, 'never-published', 5, 10);
@@ -151,6 +153,7 @@ test('integration: a row too large for Kafka is counted as a dead letter and its
   cleanups.push(() => other.drop());
   const topic = await createTopic(1);
   const relay = createRelay({
+    producer: TEST_PRODUCER,
     databaseUrl: db.databaseUrl,
     kafkaBrokers: testBrokers(),
     schema: other.schema,

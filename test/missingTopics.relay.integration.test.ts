@@ -2,13 +2,14 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRelay, type RelayEvents } from '../src/relay/relay.js';
 import type { RelayOptions } from '../src/relay/options.js';
-import { enqueue, type OutboxMessage } from '../src/enqueue.js';
+import type { OutboxMessage } from '../src/enqueue.js';
 import { HEADERS } from '../src/shared/kafka.js';
 import { startLocalKafka, type LocalKafka } from '../scripts/localKafka.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
+import { writeCommitted } from './helpers/outbox.js';
 
 // A broker of its own with auto.create.topics.enable=false: a topic nobody created stays
 // missing, as on most production clusters.
@@ -24,17 +25,7 @@ after(async () => {
 
 const brokers = (): string[] => [kafka.brokers];
 
-async function write(messages: OutboxMessage[]): Promise<number[]> {
-  const client = await db.pool.connect();
-  try {
-    await client.query('BEGIN');
-    const ids = await enqueue(client, messages, { schema: db.schema });
-    await client.query('COMMIT');
-    return ids.map((r) => r.id as number);
-  } finally {
-    client.release();
-  }
-}
+const write = (messages: OutboxMessage[]): Promise<number[]> => writeCommitted(db, messages);
 
 /** The next payload of a relay event (a promise, set up before the relay starts); rejects after `timeoutMs`. */
 function next<K extends 'batch' | 'batchError'>(relay: ReturnType<typeof createRelay>, event: K, timeoutMs = 60_000): Promise<RelayEvents[K]> {

@@ -7,6 +7,7 @@ import { createTopic, readTopic, testBrokers, type ReadMessage } from './helpers
 import { spawnCli } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
+import { sentCount } from './helpers/outbox.js';
 
 let db: TestSchema;
 before(async () => {
@@ -33,10 +34,7 @@ async function enqueueRows(topic: string, total: number, keys: number): Promise<
   }
 }
 
-async function countSent(): Promise<number> {
-  const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE sent_at IS NOT NULL`);
-  return rows[0]!.n;
-}
+const countSent = (): Promise<number> => sentCount(db);
 
 /** Every row arrived, and each key's first deliveries are in outbox id order. */
 function assertCompleteAndOrdered(messages: ReadMessage[], expectedIds: Set<string>): void {

@@ -8,6 +8,7 @@ import { spawnCli, type Spawned } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
 import { assertDeliveredInOrder, runWriters } from './helpers/workload.js';
+import { sentCount as sentRows } from './helpers/outbox.js';
 
 const LEASE_TTL_MS = 2_000;
 let db: TestSchema;
@@ -18,10 +19,7 @@ after(async () => {
   await db.drop();
 });
 
-async function sentCount(topic: string): Promise<number> {
-  const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE topic = $1 AND sent_at IS NOT NULL`, [topic]);
-  return rows[0]!.n;
-}
+const sentCount = (topic: string): Promise<number> => sentRows(db, topic);
 
 async function ownersByShardCount(): Promise<number[]> {
   const status = await getStatus({ client: db.pool as never, schema: db.schema });

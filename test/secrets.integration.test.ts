@@ -83,6 +83,9 @@ test('integration: the same passwords percent-encoded connect, and are never sho
   }
 });
 
+// Unencoded, these are not URLs (a '/' or '?' or '#' ends the authority early).
+const REFUSED_AS_URL = new Set(['9000/Secret', 'hash#tag#pw', 'que?ry=pw', 'all/@:#?%-mix']);
+
 test('integration: library connection errors and descriptions never show the user info', async () => {
   for (const pw of PASSWORDS) {
     // Port 1: nothing listens there, so the driver fails and its message is shown.
@@ -92,11 +95,26 @@ test('integration: library connection errors and descriptions never show the use
       assertNoPiece(error.message, pw, 'connect()');
       return true;
     });
+    // A URL the parser refuses fails createRelay at once; one it takes fails start(), on
+    // port 1. Both errors are checked, and which class each password falls in is pinned,
+    // so neither path can pass by not running.
+    let refused: Error | undefined;
+    let relay: ReturnType<typeof createRelay> | undefined;
     try {
-      createRelay({ databaseUrl: url, kafkaBrokers: testBrokers() });
+      relay = createRelay({ databaseUrl: url, kafkaBrokers: testBrokers() });
     } catch (error) {
-      assert.match((error as Error).message, /^databaseUrl: /);
-      assertNoPiece((error as Error).message, pw, 'createRelay()');
+      refused = error as Error;
+    }
+    assert.equal(refused !== undefined, REFUSED_AS_URL.has(pw), `createRelay() ${refused ? 'refused' : 'took'} ${JSON.stringify(pw)}: ${refused?.message}`);
+    if (refused) {
+      assert.match(refused.message, /^databaseUrl: /);
+      assertNoPiece(refused.message, pw, 'createRelay()');
+    } else {
+      await assert.rejects(relay!.start(), (error: Error) => {
+        assert.match(error.message, /cannot connect to Postgres at 127\.0\.0\.1:1\/app/);
+        assertNoPiece(error.message, pw, 'createRelay().start()');
+        return true;
+      });
     }
     assertNoPiece(redactDatabaseUrl(`database "${pw}@127.0.0.1:1/app" does not exist`, url), pw, 'redactDatabaseUrl');
   }

@@ -6,8 +6,8 @@
 // script (docs/operations.md).
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
-import { migrate } from '/app/dist/migrate.js';
-import { roleScript } from '/app/dist/roles.js';
+import { migrate } from '/app/dist/commands/migrate.js';
+import { roleScript } from '/app/dist/commands/roles.js';
 
 const secret = (name) => readFileSync(`/run/secrets/${name}`, 'utf8').trim();
 const ownerUrl = `postgres://postgres:${encodeURIComponent(secret('postgres_password'))}@postgres:5432/app`;

@@ -8,6 +8,7 @@ import { OutboxError, describeError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { createKafka } from '../shared/kafka.js';
 import { TypedEmitter } from '../shared/events.js';
+import { publishRelayStarted } from '../shared/diagnostics.js';
 import { backoffDelayMs } from '../shared/backoff.js';
 import { Horizon, openProbeConnection } from './horizon.js';
 import { IdAudit } from './idAudit.js';
@@ -206,6 +207,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       },
       'relay started',
     );
+    publishRelayStarted({ producer: this.producer.adapter, schema: o.schema });
   }
 
   /**

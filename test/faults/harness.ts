@@ -16,7 +16,7 @@ import { Slot } from './processes.js';
 import type { RunConfig } from './profiles.js';
 import { RESULTS, type RunReport } from './report.js';
 import { buildSchedule, describeFault, Random, type FaultKind } from './schedule.js';
-import { emptyTally, expectedTally, FAULT_KINDS, selfCheck, selfCheckFailures } from './selfCheck.js';
+import { emptyTally, expectedTally, FAULT_KINDS, rowsOvershoot, selfCheck, selfCheckFailures } from './selfCheck.js';
 import type { Servers } from './servers.js';
 import { migrateSchema, type CodeVersion } from './snapshot.js';
 import { startWorkload, type WorkloadStats } from './workload.js';
@@ -303,6 +303,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   actual.relaysOnProducer = adaptersSeen.filter((seen) => seen.size === 1 && seen.has(cfg.producer)).length;
   actual.consumers = consumerSlots.filter((s) => (s.events.started ?? 0) > 0 && (s.events.assigned ?? 0) > 0).length;
   actual.brokers = brokersInCluster;
+  actual.rowsCommitted = ws.committed.length;
   for (const { kind } of FAULT_KINDS) actual.faults[kind] = injector.injected[kind] ?? 0;
   const lines = selfCheck(expectedTally(p), actual, {
     relays: `started ${relaySlots.reduce((n, s) => n + s.starts, 0)} times; seen heartbeating in outbox_relays${sightings.length > 1 ? ' of every outbox' : ''}: ${sightings.map((r) => [...r.seen].sort().join(', ') || 'none').join(' | ')}`,
@@ -316,7 +317,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     'consumer-kill': `${injector.worstMomentKills} killed themselves between the Postgres commit and the offset commit`,
     'consumer-join': 'counted once the joining consumer was assigned partitions',
     'database-cut': outboxes.length > 1 ? `of ${outboxes.slice(1).map((o) => o.database).join(', ')}` : undefined,
-  } satisfies Partial<Record<FaultKind | 'relays' | 'relaysLiveAtOnce' | 'relaysOnProducer' | 'consumers' | 'brokers' | 'outboxes', string>>);
+    rowsCommitted: `seen to commit by the writers (${ws.unknown.length} of unknown outcome not counted); the last transactions may add up to ${rowsOvershoot(p)}`,
+  } satisfies Partial<Record<FaultKind | 'relays' | 'relaysLiveAtOnce' | 'relaysOnProducer' | 'consumers' | 'brokers' | 'outboxes' | 'rowsCommitted', string>>, rowsOvershoot(p));
 
   const found = violations(result);
   if (drainedAt === undefined) found.push('not drained');

@@ -41,6 +41,14 @@ export interface Tally {
   brokers: number;
   /** Outboxes in which every relay was seen heartbeating (each relay process serves them all). */
   outboxes: number;
+  /**
+   * Rows the writers saw commit. The profile's `rows` (shared out over the outboxes) is
+   * the target: each outbox's writers stop issuing once the rows in flight reach it, so
+   * the last transactions may overshoot it by fewer than `maxRowsPerTransaction` rows
+   * (see rowsOvershoot). Fewer means the deadline cut the workload short: the run tested
+   * less than it says.
+   */
+  rowsCommitted: number;
   /** Faults injected (and completed), by kind. */
   faults: Record<FaultKind, number>;
 }
@@ -49,14 +57,19 @@ export interface Tally {
 export function expectedTally(p: Profile): Tally {
   const faults = {} as Record<FaultKind, number>;
   for (const { kind, count } of FAULT_KINDS) faults[kind] = p.counts[count] ?? 0;
-  return { relays: p.relays, relaysLiveAtOnce: p.relays, relaysOnProducer: p.relays, consumers: p.consumers, brokers: p.brokers, outboxes: p.outboxes ?? 1, faults };
+  return { relays: p.relays, relaysLiveAtOnce: p.relays, relaysOnProducer: p.relays, consumers: p.consumers, brokers: p.brokers, outboxes: p.outboxes ?? 1, rowsCommitted: (p.outboxes ?? 1) * Math.ceil(p.rows / (p.outboxes ?? 1)), faults };
+}
+
+/** How far past the target the writers' last transactions can take the rows committed. */
+export function rowsOvershoot(p: Pick<Profile, 'maxRowsPerTransaction' | 'outboxes'>): number {
+  return (p.outboxes ?? 1) * (p.maxRowsPerTransaction - 1);
 }
 
 /** An empty tally, to count into. */
 export function emptyTally(): Tally {
   const faults = {} as Record<FaultKind, number>;
   for (const { kind } of FAULT_KINDS) faults[kind] = 0;
-  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, consumers: 0, brokers: 0, outboxes: 0, faults };
+  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, consumers: 0, brokers: 0, outboxes: 0, rowsCommitted: 0, faults };
 }
 
 /** One line of the self-check: "relays: 2 of 2". */
@@ -73,8 +86,8 @@ function line(what: string, expected: number, actual: number, detail?: string): 
   return { what, expected, actual, ok: actual === expected, ...(detail ? { detail } : {}) };
 }
 
-/** Compare what ran with what should have, one line per count. */
-export function selfCheck(expected: Tally, actual: Tally, details: Partial<Record<string, string>> = {}): SelfCheckLine[] {
+/** Compare what ran with what should have, one line per count; `overshoot`: see {@link rowsOvershoot}. */
+export function selfCheck(expected: Tally, actual: Tally, details: Partial<Record<string, string>> = {}, overshoot = 0): SelfCheckLine[] {
   const lines = [
     line('relays', expected.relays, actual.relays, details.relays),
     line('relays live at once', expected.relaysLiveAtOnce, actual.relaysLiveAtOnce, details.relaysLiveAtOnce),
@@ -82,6 +95,10 @@ export function selfCheck(expected: Tally, actual: Tally, details: Partial<Recor
     line('consumers', expected.consumers, actual.consumers, details.consumers),
     line('Kafka brokers', expected.brokers, actual.brokers, details.brokers),
     line('outboxes relayed by every relay', expected.outboxes, actual.outboxes, details.outboxes),
+    {
+      ...line('rows committed by the writers', expected.rowsCommitted, actual.rowsCommitted, details.rowsCommitted),
+      ok: actual.rowsCommitted >= expected.rowsCommitted && actual.rowsCommitted <= expected.rowsCommitted + overshoot,
+    },
   ];
   for (const { kind } of FAULT_KINDS) lines.push(line(`fault ${kind}`, expected.faults[kind], actual.faults[kind] ?? 0, details[kind]));
   return lines;

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { PLANTS, PROFILES, planRuns } from '../faults/profiles.js';
-import { emptyTally, expectedTally, FAULT_KINDS, runsCheck, selfCheck, selfCheckFailures, type Tally } from '../faults/selfCheck.js';
+import { emptyTally, expectedTally, FAULT_KINDS, rowsOvershoot, runsCheck, selfCheck, selfCheckFailures, type Tally } from '../faults/selfCheck.js';
 import { parseChangedFiles } from '../faults/snapshot.js';
 import { buildSchedule } from '../faults/schedule.js';
 
@@ -46,7 +46,7 @@ test('self-check: a run that ran what its profile says passes', () => {
   const lines = selfCheck(expectedTally(ci), faithful());
   assert.deepEqual(selfCheckFailures(lines), []);
   assert.ok(lines.every((l) => l.ok));
-  assert.equal(lines.length, 6 + FAULT_KINDS.length);
+  assert.equal(lines.length, 7 + FAULT_KINDS.length);
 });
 
 test('self-check: one relay where the profile says two fails the run', () => {
@@ -73,7 +73,23 @@ test('self-check: a missing consumer, broker or fault of any kind fails the run;
   }
   // Nothing ran at all: every line fails except the fault kinds the profile has none of.
   const nothing = selfCheckFailures(selfCheck(expectedTally(ci), emptyTally()));
-  assert.equal(nothing.length, 6 + FAULT_KINDS.filter(({ count }) => (ci.counts[count] ?? 0) > 0).length);
+  assert.equal(nothing.length, 7 + FAULT_KINDS.filter(({ count }) => (ci.counts[count] ?? 0) > 0).length);
+});
+
+test('self-check: the rows the writers committed are checked against the profile: fewer fail the run, the last transactions overshoot it by less than a transaction', () => {
+  const expected = expectedTally(ci);
+  assert.equal(expected.rowsCommitted, ci.rows);
+  const overshoot = rowsOvershoot(ci);
+  assert.equal(overshoot, ci.maxRowsPerTransaction - 1);
+  const withRows = (n: number): string[] => selfCheckFailures(selfCheck(expected, { ...faithful(), rowsCommitted: n }, {}, overshoot));
+  assert.deepEqual(withRows(ci.rows), []);
+  assert.deepEqual(withRows(ci.rows + overshoot), []);
+  assert.deepEqual(withRows(ci.rows - 1), [`self-check: rows committed by the writers ${ci.rows - 1} of ${ci.rows}`]);
+  assert.deepEqual(withRows(ci.rows + overshoot + 1), [`self-check: rows committed by the writers ${ci.rows + overshoot + 1} of ${ci.rows}`]);
+  // Two outboxes share the rows out (each its own writers, each its own overshoot).
+  const multi = { ...ci, rows: 4_001, outboxes: 2 };
+  assert.equal(expectedTally(multi).rowsCommitted, 4_002);
+  assert.equal(rowsOvershoot(multi), 2 * (ci.maxRowsPerTransaction - 1));
 });
 
 test('self-check: --verify-planted that completed fewer planted cases than listed fails', () => {

@@ -1,0 +1,278 @@
+// Every code block of README.md and docs/*.md is checked as a user would meet it.
+// TypeScript and JavaScript blocks are type-checked against the package's public entry
+// points: `outbox-relay` and `outbox-relay/cache`, mapped to src/index.ts and
+// src/cache/index.ts (what package.json's exports map publishes), and nothing deeper. JSON
+// blocks must parse. In shell blocks, every `outbox-relay <command> --flag` shown must be a
+// command and a flag of that command's --help.
+//
+// A block that cannot stand alone says so just before it, in an HTML comment (invisible
+// once rendered):
+//   <!-- compile: fragment: <why> -->              not compiled; the reason is required
+//   <!-- compile: declare const client: pg.PoolClient; -->  compiled after these lines
+// The prelude may declare what the prose around the block assumes (`client`,
+// `databaseUrl`: `declare const client: import('pg').PoolClient;`) or import what an
+// earlier block of the page imported.
+// There is no silent exclusion: the test counts what it checked and fails below a minimum.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import ts from 'typescript';
+
+const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
+const DOCS = ['README.md', ...readdirSync(join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).sort().map((f) => `docs/${f}`)];
+
+// What the harness must have found, so that a broken extraction cannot pass by checking
+// nothing. Raise them when blocks are added.
+const MIN_COMPILED_BLOCKS = 11;
+const MIN_CLI_INVOCATIONS = 23;
+
+const CODE = new Set(['ts', 'typescript', 'js', 'javascript']);
+const SHELL = new Set(['sh', 'bash', 'shell', 'console']);
+const MARKER = /^<!--\s*compile:\s*(.*?)\s*-->$/;
+
+interface Block {
+  file: string;
+  /** Line of the opening fence (1-based). */
+  fence: number;
+  lang: string;
+  code: string;
+  /** The marker's text, when the line before the block is one. */
+  marker: string | undefined;
+  markerLine: number;
+}
+
+function blocksOf(file: string): Block[] {
+  const lines = readFileSync(join(ROOT, file), 'utf8').split('\n');
+  const blocks: Block[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    const open = /^(\s*)```\s*([\w-]*)/.exec(lines[i]!);
+    if (!open) continue;
+    const indent = open[1]!.length;
+    let end = i + 1;
+    while (end < lines.length && !/^\s*```\s*$/.test(lines[end]!)) end++;
+    assert.ok(end < lines.length, `${file}:${i + 1}: a code block that is never closed`);
+    let before = i - 1;
+    while (before >= 0 && lines[before]!.trim() === '') before--;
+    const marker = before >= 0 ? MARKER.exec(lines[before]!.trim())?.[1] : undefined;
+    blocks.push({
+      file,
+      fence: i + 1,
+      lang: open[2]!.toLowerCase(),
+      code: lines
+        .slice(i + 1, end)
+        .map((l) => l.slice(Math.min(indent, l.length - l.trimStart().length)))
+        .join('\n'),
+      marker,
+      markerLine: before + 1,
+    });
+    i = end;
+  }
+  return blocks;
+}
+
+const ALL = DOCS.flatMap(blocksOf);
+
+const FRAGMENT = /^fragment:\s*(.*)$/;
+
+/** The blocks the type check compiles (all TS/JS blocks but the marked fragments). */
+function codeBlocks(): Block[] {
+  return ALL.filter((b) => CODE.has(b.lang) && !FRAGMENT.test(b.marker ?? ''));
+}
+
+function typeCheck(blocks: Block[]): { problems: string[]; resolved: Map<string, string | undefined> } {
+  const config = ts.readConfigFile(join(ROOT, 'tsconfig.json'), (p) => ts.sys.readFile(p));
+  const parsed = ts.parseJsonConfigFileContent(config.config, ts.sys, ROOT);
+  const options: ts.CompilerOptions = {
+    ...parsed.options,
+    noEmit: true,
+    // Unused imports and locals are normal in an example.
+    noUnusedLocals: false,
+    noUnusedParameters: false,
+    // Not part of `strict`: what a user's strict project sees.
+    noUncheckedIndexedAccess: false,
+    paths: { 'outbox-relay': [join(ROOT, 'src/index.ts')], 'outbox-relay/cache': [join(ROOT, 'src/cache/index.ts')] },
+  };
+  // Virtual files at the repository's root: module resolution finds node_modules and the
+  // package.json ("type": "module": top-level await is allowed, as in an ESM app).
+  const sources = new Map<string, { block: Block; text: string }>();
+  for (const block of blocks) {
+    const prelude = block.marker ? `${block.marker}` : '';
+    // Line 1: the prelude; the block's first line is line 2.
+    const text = `${prelude}\n${block.code}\nexport {};\n`;
+    sources.set(join(ROOT, `__doc_block__${block.file.replace(/\W/g, '_')}_${block.fence}.ts`), { block, text });
+  }
+  const host = ts.createCompilerHost(options);
+  const getSourceFile = host.getSourceFile.bind(host);
+  host.getSourceFile = (name, languageVersion, ...rest) => {
+    const virtual = sources.get(name);
+    return virtual ? ts.createSourceFile(name, virtual.text, languageVersion, true) : getSourceFile(name, languageVersion, ...rest);
+  };
+  const fileExists = host.fileExists.bind(host);
+  host.fileExists = (name) => sources.has(name) || fileExists(name);
+  const readFile = host.readFile.bind(host);
+  host.readFile = (name) => sources.get(name)?.text ?? readFile(name);
+  const program = ts.createProgram([...sources.keys()], options, host);
+
+  const problems: string[] = [];
+  for (const [name, { block }] of sources) {
+    const sourceFile = program.getSourceFile(name)!;
+    for (const d of [...program.getSyntacticDiagnostics(sourceFile), ...program.getSemanticDiagnostics(sourceFile)]) {
+      const { line } = sourceFile.getLineAndCharacterOfPosition(d.start ?? 0);
+      const where = line === 0 ? `${block.file}:${block.markerLine} (its compile marker)` : `${block.file}:${block.fence + line}`;
+      problems.push(`${where}: TS${d.code} ${ts.flattenDiagnosticMessageText(d.messageText, ' ')}`);
+    }
+  }
+  const resolved = new Map<string, string | undefined>();
+  for (const specifier of ['outbox-relay', 'outbox-relay/cache', 'outbox-relay/dist/relay/relay.js']) {
+    resolved.set(specifier, ts.resolveModuleName(specifier, join(ROOT, '__probe__.ts'), options, host).resolvedModule?.resolvedFileName);
+  }
+  return { problems, resolved };
+}
+
+test('docs: every fragment marker gives its reason and stands before a code block', () => {
+  const markers = DOCS.flatMap((file) =>
+    readFileSync(join(ROOT, file), 'utf8')
+      .split('\n')
+      .flatMap((l, i) => (MARKER.test(l.trim()) ? [{ file, line: i + 1, text: MARKER.exec(l.trim())![1]! }] : [])),
+  );
+  for (const m of markers) {
+    const block = ALL.find((b) => b.file === m.file && b.markerLine === m.line);
+    assert.ok(block, `${m.file}:${m.line}: a compile marker that is not right before a code block`);
+    assert.ok(CODE.has(block.lang), `${m.file}:${m.line}: a compile marker before a ${block.lang || 'plain'} block (only ts/js blocks are compiled)`);
+    const fragment = FRAGMENT.exec(m.text);
+    if (fragment) assert.ok(fragment[1]!.length >= 10, `${m.file}:${m.line}: a fragment marker must say why the block cannot compile`);
+  }
+});
+
+test('docs: every TypeScript and JavaScript block of README.md and docs/ compiles against the public entry points (outbox-relay, outbox-relay/cache)', () => {
+  const blocks = codeBlocks();
+  const { problems, resolved } = typeCheck(blocks);
+  // The harness checks itself: the entry points are the sources a user's import reaches...
+  assert.equal(resolved.get('outbox-relay'), join(ROOT, 'src/index.ts'));
+  assert.equal(resolved.get('outbox-relay/cache'), join(ROOT, 'src/cache/index.ts'));
+  // ...and only those: a path into the package is not public (package.json's exports).
+  assert.notEqual(resolved.get('outbox-relay/dist/relay/relay.js'), join(ROOT, 'src/relay/relay.ts'));
+  assert.ok(blocks.length >= MIN_COMPILED_BLOCKS, `compiled ${blocks.length} blocks, expected at least ${MIN_COMPILED_BLOCKS}: is the extraction broken?`);
+  assert.deepEqual(problems, [], `code blocks that do not compile:\n${problems.join('\n')}`);
+});
+
+test('docs: a block with an error fails the check, naming its file and line (positive control)', () => {
+  const broken: Block = { file: 'docs/example.md', fence: 40, lang: 'ts', code: "import { createRelayy } from 'outbox-relay';\nconst n: number = 'x';", marker: undefined, markerLine: 0 };
+  const fine: Block = { file: 'docs/example.md', fence: 50, lang: 'ts', code: "import { createCache } from 'outbox-relay/cache';\nvoid createCache;", marker: undefined, markerLine: 0 };
+  const { problems } = typeCheck([broken, fine]);
+  assert.equal(problems.length, 2, problems.join('\n'));
+  assert.match(problems[0]!, /^docs\/example\.md:41: TS(2305|2724) .*createRelayy/);
+  assert.match(problems[1]!, /^docs\/example\.md:42: TS2322 /);
+});
+
+test('docs: every JSON block parses', () => {
+  const json = ALL.filter((b) => b.lang === 'json');
+  assert.ok(json.length >= 1, 'no JSON block found');
+  for (const b of json) assert.doesNotThrow(() => JSON.parse(b.code), `${b.file}:${b.fence}: a JSON block that does not parse`);
+});
+
+interface Invocation {
+  where: string;
+  command: string[];
+  flags: string[];
+}
+
+/** `outbox-relay <command...> [args] --flag ...` in shell blocks; continuation lines joined, comments dropped. */
+function invocations(blocks: Block[] = ALL): Invocation[] {
+  const found: Invocation[] = [];
+  for (const b of blocks.filter((x) => SHELL.has(x.lang))) {
+    const lines = b.code.split('\n');
+    for (let i = 0; i < lines.length; i++) {
+      const start = i;
+      let line = lines[i]!;
+      while (line.trimEnd().endsWith('\\') && i + 1 < lines.length) line = line.trimEnd().slice(0, -1) + ' ' + lines[++i]!;
+      const code = line.replace(/(^|\s)#.*$/, '');
+      for (const segment of code.split(/\|\||&&|[|;]/)) {
+        const tokens = segment.trim().split(/\s+/);
+        const at = tokens.findIndex((t) => t === 'outbox-relay' || t.endsWith('/outbox-relay') || t === 'bin/outbox-relay.js');
+        if (at < 0) continue;
+        const rest = tokens.slice(at + 1);
+        const command: string[] = [];
+        for (const t of rest) {
+          if (t.startsWith('-') || !/^[a-z][a-z-]*$/.test(t) || command.length === 2) break;
+          command.push(t);
+        }
+        const flags = rest.filter((t) => t.startsWith('--')).map((t) => t.split('=')[0]!);
+        found.push({ where: `${b.file}:${b.fence + 1 + start}`, command, flags });
+      }
+    }
+  }
+  return found;
+}
+
+const execFileAsync = promisify(execFile);
+
+async function help(command: string[]): Promise<string> {
+  const { stdout } = await execFileAsync(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...command, '--help'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME } });
+  return stdout;
+}
+
+/** The invocations whose command or flags the CLI does not have, one line each. */
+async function cliProblems(calls: Invocation[]): Promise<string[]> {
+  const top = await help([]);
+  const commands = new Set([...top.matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]!));
+  assert.ok(commands.has('run') && commands.has('migrate'), `the top-level help lists no commands:\n${top}`);
+  // Commands with subcommands (dead-letters list, debezium attach) are named by two words.
+  const helps = new Map<string, Promise<string>>();
+  const problems: string[] = [];
+  for (const call of calls) {
+    const [first, second] = call.command;
+    if (!first || !commands.has(first)) {
+      problems.push(`${call.where}: \`outbox-relay ${call.command.join(' ')}\` is not a command (${[...commands].join(', ')})`);
+      continue;
+    }
+    if (!helps.has(first)) helps.set(first, help([first]));
+    const parent = await helps.get(first)!;
+    const subcommands = new Set([...parent.replace(/^[\s\S]*?\nCommands:\n/, '').matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]!));
+    const path = /\nCommands:\n/.test(parent) && second && subcommands.has(second) ? [first, second] : [first];
+    if (/\nCommands:\n/.test(parent) && path.length === 1 && !parent.includes('\nOptions:\n  --')) {
+      problems.push(`${call.where}: \`outbox-relay ${first}\` needs one of ${[...subcommands].join(', ')}`);
+      continue;
+    }
+    const key = path.join(' ');
+    if (!helps.has(key)) helps.set(key, help(path));
+    const text = await helps.get(key)!;
+    for (const flag of call.flags) {
+      if (!new RegExp(`(^|[\\s,])${flag.replace(/[-]/g, '\\-')}(\\s|,|$|\\[|<|=)`, 'm').test(text)) problems.push(`${call.where}: \`outbox-relay ${key}\` has no option ${flag}`);
+    }
+  }
+  return problems;
+}
+
+test("docs: every `outbox-relay <command> --flag` in a shell block is a command and a flag of the CLI's --help", async () => {
+  const calls = invocations();
+  assert.ok(calls.length >= MIN_CLI_INVOCATIONS, `found ${calls.length} outbox-relay command lines, expected at least ${MIN_CLI_INVOCATIONS}: is the extraction broken?`);
+  const problems = await cliProblems(calls);
+  assert.deepEqual(problems, [], problems.join('\n'));
+});
+
+test('docs: a shell line with an unknown command or flag fails the check, naming its file and line (positive control)', async () => {
+  const block: Block = {
+    file: 'docs/example.md',
+    fence: 10,
+    lang: 'sh',
+    code: ['outbox-relay cleanup --retention 12h --bogus-flag 3   # one unknown flag', 'DATABASE_URL=x outbox-relay dead-letters replay --all \\', '  --rate 10 --nope', 'outbox-relay nosuch --x'].join('\n'),
+    marker: undefined,
+    markerLine: 0,
+  };
+  const calls = invocations([block]);
+  assert.deepEqual(calls.map((c) => [c.where, c.command.join(' '), c.flags.join(' ')]), [
+    ['docs/example.md:11', 'cleanup', '--retention --bogus-flag'],
+    ['docs/example.md:12', 'dead-letters replay', '--all --rate --nope'],
+    ['docs/example.md:14', 'nosuch', '--x'],
+  ]);
+  const problems = await cliProblems(calls);
+  assert.equal(problems.length, 3, problems.join('\n'));
+  assert.match(problems[0]!, /^docs\/example\.md:11: `outbox-relay cleanup` has no option --bogus-flag$/);
+  assert.match(problems[1]!, /^docs\/example\.md:12: `outbox-relay dead-letters replay` has no option --nope$/);
+  assert.match(problems[2]!, /^docs\/example\.md:14: `outbox-relay nosuch` is not a command/);
+});
