@@ -1,6 +1,6 @@
 import { choice, type Setting } from './settings.js';
 import { LOG_LEVELS, type LogLevel } from './logger.js';
-import { DEFAULT_SCHEMA, identifierProblem } from './identifiers.js';
+import { DEFAULT_SCHEMA, schemaNameProblem } from './identifiers.js';
 import { databaseUrlProblem } from './database.js';
 
 // Settings that the relay, the consumer and the operator commands all read: where the
@@ -59,13 +59,13 @@ export const schema: Setting<string> = {
   option: 'schema',
   flag: '--schema',
   env: 'OUTBOX_SCHEMA',
-  description: 'Postgres schema that holds the outbox tables.',
+  description: 'Postgres schema that holds the outbox tables (lower-case letters, digits, _).',
   defaultValue: DEFAULT_SCHEMA,
   parse(raw) {
     const problem = this.check(raw);
     return problem ? { problem } : { value: raw };
   },
-  check: identifierProblem,
+  check: schemaNameProblem,
 };
 
 export const logLevel: Setting<LogLevel> = choice({
