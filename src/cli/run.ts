@@ -27,7 +27,8 @@ export function addRunCommand(program: Command): void {
       logger.flush();
       process.exit(code);
     }
-    const o = resolve(RUN_SETTINGS, flags);
+    // Read although one outbox has no use for it: a bad value is refused either way.
+    const o = resolve([...RUN_SETTINGS, maxDatabaseConnections], flags);
     const logger = createLogger(o.logLevel as LogLevel);
     // Resolved once, here: the relay takes the resolved options as they are. The raw ones
     // stay beside them for what run itself reads (metrics, the security summary it logs).
