@@ -9,7 +9,7 @@ import { addSettings, readOne, settingVariables } from './settings.js';
 // scopeOf(), so the rules of a list hold for all of them alike.
 
 /** The outboxes a command may act on. */
-export interface Scope {
+interface Scope {
   /** The list, when one is given; undefined for the single outbox of DATABASE_URL. */
   list: OutboxDefinition[] | undefined;
   /**

@@ -30,8 +30,10 @@ export function addRunCommand(program: Command): void {
     // Read although one outbox has no use for it: a bad value is refused either way.
     const o = resolve([...RUN_SETTINGS, maxDatabaseConnections], flags);
     const logger = createLogger(o.logLevel as LogLevel);
-    // Resolved once, here: the relay takes the resolved options as they are. The raw ones
-    // stay beside them for what run itself reads (metrics, the security summary it logs).
+    // Resolved here, at the boundary: every option checked and the TLS and SASL files read
+    // before anything starts. runRelay gets the resolved values (the relay keeps their
+    // kafkaSecurity instead of reading the files again) beside the raw settings it reads
+    // itself (metrics, the security summary it logs).
     const relayOptions = resolveRelayOptions({ ...(o as unknown as RelayOptions), logger });
     const code = await runRelay({ ...(o as unknown as RelayOptions), ...relayOptions, logger });
     logger.flush();

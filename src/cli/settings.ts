@@ -10,7 +10,7 @@ import { EXIT } from '../commands/run.js';
 // (one line, naming the flag or variable they set).
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export type AnySetting = Setting<any>;
+type AnySetting = Setting<any>;
 
 /**
  * Every variable some setting of some command reads (and the `_FILE` form of secrets):
@@ -54,7 +54,7 @@ function whereToSet(s: AnySetting): string {
 }
 
 /** The camelCase key commander gives a flag's value. */
-export function flagKey(flag: string): string {
+function flagKey(flag: string): string {
   return flag.replace(/^--/, '').replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
 }
 

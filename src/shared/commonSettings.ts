@@ -11,7 +11,7 @@ import { databaseUrlProblem } from './database.js';
 const BROKER = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?):(\d{1,5})$/;
 
 /** Problems with a list of `host:port` brokers, or undefined. */
-export function checkBrokers(brokers: readonly string[]): string | undefined {
+function checkBrokers(brokers: readonly string[]): string | undefined {
   if (brokers.length === 0) return 'needs at least one host:port';
   for (const broker of brokers) {
     const m = BROKER.exec(broker);

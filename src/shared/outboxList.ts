@@ -39,7 +39,7 @@ export interface OutboxDefinition {
 }
 
 /** Most outboxes one process takes: each holds its own connections, leases and loops. */
-export const MAX_OUTBOXES = 64;
+const MAX_OUTBOXES = 64;
 
 const NAME = /^[a-z][a-z0-9_]{0,39}$/;
 const ENTRY_KEYS = new Set(['name', 'databaseUrl', 'databaseUrlEnv', 'databaseUrlFile', 'schema', 'batchesInFlight']);
@@ -49,7 +49,7 @@ const ENV_SUFFIXES = ['DATABASE_URL', 'DATABASE_URL_FILE', 'SCHEMA', 'BATCHES_IN
 const BATCHES_IN_FLIGHT_ACCEPTS = 'a whole number from 1 to 64';
 
 /** What is wrong with an outbox name, or undefined. */
-export function outboxNameProblem(name: unknown): string | undefined {
+function outboxNameProblem(name: unknown): string | undefined {
   return typeof name === 'string' && NAME.test(name)
     ? undefined
     : `${JSON.stringify(name)} is not an outbox name (1-40 lower-case letters, digits or underscores, starting with a letter)`;
