@@ -47,6 +47,11 @@ const FILE_KEYS = new Set(['outboxes']);
 /** The OUTBOX_<N>_* variables of one outbox, by suffix. */
 const ENV_SUFFIXES = ['DATABASE_URL', 'DATABASE_URL_FILE', 'SCHEMA', 'BATCHES_IN_FLIGHT'] as const;
 const BATCHES_IN_FLIGHT_ACCEPTS = 'a whole number from 1 to 64';
+/**
+ * Kubernetes' service links: a Service named `outbox-orders` puts OUTBOX_ORDERS_SERVICE_HOST,
+ * OUTBOX_ORDERS_PORT, OUTBOX_ORDERS_PORT_9464_TCP, … into every pod of its namespace.
+ */
+const SERVICE_LINK = /^(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\w+)?)$/;
 
 /** What is wrong with an outbox name, or undefined. */
 function outboxNameProblem(name: unknown): string | undefined {
@@ -204,14 +209,14 @@ export function outboxesFromEnvironment(env: NodeJS.ProcessEnv, otherVariables: 
  * An OUTBOX_<N>_* variable of a listed outbox that is none of its own: a typo
  * (OUTBOX_ORDERS_SHEMA) would otherwise leave the default in place without a word.
  * Variables of other settings that happen to share the prefix (an outbox named `batch`
- * and OUTBOX_BATCH_SIZE) are passed in `otherVariables`.
+ * and OUTBOX_BATCH_SIZE) are passed in `otherVariables`; Kubernetes' service links pass.
  */
 function refuseUnknownVariables(names: readonly string[], env: NodeJS.ProcessEnv, otherVariables: ReadonlySet<string>): void {
   const own = new Set(names.flatMap((n) => ENV_SUFFIXES.map((suffix) => `OUTBOX_${n.toUpperCase()}_${suffix}`)));
   for (const name of names) {
     const prefix = `OUTBOX_${name.toUpperCase()}_`;
     const unknown = Object.keys(env)
-      .filter((k) => k.startsWith(prefix) && !own.has(k) && !otherVariables.has(k))
+      .filter((k) => k.startsWith(prefix) && !own.has(k) && !otherVariables.has(k) && !SERVICE_LINK.test(k.slice(prefix.length)))
       .sort();
     if (unknown.length > 0) {
       throw new ConfigError(unknown[0]!, `is not a variable of outbox ${name} (known: ${ENV_SUFFIXES.map((s) => prefix + s).join(', ')})`);

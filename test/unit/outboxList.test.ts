@@ -105,6 +105,9 @@ test('OUTBOX_<NAME>_* refuses a variable the outbox does not have (OUTBOX_ORDERS
   // OUTBOX_BATCH_SIZE is --batch-size, not a variable of the outbox named batch.
   const list = outboxesFromEnvironment({ ...base, OUTBOX_BATCH_SIZE: '100' }, new Set(['OUTBOX_BATCH_SIZE']));
   assert.deepEqual(list.map((o) => o.name), ['orders', 'batch']);
+  // Kubernetes puts a Service's links into every pod: a Service outbox-orders is no typo.
+  const links = { OUTBOX_ORDERS_SERVICE_HOST: '10.0.0.1', OUTBOX_ORDERS_SERVICE_PORT: '9464', OUTBOX_ORDERS_SERVICE_PORT_METRICS: '9464', OUTBOX_ORDERS_PORT: 'tcp://10.0.0.1:9464', OUTBOX_ORDERS_PORT_9464_TCP_ADDR: '10.0.0.1' };
+  assert.equal(outboxesFromEnvironment({ ...base, ...links }).length, 2);
   refuses(() => outboxesFromEnvironment({ ...base, OUTBOX_ORDERS_BATCHES_IN_FLIGHT: '0' }), /^OUTBOX_ORDERS_BATCHES_IN_FLIGHT: "0" is not a whole number from 1 to 64/);
 });
 
