@@ -6,6 +6,10 @@ import { spawnCli } from './helpers/processes.js';
 import { createTopic, testBrokers } from './helpers/kafka.js';
 import { createTestSchema } from './helpers/db.js';
 import { waitFor } from './helpers/wait.js';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 // Bad settings must exit non-zero with one line that names the setting, and touch nothing.
 const sentinel = uniqueName('sentinel');
@@ -45,6 +49,10 @@ const cases: Array<{ name: string; args: string[]; env?: Record<string, string>;
   { name: 'an injected schema name (run)', args: ['run', '--schema', 'x"; drop table y; --'], code: 2, pattern: /^outbox-relay: --schema: .* is not a valid name/ },
   { name: 'an injected schema name (migrate)', args: ['migrate', '--schema', 'x"; drop table y; --'], code: 2, pattern: /^outbox-relay: --schema: .* is not a valid name/ },
   { name: 'an injected schema name from the environment', args: ['migrate'], env: { OUTBOX_SCHEMA: 'x"; drop table y; --' }, code: 2, pattern: /^outbox-relay: OUTBOX_SCHEMA: / },
+  // Quoted by migrate, "Mb" would be a schema the README's unquoted INSERT INTO Mb.outbox never reaches.
+  { name: 'an upper-case schema name (migrate)', args: ['migrate', '--schema', 'Mb'], code: 2, pattern: /^outbox-relay: --schema: "Mb" has upper-case letters: Postgres folds unquoted names to lower case.*use "mb"$/ },
+  { name: 'an upper-case schema name from the environment (migrate --print)', args: ['migrate', '--print'], env: { OUTBOX_SCHEMA: 'Mb' }, code: 2, pattern: /^outbox-relay: OUTBOX_SCHEMA: "Mb" has upper-case letters/ },
+  { name: 'an upper-case schema name (cleanup)', args: ['cleanup', '--schema', 'Mb'], code: 2, pattern: /^outbox-relay: --schema: "Mb" has upper-case letters/ },
   { name: 'a negative batch size', args: ['run', '--batch-size', '-5'], code: 2, pattern: /^outbox-relay: --batch-size: -5 is not a whole number from 1 to 10000$/ },
   { name: 'a batch size that is not a number', args: ['run'], env: { OUTBOX_BATCH_SIZE: '10x' }, code: 2, pattern: /^outbox-relay: OUTBOX_BATCH_SIZE: "10x" is not a whole number/ },
   { name: 'a database URL that is not a URL', args: ['run'], env: { DATABASE_URL: 'host=localhost password=hunter2' }, code: 2, pattern: /^outbox-relay: DATABASE_URL: is not a URL/ },
@@ -157,5 +165,92 @@ test('integration: SIGHUP stops the relay cleanly like SIGTERM: exit 0, logged, 
     assert.deepEqual(rows[0], { held: 0, members: 0, unsent: 0 });
   } finally {
     await t.drop();
+  }
+});
+
+// Every setting README's tables and docs/outboxes.md list, with a value it must refuse:
+// the command exits 2 with one line naming what the user set (the flag, or the variable).
+// The list is pinned to the settings themselves: a new setting without a case fails here.
+// (The Debezium settings have their own table: test/unit/debeziumOptions.test.ts.)
+test('integration: every setting refuses a bad value from its flag and from its variable: exit 2, one line naming it', async () => {
+  const { RUN_SETTINGS } = await import('../src/commands/run.js');
+  const { maxDatabaseConnections, outboxesFile } = await import('../src/relay/relayGroup.js');
+  const ops = await import('../src/commands/options.js');
+  const purge = await import('../src/commands/purgeProcessed.js');
+  const dir = mkdtempSync(join(tmpdir(), 'cli-settings-'));
+  const cert = join(dir, 'cert.pem');
+  const key = join(dir, 'key.pem');
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert, '-days', '1', '-subj', '/CN=outbox-test'], { stdio: 'ignore' });
+  const brokers = testBrokers().join(',');
+  // env: the setting's variable; value: one it must refuse; command: where it is read; extra: what the probe needs beside it.
+  const probes: Array<{ env: string; value: string; command: string[]; extra?: Record<string, string>; pattern?: RegExp }> = [
+    { env: 'DATABASE_URL', value: 'mysql://u@h/db', command: ['run'], pattern: /scheme "mysql:"/ },
+    { env: 'KAFKA_BROKERS', value: 'broker-without-port', command: ['run'], pattern: /is not host:port/ },
+    { env: 'OUTBOX_SCHEMA', value: 'Orders', command: ['run'], pattern: /has upper-case letters/ },
+    { env: 'OUTBOX_BATCH_SIZE', value: '10001', command: ['run'], pattern: /from 1 to 10000/ },
+    { env: 'OUTBOX_BATCHES_IN_FLIGHT', value: '65', command: ['run'], pattern: /from 1 to 64/ },
+    { env: 'OUTBOX_POLL_INTERVAL_MS', value: '0', command: ['run'] },
+    { env: 'OUTBOX_SHUTDOWN_TIMEOUT_MS', value: '-1', command: ['run'] },
+    { env: 'OUTBOX_RETRY_MAX_DELAY_MS', value: '5', command: ['run'] },
+    { env: 'OUTBOX_HORIZON_MAX_WAIT_MS', value: '1.5', command: ['run'] },
+    { env: 'OUTBOX_LEASE_TTL_MS', value: '100', command: ['run'] },
+    { env: 'OUTBOX_MAX_MESSAGE_BYTES', value: '10', command: ['run'] },
+    { env: 'OUTBOX_MISSING_TOPIC_TIMEOUT_MS', value: 'soon', command: ['run'] },
+    { env: 'OUTBOX_DEAD_LETTER_POLICY', value: 'drop', command: ['run'], pattern: /is not one of park, skip/ },
+    { env: 'OUTBOX_DEAD_LETTER_POLICY_TOPICS', value: 'audit=maybe', command: ['run'] },
+    { env: 'OUTBOX_ON_PUBLISH', value: 'keep', command: ['run'] },
+    { env: 'OUTBOX_BREAKER_FAILURES', value: '0', command: ['run'] },
+    { env: 'OUTBOX_CLIENT_ID', value: 'has space', command: ['run'] },
+    { env: 'OUTBOX_COMPRESSION', value: 'zstd', command: ['run'], pattern: /is not one of none, gzip/ },
+    { env: 'OUTBOX_PRODUCER', value: 'rdkafka', command: ['run'] },
+    { env: 'KAFKA_SSL', value: 'maybe', command: ['run'], pattern: /is not true or false/ },
+    { env: 'KAFKA_SSL_CA_FILE', value: '/nonexistent/ca.pem', command: ['run'], pattern: /cannot read/ },
+    { env: 'KAFKA_SSL_CERT_FILE', value: key, command: ['run'], extra: { KAFKA_SSL_KEY_FILE: key }, pattern: /holds no PEM certificate/ },
+    { env: 'KAFKA_SSL_KEY_FILE', value: cert, command: ['run'], extra: { KAFKA_SSL_CERT_FILE: cert }, pattern: /holds no PEM private key/ },
+    { env: 'KAFKA_SASL_MECHANISM', value: 'gssapi', command: ['run'] },
+    { env: 'KAFKA_SASL_USERNAME', value: 'x'.repeat(4097), command: ['run'], pattern: /longer than 4096/ },
+    { env: 'KAFKA_SASL_PASSWORD', value: 'pw-without-mechanism', command: ['run'], pattern: /is set but no SASL mechanism is/ },
+    { env: 'OUTBOX_METRICS_ADDRESS', value: 'everywhere', command: ['run'] },
+    { env: 'OUTBOX_METRICS_SAMPLE_INTERVAL_MS', value: '50', command: ['run'] },
+    { env: 'OUTBOX_LOG_LEVEL', value: 'loud', command: ['run'] },
+    { env: 'OUTBOX_OUTBOXES_FILE', value: '/nonexistent/outboxes.json', command: ['run'], extra: { DATABASE_URL: '' }, pattern: /cannot read/ },
+    { env: 'OUTBOX_MAX_DATABASE_CONNECTIONS', value: '-1', command: ['run'] },
+    { env: 'OUTBOX_CLEANUP_RETENTION', value: '7 days', command: ['cleanup'] },
+    { env: 'OUTBOX_CLEANUP_BATCH_SIZE', value: '0', command: ['cleanup'] },
+    { env: 'OUTBOX_PROCESSED_RETENTION', value: '1h', command: ['purge-processed'] },
+    { env: 'OUTBOX_PROCESSED_RETENTION_DAYS', value: '0', command: ['purge-processed'] },
+    { env: 'OUTBOX_PURGE_BATCH_SIZE', value: '100001', command: ['purge-processed'] },
+    { env: 'OUTBOX_DEAD_LETTERS_LIMIT', value: '0', command: ['dead-letters', 'list'] },
+    { env: 'OUTBOX_REPLAY_RATE', value: '0', command: ['dead-letters', 'replay', '--all'] },
+  ];
+  const all = [...RUN_SETTINGS, outboxesFile, maxDatabaseConnections, ops.cleanupRetention, ops.cleanupBatchSize, purge.purgeRetention, purge.purgeRetentionDays, purge.purgeBatchSize, ops.listLimit, ops.replayRate];
+  assert.deepEqual(probes.map((p) => p.env).sort(), all.map((s) => s.env).sort(), 'one probe per setting');
+  const runs: Array<() => Promise<void>> = [];
+  for (const probe of probes) {
+    const setting = all.find((s) => s.env === probe.env)!;
+    const forms: Array<[string, string[], Record<string, string>]> = [[probe.env, [], { [probe.env]: probe.value }]];
+    if (setting.flag) forms.push([setting.flag, [setting.flag, probe.value], {}]);
+    for (const [name, args, env] of forms) {
+      runs.push(async () => {
+        const p = spawnCli([...probe.command, ...args], { DATABASE_URL, KAFKA_BROKERS: brokers, ...probe.extra, ...env });
+        const code = await p.exited;
+        const lines = p.output().trim().split('\n');
+        const where = `${probe.command.join(' ')} ${name}=${probe.value.slice(0, 40)}`;
+        assert.equal(code, 2, `${where}: ${p.output()}`);
+        assert.equal(lines.length, 1, `${where}: one line: ${p.output()}`);
+        assert.ok(lines[0]!.startsWith(`outbox-relay: ${name}: `), `${where} names ${name}: ${lines[0]}`);
+        if (probe.pattern) assert.match(lines[0]!, probe.pattern, where);
+      });
+    }
+  }
+  // A few at a time: the machine is shared.
+  for (let i = 0; i < runs.length; i += 4) await Promise.all(runs.slice(i, i + 4).map((r) => r()));
+});
+
+test('integration: secrets have no flag: --database-url and --kafka-sasl-password are unknown options (exit 2)', async () => {
+  for (const flag of ['--database-url', '--kafka-sasl-password']) {
+    const { code, lines } = await runCli(['run', flag, 'postgres://u:pw-on-argv@h/db'], {});
+    assert.equal(code, 2, lines.join('\n'));
+    assert.deepEqual(lines, [`outbox-relay: unknown option '${flag}'`]);
   }
 });

@@ -6,6 +6,9 @@ import { createTestSchema, DATABASE_URL, type TestSchema } from './helpers/db.js
 import { spawnCli } from './helpers/processes.js';
 import { testBrokers } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 // Generated passwords hold characters that a URL gives meaning to. Written into
 // DATABASE_URL without percent-encoding, they make URL parsers (ours and pg's) read part
@@ -118,4 +121,82 @@ test('integration: library connection errors and descriptions never show the use
     }
     assertNoPiece(redactDatabaseUrl(`database "${pw}@127.0.0.1:1/app" does not exist`, url), pw, 'redactDatabaseUrl');
   }
+});
+
+// A file named by mistake where the CLI expects another one (the outboxes file, a TLS
+// file, a URL file) may be a secret: no error, log or message may carry any of its text.
+const FILE_SECRET = 'Zq7hunter2XkPw9vT';
+
+function assertNoFileText(text: string, where: string): void {
+  for (let i = 0; i + 6 <= FILE_SECRET.length; i++) {
+    const piece = FILE_SECRET.slice(i, i + 6);
+    assert.ok(!text.includes(piece), `${where} shows ${JSON.stringify(piece)} of the file: ${text}`);
+  }
+}
+
+test('integration: a secret file named where another file is expected: every command refuses with one line that quotes none of it', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'outbox-secret-'));
+  const files = {
+    plain: join(dir, 'db-password'),
+    json: join(dir, 'password.json'),
+    lines: join(dir, 'credentials'),
+  };
+  writeFileSync(files.plain, `${FILE_SECRET}\n`);
+  writeFileSync(files.json, JSON.stringify({ password: FILE_SECRET }));
+  writeFileSync(files.lines, `{\n  "outboxes": [],\n  ${FILE_SECRET}\n}\n`);
+  const listWith = (entry: Record<string, unknown>): string => {
+    const f = join(dir, `list-${Math.random().toString(36).slice(2)}.json`);
+    writeFileSync(f, JSON.stringify({ outboxes: [{ name: 'one', schema: db.schema, ...entry }] }));
+    return f;
+  };
+  const brokers = { KAFKA_BROKERS: testBrokers().join(',') };
+  const cases: Array<{ args: string[]; env: Record<string, string>; pattern: RegExp }> = [];
+  for (const file of Object.values(files)) {
+    cases.push(
+      { args: ['run', '--outboxes-file', file], env: brokers, pattern: /^outbox-relay: \S+: (is not JSON|has unknown top-level key "password")/ },
+      { args: ['migrate', '--outboxes-file', file], env: {}, pattern: /^outbox-relay: \S+: (is not JSON|has unknown top-level key)/ },
+      { args: ['status'], env: { OUTBOX_OUTBOXES_FILE: file }, pattern: /^outbox-relay: \S+: (is not JSON|has unknown top-level key)/ },
+      { args: ['cleanup', '--outboxes-file', file], env: {}, pattern: /^outbox-relay: \S+: (is not JSON|has unknown top-level key)/ },
+    );
+  }
+  cases.push(
+    { args: ['status'], env: { DATABASE_URL_FILE: files.plain }, pattern: /^outbox-relay: DATABASE_URL_FILE: is not a URL/ },
+    { args: ['run'], env: { ...brokers, DATABASE_URL_FILE: files.json }, pattern: /^outbox-relay: DATABASE_URL_FILE: is not a URL/ },
+    { args: ['status', '--outboxes-file', listWith({ databaseUrlFile: files.plain })], env: {}, pattern: /^outbox-relay: outbox one: database URL: is not a URL/ },
+    { args: ['status'], env: { OUTBOX_OUTBOXES: 'one', OUTBOX_ONE_DATABASE_URL_FILE: files.lines }, pattern: /^outbox-relay: outbox one: database URL: is not a URL/ },
+    { args: ['run', '--kafka-ssl-ca-file', files.plain], env: { ...brokers, DATABASE_URL }, pattern: /^outbox-relay: --kafka-ssl-ca-file: .* holds no PEM certificate/ },
+    { args: ['run'], env: { ...brokers, DATABASE_URL, KAFKA_SSL_CERT_FILE: files.plain, KAFKA_SSL_KEY_FILE: files.plain }, pattern: /^outbox-relay: KAFKA_SSL_CERT_FILE: .* holds no PEM certificate/ },
+    { args: ['run'], env: { ...brokers, DATABASE_URL, KAFKA_SASL_PASSWORD_FILE: files.json }, pattern: /^outbox-relay: KAFKA_SASL_PASSWORD_FILE: is set but no SASL mechanism is/ },
+  );
+  for (const c of cases) {
+    const p = spawnCli(c.args, { OUTBOX_LOG_LEVEL: 'debug', ...c.env });
+    const code = await p.exited;
+    const where = `${c.args.join(' ')} ${JSON.stringify(c.env)}`;
+    assert.equal(code, 2, `${where}: ${p.output()}`);
+    assert.equal(p.output().trim().split('\n').length, 1, `${where}: one line: ${p.output()}`);
+    assert.match(p.output(), c.pattern, where);
+    assertNoFileText(p.output(), where);
+  }
+});
+
+test('integration: a relay started with its SASL password from a file never shows the password, even at debug level while SASL fails', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'outbox-secret-'));
+  const file = join(dir, 'sasl-password');
+  writeFileSync(file, `${FILE_SECRET}\n`);
+  // The test broker speaks no SASL: every attempt to publish this row fails and is logged.
+  await db.pool.query(`INSERT INTO "${db.schema}".outbox (topic, key, payload) VALUES ('secrets-sasl', 'k', '{}')`);
+  const relay = spawnCli(['run', '--schema', db.schema], {
+    DATABASE_URL,
+    KAFKA_BROKERS: testBrokers().join(','),
+    KAFKA_SASL_MECHANISM: 'plain',
+    KAFKA_SASL_USERNAME: 'relay',
+    KAFKA_SASL_PASSWORD_FILE: file,
+    OUTBOX_LOG_LEVEL: 'debug',
+  });
+  await waitFor('the relay to start and log a Kafka failure', () => /relay started/.test(relay.output()) && /"level":(40|50)/.test(relay.output()), { timeoutMs: 60_000 });
+  relay.child.kill('SIGTERM');
+  await relay.exited;
+  await db.pool.query(`DELETE FROM "${db.schema}".outbox WHERE topic = 'secrets-sasl'`);
+  assert.match(relay.output(), /SASL|sasl|authentication/i, 'the failure is logged');
+  assertNoFileText(relay.output(), 'run');
 });

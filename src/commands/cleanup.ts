@@ -1,4 +1,3 @@
-import type pg from 'pg';
 import { DEFAULT_SCHEMA, quoteSchema } from '../shared/identifiers.js';
 import type { DatabaseOptions } from '../shared/database.js';
 import { optionValue } from '../shared/settings.js';

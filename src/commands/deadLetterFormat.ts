@@ -1,4 +1,4 @@
-import { FILTER_FIELDS, type DeadLetter } from './deadLetterSelection.js';
+import type { DeadLetter } from './deadLetterSelection.js';
 
 // How `outbox-relay dead-letters list` prints dead letters: a table or JSON.
 
@@ -34,6 +34,3 @@ function oneLine(text: string, max: number): string {
   const t = text.replace(/\s+/g, ' ').trim();
   return t.length > max ? `${t.slice(0, max - 1)}…` : t;
 }
-
-/** The filter fields a CLI maps to flags, for error messages that name the flag. */
-export const DEAD_LETTER_FILTER_FIELDS: readonly string[] = FILTER_FIELDS;

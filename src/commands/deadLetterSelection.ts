@@ -59,9 +59,8 @@ export class DeadLetterNotFoundError extends OutboxError {
   }
 }
 
-export const FILTER_FIELDS = ['ids', 'topic', 'key', 'reason', 'since', 'until', 'policy'] as const;
-
-export interface ResolvedFilter {
+/** A filter checked, as the parameters of the selection query and a description for logs. */
+interface ResolvedFilter {
   params: [number[] | null, string | null, string | null, string | null, Date | null, Date | null, string | null];
   text: string;
   empty: boolean;
@@ -203,6 +202,3 @@ export function requireSelection(filter: ResolvedFilter, all: boolean | undefine
   }
   if (!filter.empty && all) throw new ConfigError('all', 'cannot be combined with ids or a filter');
 }
-
-// ---------------------------------------------------------------------------------------
-// list

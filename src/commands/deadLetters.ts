@@ -1,12 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type pg from 'pg';
 import { quoteSchema } from '../shared/identifiers.js';
 import type { DatabaseOptions } from '../shared/database.js';
 import { optionValue } from '../shared/settings.js';
 import { listLimit, replayRate } from './options.js';
-import { parseTimePoint } from '../shared/durations.js';
-import { discardDeadLettersSql, listDeadLettersSql, replayDeadLettersSql } from './sql/deadLetters.js';
-import { ConfigError, OutboxError } from '../shared/errors.js';
+import { discardDeadLettersSql, replayDeadLettersSql } from './sql/deadLetters.js';
+import { ConfigError } from '../shared/errors.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import {
   dbNow,
@@ -18,7 +16,6 @@ import {
   type DeadLetter,
   type DeadLetterFilter,
 } from './deadLetterSelection.js';
-
 
 // `outbox-relay dead-letters list | replay | discard`: what the relay could not publish,
 // and the ways back out of outbox_dead_letters (see docs/operations-dead-letters.md).

@@ -1,5 +1,5 @@
 import { ConfigError } from '../shared/errors.js';
-import { DEFAULT_SCHEMA, identifierProblem } from '../shared/identifiers.js';
+import { DEFAULT_SCHEMA, identifierProblem, schemaNameProblem } from '../shared/identifiers.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
 import { HEADERS } from '../shared/kafka.js';
 import { boolean, checkedText, choice, optionValue, type Setting, type SettingDescriptor } from '../shared/settings.js';
@@ -267,7 +267,7 @@ export interface ResolvedDebeziumMapping {
  */
 export function resolveDebeziumOptions(options: DebeziumMapping & { schema?: string }): ResolvedDebeziumMapping {
   const schema = options.schema ?? DEFAULT_SCHEMA;
-  const schemaProblem = identifierProblem(schema);
+  const schemaProblem = schemaNameProblem(schema);
   if (schemaProblem) throw new ConfigError('schema', schemaProblem);
   const table = optionValue(debeziumTable, options.table);
   const [tableSchema, tableName] = table.includes('.') ? (table.split('.') as [string, string]) : ['public', table];

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { DEFAULT_SCHEMA, quoteIdentifier } from '../shared/identifiers.js';
+import { DEFAULT_SCHEMA, quoteSchema } from '../shared/identifiers.js';
 import { ConfigError, OutboxError, SchemaError } from '../shared/errors.js';
 import { loadMigrations, schemaDrift } from '../shared/schema.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
@@ -30,7 +30,7 @@ export interface MigrateResult {
  * afterwards is a no-op.
  */
 export async function migrationScript(schema = DEFAULT_SCHEMA): Promise<string> {
-  const quoted = quoteIdentifier(schema, 'schema');
+  const quoted = quoteSchema(schema);
   const parts = [`-- outbox-relay schema for ${quoted}; each block runs in its own transaction.`];
   parts.push(`CREATE SCHEMA IF NOT EXISTS ${quoted};\n${bookkeepingTable(quoted)};`);
   for (const m of await loadMigrations(schema)) {
@@ -62,7 +62,7 @@ function bookkeepingTable(quoted: string): string {
  */
 export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
   const schema = options.schema ?? DEFAULT_SCHEMA;
-  const quoted = quoteIdentifier(schema, 'schema');
+  const quoted = quoteSchema(schema);
   const logger = options.logger ?? silentLogger();
   const migrations = await loadMigrations(schema);
   const client = options.client ?? (await connect(requireUrl(options.databaseUrl), 'outbox-relay:migrate'));

@@ -8,7 +8,7 @@ import { ConfigError } from '../shared/errors.js';
 import { openDatabase } from './openDatabase.js';
 
 // `outbox-relay purge-processed`: the consumer runtime's retention of processed_messages.
-// Its settings live here; the CLI (src/cli.ts) reads the same objects.
+// Its settings live here; the CLI (src/cli/maintenance.ts) reads the same objects.
 
 const DAY_MS = 86_400_000;
 

@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { DEFAULT_SCHEMA, quoteIdentifier } from '../shared/identifiers.js';
+import { DEFAULT_SCHEMA, quoteIdentifier, quoteSchema } from '../shared/identifiers.js';
 
 const ROLES_SQL = fileURLToPath(new URL('../../sql/roles.sql', import.meta.url));
 
@@ -21,7 +21,7 @@ export interface RoleScriptOptions {
 export async function roleScript(schema = DEFAULT_SCHEMA, options: RoleScriptOptions = {}): Promise<string> {
   const text = await readFile(ROLES_SQL, 'utf8');
   return text
-    .replaceAll(':"schema"', quoteIdentifier(schema, 'schema'))
+    .replaceAll(':"schema"', quoteSchema(schema))
     .replaceAll(':"relay_role"', quoteIdentifier(options.relayRole ?? 'outbox_relay', 'relayRole'))
     .replaceAll(':"consumer_role"', quoteIdentifier(options.consumerRole ?? 'outbox_consumer', 'consumerRole'));
 }

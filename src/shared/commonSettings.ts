@@ -1,6 +1,6 @@
 import { choice, type Setting } from './settings.js';
 import { LOG_LEVELS, type LogLevel } from './logger.js';
-import { DEFAULT_SCHEMA, identifierProblem } from './identifiers.js';
+import { DEFAULT_SCHEMA, schemaNameProblem } from './identifiers.js';
 import { databaseUrlProblem } from './database.js';
 
 // Settings that the relay, the consumer and the operator commands all read: where the
@@ -11,7 +11,7 @@ import { databaseUrlProblem } from './database.js';
 const BROKER = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?):(\d{1,5})$/;
 
 /** Problems with a list of `host:port` brokers, or undefined. */
-export function checkBrokers(brokers: readonly string[]): string | undefined {
+function checkBrokers(brokers: readonly string[]): string | undefined {
   if (brokers.length === 0) return 'needs at least one host:port';
   for (const broker of brokers) {
     const m = BROKER.exec(broker);
@@ -59,13 +59,13 @@ export const schema: Setting<string> = {
   option: 'schema',
   flag: '--schema',
   env: 'OUTBOX_SCHEMA',
-  description: 'Postgres schema that holds the outbox tables.',
+  description: 'Postgres schema that holds the outbox tables (lower-case letters, digits, _).',
   defaultValue: DEFAULT_SCHEMA,
   parse(raw) {
     const problem = this.check(raw);
     return problem ? { problem } : { value: raw };
   },
-  check: identifierProblem,
+  check: schemaNameProblem,
 };
 
 export const logLevel: Setting<LogLevel> = choice({

@@ -28,7 +28,31 @@ export function quoteIdentifier(value: string, setting = 'identifier'): string {
   return `"${value}"`;
 }
 
-/** The schema option of any API (default `public`), validated and quoted. */
+/**
+ * What is wrong with a schema name from configuration, or undefined. Stricter than
+ * {@link identifierProblem}: no upper-case letters. The relay quotes the name, so
+ * `migrate --schema Mb` would create the case-sensitive schema "Mb", which the unquoted
+ * SQL writers use (`INSERT INTO Mb.outbox`, `SET search_path TO Mb`) never reaches:
+ * Postgres folds unquoted names to lower case and looks in `mb`.
+ */
+export function schemaNameProblem(value: string): string | undefined {
+  const problem = identifierProblem(value);
+  if (problem) return problem;
+  if (value !== value.toLowerCase()) {
+    return `${JSON.stringify(value)} has upper-case letters: Postgres folds unquoted names to lower case, so an unquoted INSERT INTO ${value}.outbox would look in ${value.toLowerCase()}, not in the schema "${value}"; use ${JSON.stringify(value.toLowerCase())}`;
+  }
+  return undefined;
+}
+
+/**
+ * The schema option of any API (default `public`), validated ({@link schemaNameProblem})
+ * and quoted.
+ *
+ * @throws ConfigError naming `schema`
+ */
 export function quoteSchema(schema: string | undefined): string {
-  return quoteIdentifier(schema ?? DEFAULT_SCHEMA, 'schema');
+  const value = schema ?? DEFAULT_SCHEMA;
+  const problem = schemaNameProblem(value);
+  if (problem) throw new ConfigError('schema', problem);
+  return `"${value}"`;
 }

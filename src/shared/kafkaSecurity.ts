@@ -8,7 +8,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type { KafkaConfig, SASLOptions } from 'kafkajs';
-import type { ConnectionOptions } from 'node:tls';
+import { createSecureContext, type ConnectionOptions } from 'node:tls';
 import { ConfigError } from './errors.js';
 import { boolean, text, type Setting } from './settings.js';
 
@@ -103,11 +103,30 @@ export const KAFKA_SECURITY_SETTINGS = [
   kafkaSaslPassword,
 ] as const;
 
-function readPem(file: string, setting: string): string {
+const PEM_LABEL = { certificate: /-----BEGIN (TRUSTED )?CERTIFICATE-----/, 'private key': /-----BEGIN ([A-Z]+ )?PRIVATE KEY-----/ } as const;
+
+/**
+ * A PEM file's text. Refuses a file without the PEM block it should hold: Node ignores a
+ * CA "certificate" that is not PEM without a word (a secret file named by mistake would
+ * leave TLS on the system CAs). Never quotes the content.
+ */
+function readPem(file: string, setting: string, holds: keyof typeof PEM_LABEL): string {
+  let text: string;
   try {
-    return readFileSync(file, 'utf8');
+    text = readFileSync(file, 'utf8');
   } catch (error) {
-    throw new ConfigError(setting, `cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    throw new ConfigError(setting, `cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? 'unreadable'}`);
+  }
+  if (!PEM_LABEL[holds].test(text)) throw new ConfigError(setting, `${file} holds no PEM ${holds} (no "-----BEGIN ${holds === 'certificate' ? 'CERTIFICATE' : 'PRIVATE KEY'}-----" line; the content is not shown)`);
+  return text;
+}
+
+/** OpenSSL's reason (a code and a phrase, never the file's text) as a ConfigError naming the setting. */
+function tlsCheck(setting: string, problem: string, options: ConnectionOptions): void {
+  try {
+    createSecureContext(options);
+  } catch (error) {
+    throw new ConfigError(setting, `${problem} (${(error as Error).message})`);
   }
 }
 
@@ -133,10 +152,14 @@ export function kafkaSecurityConfig(options: KafkaSecurityOptions): Pick<KafkaCo
   }
   if (options.kafkaSsl || ca !== '' || cert !== '') {
     const tls: ConnectionOptions = {};
-    if (ca !== '') tls.ca = [readPem(ca, 'kafkaSslCaFile')];
+    if (ca !== '') tls.ca = [readPem(ca, 'kafkaSslCaFile', 'certificate')];
     if (cert !== '') {
-      tls.cert = readPem(cert, 'kafkaSslCertFile');
-      tls.key = readPem(key, 'kafkaSslKeyFile');
+      tls.cert = readPem(cert, 'kafkaSslCertFile', 'certificate');
+      tls.key = readPem(key, 'kafkaSslKeyFile', 'private key');
+      // Now, not at the first connection: a certificate that cannot be decoded, or a key
+      // that does not fit it, would otherwise fail every connection attempt, logged, forever.
+      tlsCheck('kafkaSslCertFile', 'is not a certificate TLS can use', { cert: tls.cert });
+      tlsCheck('kafkaSslKeyFile', 'is not the private key of the client certificate', { cert: tls.cert, key: tls.key });
     }
     out.ssl = Object.keys(tls).length > 0 ? tls : true;
   }

@@ -11,15 +11,20 @@
  * or OUTBOX_<N>_DATABASE_URL_FILE, and optionally OUTBOX_<N>_SCHEMA and
  * OUTBOX_<N>_BATCHES_IN_FLIGHT (N upper-cased).
  *
+ * Both forms refuse what they do not know (a top-level key beside `outboxes`, a field of
+ * an entry, an OUTBOX_<N>_* variable): a typo must not fall back to a default in silence
+ * (OUTBOX_ORDERS_SHEMA would relay schema public).
+ *
  * The connection string is a secret: it comes from an environment variable or a file the
  * entry names. A literal `databaseUrl` in the file is accepted only without a password
  * (a file of this kind tends to live in a ConfigMap or a repository). No message here
- * ever quotes a connection string.
+ * ever quotes a connection string, nor any of the file's text: pointed by mistake at a
+ * secret, the error must not print it.
  */
 import { readFileSync } from 'node:fs';
 import { ConfigError } from './errors.js';
 import { databaseUrlProblem, describeDatabase } from './database.js';
-import { DEFAULT_SCHEMA, identifierProblem } from './identifiers.js';
+import { DEFAULT_SCHEMA, schemaNameProblem } from './identifiers.js';
 
 /** One outbox of a relay group. */
 export interface OutboxDefinition {
@@ -34,13 +39,22 @@ export interface OutboxDefinition {
 }
 
 /** Most outboxes one process takes: each holds its own connections, leases and loops. */
-export const MAX_OUTBOXES = 64;
+const MAX_OUTBOXES = 64;
 
 const NAME = /^[a-z][a-z0-9_]{0,39}$/;
 const ENTRY_KEYS = new Set(['name', 'databaseUrl', 'databaseUrlEnv', 'databaseUrlFile', 'schema', 'batchesInFlight']);
+const FILE_KEYS = new Set(['outboxes']);
+/** The OUTBOX_<N>_* variables of one outbox, by suffix. */
+const ENV_SUFFIXES = ['DATABASE_URL', 'DATABASE_URL_FILE', 'SCHEMA', 'BATCHES_IN_FLIGHT'] as const;
+const BATCHES_IN_FLIGHT_ACCEPTS = 'a whole number from 1 to 64';
+/**
+ * Kubernetes' service links: a Service named `outbox-orders` puts OUTBOX_ORDERS_SERVICE_HOST,
+ * OUTBOX_ORDERS_PORT, OUTBOX_ORDERS_PORT_9464_TCP, … into every pod of its namespace.
+ */
+const SERVICE_LINK = /^(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\w+)?)$/;
 
 /** What is wrong with an outbox name, or undefined. */
-export function outboxNameProblem(name: unknown): string | undefined {
+function outboxNameProblem(name: unknown): string | undefined {
   return typeof name === 'string' && NAME.test(name)
     ? undefined
     : `${JSON.stringify(name)} is not an outbox name (1-40 lower-case letters, digits or underscores, starting with a letter)`;
@@ -68,14 +82,14 @@ export function checkOutboxList(list: readonly OutboxDefinition[], setting = 'ou
     const urlProblem = databaseUrlProblem(o.databaseUrl);
     if (urlProblem) throw new ConfigError(`outbox ${o.name}: database URL`, urlProblem);
     const schema = o.schema ?? DEFAULT_SCHEMA;
-    const schemaProblem = identifierProblem(schema);
+    const schemaProblem = schemaNameProblem(schema);
     if (schemaProblem) throw new ConfigError(`outbox ${o.name}: schema`, schemaProblem);
     const place = `${describeDatabase(o.databaseUrl)} ${schema}`;
     const other = places.get(place);
     if (other) throw new ConfigError(`outbox ${o.name}`, `is the same database and schema as outbox ${other} (${place})`);
     places.set(place, o.name);
     if (o.batchesInFlight !== undefined && !(Number.isInteger(o.batchesInFlight) && o.batchesInFlight >= 1 && o.batchesInFlight <= 64)) {
-      throw new ConfigError(`outbox ${o.name}: batchesInFlight`, `${JSON.stringify(o.batchesInFlight)} is not a whole number from 1 to 64`);
+      throw new ConfigError(`outbox ${o.name}: batchesInFlight`, `${JSON.stringify(o.batchesInFlight)} is not ${BATCHES_IN_FLIGHT_ACCEPTS}`);
     }
     return { name: o.name, databaseUrl: o.databaseUrl, schema, ...(o.batchesInFlight !== undefined ? { batchesInFlight: o.batchesInFlight } : {}) };
   });
@@ -85,7 +99,7 @@ function readSecretFile(path: string, setting: string): string {
   try {
     return readFileSync(path, 'utf8').trim();
   } catch (error) {
-    throw new ConfigError(setting, `cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    throw new ConfigError(setting, `cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? 'unreadable'}`);
   }
 }
 
@@ -107,10 +121,17 @@ export function parseOutboxesFile(text: string, file: string, env: NodeJS.Proces
   let doc: unknown;
   try {
     doc = JSON.parse(text);
-  } catch (error) {
-    throw new ConfigError(file, `is not JSON: ${(error as Error).message}`);
+  } catch {
+    // JSON.parse's message quotes the text around the fault: the file may be a secret
+    // file named by mistake, so say where, never what.
+    throw new ConfigError(file, `is not JSON (${jsonFaultPlace(text)}; the content is not shown)`);
   }
-  const entries = (doc as { outboxes?: unknown } | null)?.outboxes;
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new ConfigError(file, 'is not a JSON object with an "outboxes" list');
+  const extra = Object.keys(doc).filter((k) => !FILE_KEYS.has(k));
+  if (extra.length > 0) {
+    throw new ConfigError(file, `has unknown top-level key ${JSON.stringify(extra[0])} (known: outboxes; every other setting is a flag or variable of the command, the same for all outboxes)`);
+  }
+  const entries = (doc as { outboxes?: unknown }).outboxes;
   if (!Array.isArray(entries)) throw new ConfigError(file, 'needs an "outboxes" list');
   const list = entries.map((entry: unknown, i): OutboxDefinition => {
     const where = `${file}: outboxes[${i}]`;
@@ -149,9 +170,11 @@ export function parseOutboxesFile(text: string, file: string, env: NodeJS.Proces
 /**
  * Read the outboxes from OUTBOX_OUTBOXES and its per-outbox variables (see the module comment).
  *
+ * @param otherVariables variables of other settings, not to be taken for a listed
+ *   outbox's unknown OUTBOX_<N>_* variable
  * @throws ConfigError naming the variable at fault
  */
-export function outboxesFromEnvironment(env: NodeJS.ProcessEnv): OutboxDefinition[] {
+export function outboxesFromEnvironment(env: NodeJS.ProcessEnv, otherVariables: ReadonlySet<string> = new Set()): OutboxDefinition[] {
   const names = (env.OUTBOX_OUTBOXES ?? '').split(',').map((s) => s.trim()).filter((s) => s !== '');
   const list = names.map((name): OutboxDefinition => {
     const problem = outboxNameProblem(name);
@@ -165,26 +188,71 @@ export function outboxesFromEnvironment(env: NodeJS.ProcessEnv): OutboxDefinitio
     else if (file) databaseUrl = readSecretFile(file, `${prefix}DATABASE_URL_FILE`);
     else throw new ConfigError(`${prefix}DATABASE_URL`, `is required for outbox ${name} (or ${prefix}DATABASE_URL_FILE)`);
     const inFlight = env[`${prefix}BATCHES_IN_FLIGHT`];
-    if (inFlight !== undefined && inFlight !== '' && !/^\d+$/.test(inFlight.trim())) {
-      throw new ConfigError(`${prefix}BATCHES_IN_FLIGHT`, `${JSON.stringify(inFlight)} is not a whole number from 1 to 64`);
+    if (inFlight !== undefined && inFlight !== '' && !(/^\d+$/.test(inFlight.trim()) && Number(inFlight) >= 1 && Number(inFlight) <= 64)) {
+      throw new ConfigError(`${prefix}BATCHES_IN_FLIGHT`, `${JSON.stringify(inFlight)} is not ${BATCHES_IN_FLIGHT_ACCEPTS}`);
     }
+    const schema = env[`${prefix}SCHEMA`] || DEFAULT_SCHEMA;
+    const schemaProblem = schemaNameProblem(schema);
+    if (schemaProblem) throw new ConfigError(`${prefix}SCHEMA`, schemaProblem);
     return {
       name,
       databaseUrl,
-      schema: env[`${prefix}SCHEMA`] || DEFAULT_SCHEMA,
+      schema,
       ...(inFlight ? { batchesInFlight: Number(inFlight) } : {}),
     };
   });
+  refuseUnknownVariables(names, env, otherVariables);
   return checkOutboxList(list, 'OUTBOX_OUTBOXES');
+}
+
+/**
+ * An OUTBOX_<N>_* variable of a listed outbox that is none of its own: a typo
+ * (OUTBOX_ORDERS_SHEMA) would otherwise leave the default in place without a word.
+ * Variables of other settings that happen to share the prefix (an outbox named `batch`
+ * and OUTBOX_BATCH_SIZE) are passed in `otherVariables`; Kubernetes' service links pass.
+ */
+function refuseUnknownVariables(names: readonly string[], env: NodeJS.ProcessEnv, otherVariables: ReadonlySet<string>): void {
+  const own = new Set(names.flatMap((n) => ENV_SUFFIXES.map((suffix) => `OUTBOX_${n.toUpperCase()}_${suffix}`)));
+  for (const name of names) {
+    const prefix = `OUTBOX_${name.toUpperCase()}_`;
+    const unknown = Object.keys(env)
+      .filter((k) => k.startsWith(prefix) && !own.has(k) && !otherVariables.has(k) && !SERVICE_LINK.test(k.slice(prefix.length)))
+      .sort();
+    if (unknown.length > 0) {
+      throw new ConfigError(unknown[0]!, `is not a variable of outbox ${name} (known: ${ENV_SUFFIXES.map((s) => prefix + s).join(', ')})`);
+    }
+  }
+}
+
+/** Line and column of the first JSON syntax error in `text` (from JSON.parse's position, when it gives one). */
+function jsonFaultPlace(text: string): string {
+  if (text.trim() === '') return 'the file is empty';
+  try {
+    JSON.parse(text);
+  } catch (error) {
+    const m = /position (\d+)/.exec((error as Error).message);
+    if (m) {
+      const before = text.slice(0, Number(m[1]));
+      const line = before.split('\n').length;
+      return `syntax error at line ${line}, column ${before.length - before.lastIndexOf('\n')}`;
+    }
+  }
+  return 'syntax error';
 }
 
 /**
  * The outboxes of this process: from `file` when given, else from OUTBOX_OUTBOXES_FILE,
  * else from OUTBOX_OUTBOXES; undefined when none of them is set (one outbox, DATABASE_URL).
  *
+ * @param fileSetting what to call `file` in errors (the flag or variable it came from)
+ * @param otherVariables see {@link outboxesFromEnvironment}
  * @throws ConfigError
  */
-export function readOutboxList(file: string | undefined, env: NodeJS.ProcessEnv): OutboxDefinition[] | undefined {
+export function readOutboxList(
+  file: string | undefined,
+  env: NodeJS.ProcessEnv,
+  { fileSetting = file !== undefined ? '--outboxes-file' : 'OUTBOX_OUTBOXES_FILE', otherVariables = new Set<string>() }: { fileSetting?: string; otherVariables?: ReadonlySet<string> } = {},
+): OutboxDefinition[] | undefined {
   const path = file ?? (env.OUTBOX_OUTBOXES_FILE || undefined);
   if (path !== undefined) {
     if (env.OUTBOX_OUTBOXES) throw new ConfigError('OUTBOX_OUTBOXES', `and an outboxes file (${path}) are both set; use one`);
@@ -192,10 +260,10 @@ export function readOutboxList(file: string | undefined, env: NodeJS.ProcessEnv)
     try {
       text = readFileSync(path, 'utf8');
     } catch (error) {
-      throw new ConfigError(file !== undefined ? '--outboxes-file' : 'OUTBOX_OUTBOXES_FILE', `cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+      throw new ConfigError(fileSetting, `cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? 'unreadable'}`);
     }
     return parseOutboxesFile(text, path, env);
   }
-  if (env.OUTBOX_OUTBOXES) return outboxesFromEnvironment(env);
+  if (env.OUTBOX_OUTBOXES) return outboxesFromEnvironment(env, otherVariables);
   return undefined;
 }

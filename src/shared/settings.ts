@@ -232,16 +232,23 @@ export function readSetting<T>(
     try {
       raw = readFileSync(file, 'utf8').trim();
     } catch (error) {
-      throw new ConfigError(source, `cannot read ${file}: ${(error as Error).message}`);
+      throw new ConfigError(source, `cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? 'unreadable'}`);
     }
   } else {
     return setting.defaultValue;
   }
   const parsed = setting.parse(raw as string);
-  if ('problem' in parsed) throw new ConfigError(source, parsed.problem);
+  if ('problem' in parsed) throw new ConfigError(source, withoutSecret(setting, parsed.problem, raw as string));
   const problem = setting.check(parsed.value);
-  if (problem) throw new ConfigError(source, problem);
+  if (problem) throw new ConfigError(source, withoutSecret(setting, problem, raw as string));
   return parsed.value;
+}
+
+/** A secret's problem text with the value blanked out, should a check ever quote it. */
+function withoutSecret(setting: Setting<unknown>, problem: string, raw: string): string {
+  const value = raw.trim();
+  if (!setting.secret || value === '') return problem;
+  return problem.split(JSON.stringify(value)).join('(the value, not shown)').split(value).join('(the value, not shown)');
 }
 
 /**

@@ -80,3 +80,38 @@ test('readOutboxList: nothing set is one outbox (undefined); a file and OUTBOX_O
   refuses(() => readOutboxList('/some/file.json', { OUTBOX_OUTBOXES: 'a' }), /both set/);
   refuses(() => readOutboxList(undefined, { OUTBOX_OUTBOXES_FILE: '/nonexistent.json' }), /OUTBOX_OUTBOXES_FILE: cannot read/);
 });
+
+test('an outboxes file refuses an unknown top-level key beside "outboxes" instead of ignoring it', () => {
+  const entries = [{ name: 'a', databaseUrlEnv: 'U' }];
+  for (const key of ['outbox', 'kafkaBrokers', 'schema']) {
+    refuses(() => parseOutboxesFile(JSON.stringify({ outboxes: entries, [key]: 'x' }), 'f.json', { U: URL_A }), new RegExp(`^f\\.json: has unknown top-level key "${key}"`));
+  }
+  refuses(() => parseOutboxesFile('[]', 'f.json', {}), /f\.json: is not a JSON object/);
+  refuses(() => parseOutboxesFile(JSON.stringify({ outbox: entries }), 'f.json', { U: URL_A }), /unknown top-level key "outbox"/);
+});
+
+test('an outboxes file that is not JSON is refused without quoting any of its text (it may be a secret file named by mistake)', () => {
+  for (const text of ['Passw0rd-hunter2-secret\n', '{"outboxes": [Passw0rd-hunter2-secret]}', '{\n  "outboxes": [],\n  Passw0rd-hunter2-secret\n}', '']) {
+    refuses(() => parseOutboxesFile(text, 'f.json', {}), /^f\.json: is not JSON \(.*the content is not shown\)$/, 'hunter2');
+  }
+  refuses(() => parseOutboxesFile('{"a":1,}', 'f.json', {}), /syntax error at line 1, column 8/);
+});
+
+test('OUTBOX_<NAME>_* refuses a variable the outbox does not have (OUTBOX_ORDERS_SHEMA), naming it; other settings sharing the prefix pass', () => {
+  const base = { OUTBOX_OUTBOXES: 'orders,batch', OUTBOX_ORDERS_DATABASE_URL: URL_A, OUTBOX_BATCH_DATABASE_URL: URL_B };
+  refuses(() => outboxesFromEnvironment({ ...base, OUTBOX_ORDERS_SHEMA: 'orders' }), /^OUTBOX_ORDERS_SHEMA: is not a variable of outbox orders \(known: OUTBOX_ORDERS_DATABASE_URL, .*OUTBOX_ORDERS_SCHEMA/);
+  refuses(() => outboxesFromEnvironment({ ...base, OUTBOX_BATCH_BATCHES_INFLIGHT: '2' }), /^OUTBOX_BATCH_BATCHES_INFLIGHT: is not a variable of outbox batch/);
+  refuses(() => readOutboxList(undefined, { ...base, OUTBOX_ORDERS_SHEMA: 'orders' }), /OUTBOX_ORDERS_SHEMA/);
+  // OUTBOX_BATCH_SIZE is --batch-size, not a variable of the outbox named batch.
+  const list = outboxesFromEnvironment({ ...base, OUTBOX_BATCH_SIZE: '100' }, new Set(['OUTBOX_BATCH_SIZE']));
+  assert.deepEqual(list.map((o) => o.name), ['orders', 'batch']);
+  // Kubernetes puts a Service's links into every pod: a Service outbox-orders is no typo.
+  const links = { OUTBOX_ORDERS_SERVICE_HOST: '10.0.0.1', OUTBOX_ORDERS_SERVICE_PORT: '9464', OUTBOX_ORDERS_SERVICE_PORT_METRICS: '9464', OUTBOX_ORDERS_PORT: 'tcp://10.0.0.1:9464', OUTBOX_ORDERS_PORT_9464_TCP_ADDR: '10.0.0.1' };
+  assert.equal(outboxesFromEnvironment({ ...base, ...links }).length, 2);
+  refuses(() => outboxesFromEnvironment({ ...base, OUTBOX_ORDERS_BATCHES_IN_FLIGHT: '0' }), /^OUTBOX_ORDERS_BATCHES_IN_FLIGHT: "0" is not a whole number from 1 to 64/);
+});
+
+test('an upper-case schema is refused in both forms: Postgres folds the unquoted name writers use', () => {
+  refuses(() => parseOutboxesFile(JSON.stringify({ outboxes: [{ name: 'a', databaseUrlEnv: 'U', schema: 'Tenant_A' }] }), 'f.json', { U: URL_A }), /outbox a: schema: "Tenant_A" has upper-case letters.*use "tenant_a"/);
+  refuses(() => outboxesFromEnvironment({ OUTBOX_OUTBOXES: 'a', OUTBOX_A_DATABASE_URL: URL_A, OUTBOX_A_SCHEMA: 'MB' }), /^OUTBOX_A_SCHEMA: "MB" has upper-case letters/);
+});

@@ -1,0 +1,154 @@
+import type { Command } from 'commander';
+import { ConfigError } from '../shared/errors.js';
+import { createLogger, type LogLevel } from '../shared/logger.js';
+import { databaseUrl, logLevel, schema } from '../shared/commonSettings.js';
+import { listLimit, replayRate } from '../commands/options.js';
+import { discardDeadLetters, listDeadLetters, replayDeadLetters } from '../commands/deadLetters.js';
+import { deadLetterJson, formatDeadLetters } from '../commands/deadLetterFormat.js';
+import type { DeadLetterFilter } from '../commands/deadLetterSelection.js';
+import { addSettings, fail, resolve } from './settings.js';
+import { scopeOf, withOutboxFlags } from './outboxScope.js';
+
+// `outbox-relay dead-letters list | replay | discard`: the operator side of rows that
+// could not be published (src/commands/deadLetters.ts, docs/operations-dead-letters.md).
+
+/** Library option name to the flag the user typed, for ConfigErrors of the filter. */
+const FILTER_FLAGS: Record<string, string> = { ids: 'id', topic: '--topic', key: '--key', reason: '--reason', since: '--since', until: '--until', policy: '--policy', all: '--all', yes: '--yes' };
+
+async function namingFlags<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (error instanceof ConfigError && error.setting === 'filter') {
+      throw new ConfigError('dead-letters', 'no dead letters named: give ids, a filter (--topic, --key, --reason, --since, --until, --policy) or --all');
+    }
+    const flag = error instanceof ConfigError ? FILTER_FLAGS[error.setting] : undefined;
+    if (error instanceof ConfigError && flag) throw new ConfigError(flag, error.message.slice(error.setting.length + 2));
+    throw error;
+  }
+}
+
+function withFilterFlags(command: Command): Command {
+  return withOutboxFlags(command)
+    .argument('[ids...]', 'dead letter ids (space- or comma-separated)')
+    .option('--topic <topic>', 'only this topic')
+    .option('--key <key>', 'only this key')
+    .option('--reason <text>', 'only where the reason or the error name contains this (case-insensitive)')
+    .option('--since <time>', 'dead-lettered at or after: ISO 8601 time (UTC unless an offset is given) or a duration ago (30m, 2h, 7d)')
+    .option('--until <time>', 'dead-lettered before: ISO 8601 time or a duration ago')
+    .option('--policy <policy>', 'park or skip');
+}
+
+function filterFrom(ids: string[], flags: Record<string, unknown>): DeadLetterFilter {
+  const list = ids.flatMap((a) => a.split(',')).map((a) => a.trim()).filter((a) => a !== '');
+  for (const a of list) if (!/^\d+$/.test(a) || Number(a) < 1) throw new ConfigError('id', `${JSON.stringify(a)} is not a dead letter id (a positive whole number)`);
+  return {
+    ids: list.length ? list.map(Number) : undefined,
+    topic: flags.topic as string | undefined,
+    key: flags.key as string | undefined,
+    reason: flags.reason as string | undefined,
+    since: flags.since as string | undefined,
+    until: flags.until as string | undefined,
+    policy: flags.policy as 'park' | 'skip' | undefined,
+  };
+}
+
+const LIST_SETTINGS = [databaseUrl, schema, listLimit] as const;
+const REPLAY_SETTINGS = [databaseUrl, schema, replayRate, logLevel] as const;
+const DISCARD_SETTINGS = [databaseUrl, schema] as const;
+
+export function addDeadLetterCommands(program: Command): void {
+  const deadLetters = program
+    .command('dead-letters')
+    .description('Rows the relay could never publish: list them, replay them (throttled) once the cause is fixed, or discard them.');
+
+  addSettings(
+    withFilterFlags(deadLetters.command('list').description('List dead letters, lowest id first. Read-only.')).option('--json', 'print JSON instead of a table'),
+    LIST_SETTINGS,
+  ).action(async (ids: string[], flags: Record<string, unknown>) => {
+    const o = resolve(LIST_SETTINGS, flags, scopeOf(flags).one());
+    const result = await namingFlags(() =>
+      listDeadLetters({ ...filterFrom(ids, flags), databaseUrl: o.databaseUrl as string, schema: o.schema as string, limit: o.limit as number }),
+    );
+    process.stdout.write(
+      flags.json
+        ? `${JSON.stringify({ total: result.total, deadLetters: result.deadLetters.map(deadLetterJson) }, null, 2)}\n`
+        : formatDeadLetters(result.deadLetters, result.total),
+    );
+  });
+
+  addSettings(
+    withFilterFlags(
+      deadLetters
+        .command('replay')
+        .description('Move dead letters back into the outbox under their original id and message id, one row per transaction, lowest id first, at --rate rows per second. Fix the cause first.'),
+    ).option('--all', 'replay every dead letter (needed when no ids and no filter are given)'),
+    REPLAY_SETTINGS,
+  ).action(async (ids: string[], flags: Record<string, unknown>) => {
+    const o = resolve(REPLAY_SETTINGS, flags, scopeOf(flags).one());
+    const logger = createLogger(o.logLevel as LogLevel);
+    // A signal stops the replay between two rows: what moved stays moved, the rest stay dead letters.
+    const abort = new AbortController();
+    const stop = (): void => abort.abort();
+    process.once('SIGINT', stop).once('SIGTERM', stop);
+    const r = await namingFlags(() =>
+      replayDeadLetters({
+        ...filterFrom(ids, flags),
+        all: flags.all === true ? true : undefined,
+        databaseUrl: o.databaseUrl as string,
+        schema: o.schema as string,
+        rate: o.rate as number,
+        signal: abort.signal,
+        logger,
+      }),
+    );
+    logger.flush();
+    const seconds = (r.finishedAt.getTime() - r.startedAt.getTime()) / 1000;
+    let line = `replayed ${r.replayed} of ${r.selected} dead letters in ${seconds.toFixed(1)} s` + (r.ratePerSecond === null ? '' : ` (${r.ratePerSecond.toFixed(1)}/s)`);
+    line += `; released ${r.releasedKeys.length} parked ${r.releasedKeys.length === 1 ? 'key' : 'keys'}`;
+    if (r.waiting.length) line += `; ${r.waiting.length} wait behind keys still parked by dead letters ${[...new Set(r.waiting.map((w) => w.parkedBehind))].join(', ')}`;
+    process.stdout.write(`${line}\n`);
+    if (r.stopped) fail(new Error(`replay stopped by a signal after ${r.replayed} of ${r.selected}; the others are still dead letters`));
+    if (r.notMoved.length) {
+      const conflicts = r.notMoved.filter((n) => n.why === 'conflict').map((n) => n.id);
+      const gone = r.notMoved.filter((n) => n.why === 'gone').map((n) => n.id);
+      fail(
+        new Error(
+          `${r.notMoved.length} not replayed` +
+            (conflicts.length ? `; still dead letters, a row with the same id or dedup key is in the outbox: ${conflicts.join(', ')}` : '') +
+            (gone.length ? `; replayed or discarded by someone else meanwhile: ${gone.join(', ')}` : ''),
+        ),
+      );
+    }
+  });
+
+  addSettings(
+    withFilterFlags(
+      deadLetters
+        .command('discard')
+        .description('Delete dead letters for good, releasing the keys they park. Without --yes, lists what it would delete and exits 2.'),
+    )
+      .option('--all', 'discard every dead letter (needed when no ids and no filter are given)')
+      .option('--yes', 'confirm: really delete them'),
+    DISCARD_SETTINGS,
+  ).action(async (ids: string[], flags: Record<string, unknown>) => {
+    const o = resolve(DISCARD_SETTINGS, flags, scopeOf(flags).one());
+    const r = await namingFlags(() =>
+      discardDeadLetters({
+        ...filterFrom(ids, flags),
+        all: flags.all === true ? true : undefined,
+        yes: flags.yes === true,
+        databaseUrl: o.databaseUrl as string,
+        schema: o.schema as string,
+      }),
+    );
+    if (r.dryRun) {
+      process.stdout.write(formatDeadLetters(r.matched));
+      fail(new ConfigError('--yes', `is required to discard these ${r.matched.length} dead letters; nothing was discarded`));
+    }
+    const released = r.releasedKeys.length;
+    process.stdout.write(
+      `discarded ${r.discarded} dead letters (ids ${r.matched.slice(0, 50).map((d) => d.id).join(', ')}${r.matched.length > 50 ? ', …' : ''}); released ${released} parked ${released === 1 ? 'key' : 'keys'}\n`,
+    );
+  });
+}
