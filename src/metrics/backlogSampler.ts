@@ -8,7 +8,7 @@ import { describeError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { errorLabel } from './errorLabel.js';
 import { serialized } from './promises.js';
-import type { RelayMetrics } from './relayMetrics.js';
+import type { RelayMetrics } from './relayMetricTable.js';
 import {
   backlogCountSql,
   backlogEstimateSql,

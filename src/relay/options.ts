@@ -3,12 +3,14 @@ import * as settings from '../shared/settings.js';
 import { clientId, databaseUrl, kafkaBrokers, logLevel, schema } from '../shared/commonSettings.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { kafkaSecurityConfig, type KafkaSecurityOptions } from '../shared/kafkaSecurity.js';
-import type { DeadLetterPolicy } from './publishBatch.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
-import { assertPlatformaticInstalled } from './platformaticProducer.js';
+import { assertPlatformaticInstalled } from './platformaticPackage.js';
 
 // The relay's options: their types, the user-facing settings behind them (flag,
 // environment, default, accepted values), and their validation.
+
+/** What happens to a key's later rows when one of its rows is dead-lettered. */
+export type DeadLetterPolicy = 'park' | 'skip';
 
 /** Options of `createRelay` (src/relay.ts). Only `databaseUrl` and `kafkaBrokers` are required. */
 export interface RelayOptions extends KafkaSecurityOptions {
