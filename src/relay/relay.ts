@@ -113,7 +113,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private started = false;
   private stopPromise: Promise<{ hard: boolean }> | undefined;
 
-  constructor(options: RelayOptions) {
+  constructor(options: RelayOptions | ResolvedRelayOptions) {
     super();
     this.options = resolveRelayOptions(options);
     this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
@@ -522,7 +522,10 @@ export class Relay extends TypedEmitter<RelayEvents> {
   }
 }
 
-/** Create a relay; call `start()` on it. Options are validated here. */
-export function createRelay(options: RelayOptions): Relay {
+/**
+ * Create a relay; call `start()` on it. Options are validated here, unless they are
+ * already resolved ({@link resolveRelayOptions}): those are used as they are.
+ */
+export function createRelay(options: RelayOptions | ResolvedRelayOptions): Relay {
   return new Relay(options);
 }
