@@ -12,6 +12,7 @@ import { backoffDelayMs } from '../shared/backoff.js';
 import { Horizon, openProbeConnection } from './horizon.js';
 import { IdAudit } from './idAudit.js';
 import { WakeUp } from './wakeUp.js';
+import { settlesWithin } from './deadline.js';
 import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './options.js';
 import { Membership } from './membership.js';
 import { shardsOf } from './shards.js';
@@ -64,6 +65,8 @@ export interface RelayEvents {
 const RECHECK_MS = 1_000;
 const RECHECK_MAX_MS = 5_000;
 const RETRY_BASE_MS = 100;
+/** What closing (producer, pool) may take after a hard stop before it is left behind. */
+const CLOSE_AFTER_HARD_STOP_MS = 500;
 /**
  * Idle backoff of the horizon probe: after this many probes in a row that found nothing
  * new (no new id, nothing waiting), the interval doubles, up to IDLE_PROBE_MAX_MS (or
@@ -112,9 +115,18 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private aborted = false;
   private started = false;
   private stopPromise: Promise<{ hard: boolean }> | undefined;
+  private starting: Promise<void> | undefined;
+  /** Resolves when a stop begins: what a start in progress races against. */
+  private readonly stopSignal: Promise<void>;
+  private signalStop!: () => void;
+  /** Resolves on abort(), or when the shutdown timeout cuts a stop short. */
+  private readonly abortSignal: Promise<void>;
+  private signalAbort!: () => void;
 
   constructor(options: RelayOptions | ResolvedRelayOptions) {
     super();
+    this.stopSignal = new Promise<void>((resolve) => (this.signalStop = resolve));
+    this.abortSignal = new Promise<void>((resolve) => (this.signalAbort = resolve));
     this.options = resolveRelayOptions(options);
     this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
     this.logger = this.options.logger.child({ component: 'relay', relay: this.instanceId });
@@ -159,23 +171,37 @@ export class Relay extends TypedEmitter<RelayEvents> {
   async start(): Promise<void> {
     if (this.started) throw new OutboxError('relay already started', { retriable: false });
     this.started = true;
+    this.starting = this.doStart();
+    return this.starting;
+  }
+
+  private async doStart(): Promise<void> {
+    if (this.stopping) throw stoppedWhileStarting();
     const o = this.options;
-    this.pool = createPool(o.databaseUrl, this.applicationName, o.batchesInFlight + 2, this.logger);
-    let client: pg.PoolClient;
+    const pool = createPool(o.databaseUrl, this.applicationName, o.batchesInFlight + 2, this.logger);
+    this.pool = pool;
     try {
-      client = await this.pool.connect();
+      // A Postgres that accepts and never answers holds connect() until its timeout: a
+      // stop meanwhile must not wait for it.
+      const client = await this.unlessStopped(pool.connect(), (late) => late.release(true)).catch((error: unknown) => {
+        throw this.stopping ? error : connectionError(o.databaseUrl, error);
+      });
+      try {
+        await this.unlessStopped(assertRelaySchema(client, o.schema));
+      } finally {
+        // Destroyed rather than returned when the stop cut the check short: its query may still run.
+        client.release(this.stopping ? true : undefined);
+      }
     } catch (error) {
-      await this.pool.end().catch(() => undefined);
-      throw connectionError(o.databaseUrl, error);
-    }
-    try {
-      await assertRelaySchema(client, o.schema);
-    } catch (error) {
-      client.release();
-      await this.pool.end().catch(() => undefined);
+      this.pool = undefined;
+      if (this.stopping) {
+        // A connect still pending ends at its own timeout; nothing waits for it.
+        void pool.end().catch(() => undefined);
+        throw stoppedWhileStarting();
+      }
+      await pool.end().catch(() => undefined);
       throw error;
     }
-    client.release();
 
     const kafka = o.kafka ?? createKafka({ brokers: o.kafkaBrokers, clientId: o.clientId, logger: o.logger, ...o.kafkaSecurity });
     this.kafkaClient = kafka;
@@ -226,27 +252,37 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
   private async doStop(): Promise<{ hard: boolean }> {
     this.stopping = true;
+    this.signalStop();
     this.workAvailable.notify();
     this.stopRequested.notify();
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = new Promise<'timeout'>((resolve) => {
-      timer = setTimeout(() => resolve('timeout'), this.options.shutdownTimeoutMs);
-    });
-    const outcome = await Promise.race([Promise.all(this.loops).then(() => 'drained' as const), timedOut]);
-    clearTimeout(timer);
-    if (outcome === 'timeout') {
+    const deadline = Date.now() + this.options.shutdownTimeoutMs;
+    // A start in progress gives up at once (unlessStopped) or has just finished.
+    await this.starting?.catch(() => undefined);
+    // abort() during a soft stop cuts this wait short too.
+    const drained = await settlesWithin(Promise.race([Promise.all(this.loops), this.abortSignal]), deadline - Date.now());
+    if (!drained && !this.aborted) {
       this.logger.warn({ shutdownTimeoutMs: this.options.shutdownTimeoutMs }, 'shutdown timeout: abandoning batches in flight');
       this.abortWork();
     }
     const hard = this.aborted;
-    if (!hard) {
+    // Giving the leases back and disconnecting must not outlast the stop either: a
+    // database or broker that accepts and never answers would hold them for its own
+    // timeout (30 s: kafkajs' request timeout). After that they are left behind.
+    const budgetMs = (): number => (hard ? CLOSE_AFTER_HARD_STOP_MS : Math.max(CLOSE_AFTER_HARD_STOP_MS, deadline - Date.now()));
+    if (!hard && this.pool) {
       // Hand the shards over now rather than after the lease TTL.
-      await this.membership.leave(this.pool as pg.Pool).catch((error: unknown) => {
+      const leave = this.membership.leave(this.pool).catch((error: unknown) => {
         this.logger.warn({ err: describeError(error) }, 'could not release shard leases; they expire by themselves');
       });
+      if (!(await settlesWithin(leave, budgetMs()))) this.logger.warn('giving the shard leases back took too long; they expire by themselves');
     }
-    await this.producer?.disconnect();
-    await this.pool?.end().catch(() => undefined);
+    const closeMs = budgetMs();
+    const [producerClosed, poolClosed] = await Promise.all([
+      settlesWithin(this.producer?.disconnect() ?? Promise.resolve(), closeMs),
+      settlesWithin(this.pool?.end() ?? Promise.resolve(), closeMs),
+    ]);
+    if (!producerClosed) this.logger.warn({ waitedMs: closeMs }, 'the Kafka producer did not disconnect in time (broker not answering); left behind');
+    if (!poolClosed) this.logger.warn({ waitedMs: closeMs }, 'Postgres connections did not close in time; left behind');
     this.logger.info({ hard }, 'relay stopped');
     this.emit('stopped', { hard });
     return { hard };
@@ -256,6 +292,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
     if (this.aborted) return;
     this.aborted = true;
     this.stopping = true;
+    this.signalStop();
+    this.signalAbort();
     this.workAvailable.notify();
     this.stopRequested.notify();
     // Destroying the connection rolls its transaction back on the server: the batch's
@@ -517,6 +555,25 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.logger.error({ event, err: describeError(error) }, 'a relay event listener threw; ignored');
   }
 
+  /**
+   * `work`, unless a stop begins first: then it rejects at once, and `lateValue` disposes
+   * of what `work` yields afterwards.
+   */
+  private unlessStopped<T>(work: Promise<T>, lateValue?: (value: T) => void): Promise<T> {
+    let lost = false;
+    const stopped = this.stopSignal.then(() => {
+      lost = true;
+      throw stoppedWhileStarting();
+    });
+    void work.then(
+      (value) => {
+        if (lost) lateValue?.(value);
+      },
+      () => undefined,
+    );
+    return Promise.race([work, stopped]);
+  }
+
   private sleep(ms: number): Promise<void> {
     return this.stopping ? Promise.resolve() : this.stopRequested.wait(ms);
   }
@@ -528,4 +585,9 @@ export class Relay extends TypedEmitter<RelayEvents> {
  */
 export function createRelay(options: RelayOptions | ResolvedRelayOptions): Relay {
   return new Relay(options);
+}
+
+/** What `start()` rejects with when `stop()` came first. */
+function stoppedWhileStarting(): OutboxError {
+  return new OutboxError('relay stopped while starting', { retriable: false });
 }

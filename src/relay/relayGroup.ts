@@ -98,6 +98,8 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
   private readonly relayOptions = new Map<string, ResolvedRelayOptions>();
   private kafkaClient: Kafka | undefined;
   private readonly stopRequested = new WakeUp();
+  /** Relays whose start() is in progress: a stop must cut their start short too. */
+  private readonly starting = new Set<Relay>();
   private loops: Promise<void>[] = [];
   private started = false;
   private stopping = false;
@@ -194,6 +196,8 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
   private async doStop(): Promise<{ hard: boolean }> {
     this.stopping = true;
     this.stopRequested.notify();
+    // A relay still starting (its database hung, say) gives up at once; runOutbox sees the stop.
+    for (const relay of this.starting) void (this.hardStop ? relay.abort() : relay.stop());
     const outcomes = await Promise.all(this.entries.map((e) => (this.hardStop ? e.relay?.abort() : e.relay?.stop())));
     await Promise.all(this.loops);
     const hard = this.hardStop || outcomes.some((r) => r?.hard === true);
@@ -206,9 +210,11 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
     const options = withKafkaClient(this.relayOptions.get(entry.name)!, this.kafkaClient);
     while (!this.stopping) {
       const relay = createRelay(options);
+      this.starting.add(relay);
       try {
         await relay.start();
       } catch (error) {
+        if (this.stopping) break;
         entry.failedStarts++;
         const first = entry.state !== 'unavailable';
         entry.state = 'unavailable';
@@ -220,6 +226,8 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
         attempted();
         await this.stopRequested.wait(retryInMs);
         continue;
+      } finally {
+        this.starting.delete(relay);
       }
       if (this.stopping) {
         // stop() came while this relay was starting: doStop did not see it.
