@@ -23,6 +23,8 @@ export interface RelayMetrics {
   deadLetters: Counter<'topic' | 'outbox'>;
   parkedKeys: Gauge<'outbox'>;
   shardsOwned: Gauge<'outbox'>;
+  lastPublish: Gauge<'outbox'>;
+  rowsAboveSequence: Gauge<'outbox'>;
   horizonForced: Counter<'outbox'>;
   running: Gauge<'outbox'>;
   claimDuration: Histogram<'outbox'>;
@@ -97,6 +99,18 @@ export const RELAY_METRICS: MetricTable<RelayMetrics> = {
   },
   parkedKeys: { type: 'gauge', name: 'outbox_relay_parked_keys', help: 'Keys whose rows are held back behind a dead-lettered row.', labelNames: ['outbox'] },
   shardsOwned: { type: 'gauge', name: 'outbox_relay_shards_owned', help: `Shards (of ${SHARD_COUNT}) this relay holds a lease on.`, labelNames: ['outbox'] },
+  lastPublish: {
+    type: 'gauge',
+    name: 'outbox_relay_last_publish_timestamp_seconds',
+    help: 'Unix time of the last batch this relay published, or of its start when it published none yet. With rows pending, a value that stops moving means the relay is not publishing.',
+    labelNames: ['outbox'],
+  },
+  rowsAboveSequence: {
+    type: 'gauge',
+    name: 'outbox_relay_rows_above_sequence',
+    help: 'Unsent rows whose id is above the outbox sequence (inserted with an explicit id), counted up to 1000: not claimed until the sequence passes them, and the sequence will hand out their ids again. Fix: docs/runbook.md.',
+    labelNames: ['outbox'],
+  },
   horizonForced: {
     type: 'counter',
     name: 'outbox_relay_horizon_forced_total',

@@ -54,6 +54,8 @@ export interface RelayInstrumentation {
   readonly lastSample: RelaySample | undefined;
   /** Whether the relay runs: false once it emitted 'stopped'. */
   readonly stopped: boolean;
+  /** When the relay last published a batch (ms since epoch), or when it was instrumented. */
+  readonly lastPublishAtMs: number;
   /** Take a sample that starts no earlier than this call (the timer also takes them). */
   sample(): Promise<RelaySample>;
   /** `SELECT 1` on the sampler's pool. */
@@ -79,8 +81,11 @@ export function instrumentRelay(relay: RelayStatusSource, options: InstrumentRel
 
   m.breakerState.set(BREAKER_STATE.closed);
   m.parkedKeys.set(0);
+  m.rowsAboveSequence.set(0);
   m.running.set(1);
   m.consecutiveFailures.set(0);
+  let lastPublishAtMs = Date.now();
+  m.lastPublish.set(lastPublishAtMs / 1000);
   const failures = new Map<number, number>();
   const updateFailures = (): void => m.consecutiveFailures.set(Math.max(0, ...failures.values()));
 
@@ -99,6 +104,8 @@ export function instrumentRelay(relay: RelayStatusSource, options: InstrumentRel
 
   const listeners: { [K in RelayStatusEvent]: (e: RelayEvents[K]) => void } = {
     batch: (e) => {
+      lastPublishAtMs = e.ackedAtMs;
+      m.lastPublish.set(e.ackedAtMs / 1000);
       for (const [topic, n] of Object.entries(e.topics)) m.publishedRows.inc({ topic }, n);
       m.batchSize.observe(e.count);
       m.batchDuration.observe(e.durationMs / 1000);
@@ -150,6 +157,9 @@ export function instrumentRelay(relay: RelayStatusSource, options: InstrumentRel
     },
     get stopped() {
       return stopped;
+    },
+    get lastPublishAtMs() {
+      return lastPublishAtMs;
     },
     sample: sampler.sample,
     async pingDatabase(timeoutMs = 2_000) {

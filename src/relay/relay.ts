@@ -65,6 +65,8 @@ export interface RelayEvents {
 const RECHECK_MS = 1_000;
 const RECHECK_MAX_MS = 5_000;
 const RETRY_BASE_MS = 100;
+/** How often the horizon probe tries the database again while it does not answer. */
+const RECONNECT_PROBE_MS = 250;
 /** What closing (producer, pool) may take after a hard stop before it is left behind. */
 const CLOSE_AFTER_HARD_STOP_MS = 500;
 /**
@@ -103,6 +105,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private readonly workAvailable = new WakeUp();
   /** Notified only on stop: cuts retry sleeps short without waking them on new work. */
   private readonly stopRequested = new WakeUp();
+  /** Notified when the horizon probe reaches the database again after failing (and on stop). */
+  private readonly databaseBack = new WakeUp();
   /** Notified when the breaker opens. */
   private readonly breakerOpened = new WakeUp();
   private pool: pg.Pool | undefined;
@@ -255,6 +259,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.signalStop();
     this.workAvailable.notify();
     this.stopRequested.notify();
+    this.databaseBack.notify();
     const deadline = Date.now() + this.options.shutdownTimeoutMs;
     // A start in progress gives up at once (unlessStopped) or has just finished.
     await this.starting?.catch(() => undefined);
@@ -296,6 +301,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.signalAbort();
     this.workAvailable.notify();
     this.stopRequested.notify();
+    this.databaseBack.notify();
     // Destroying the connection rolls its transaction back on the server: the batch's
     // rows stay unsent and unlocked.
     for (const w of this.workers) {
@@ -323,6 +329,13 @@ export class Relay extends TypedEmitter<RelayEvents> {
         // New ids were just paired: a second probe right away usually finds their
         // transactions done and releases them now rather than one interval later.
         if (this.horizon.hasPending) moved = (await this.horizon.probe(client)) || moved;
+        if (failures > 0) {
+          // The database answers again: workers and lease renewal waiting out a backoff
+          // from the outage try now instead.
+          this.logger.info({ failedProbes: failures }, 'database answers again: resuming');
+          this.databaseBack.notify();
+          this.workAvailable.notify();
+        }
         const above = await this.idAudit.check(client);
         if (above) {
           this.logger.warn(
@@ -353,8 +366,13 @@ export class Relay extends TypedEmitter<RelayEvents> {
       } catch (error) {
         await client?.end().catch(() => undefined);
         client = undefined;
-        delay = backoffDelayMs(failures++, RETRY_BASE_MS, this.options.retryMaxDelayMs) + this.options.pollIntervalMs;
-        this.logger.warn({ err: describeError(error), retryInMs: delay }, 'horizon probe failed');
+        // Not the retry backoff: a probe is one cheap connection attempt, and the relay
+        // publishes nothing until one succeeds, so a database that comes back is seen
+        // within this interval rather than after a backoff grown during the outage.
+        delay = RECONNECT_PROBE_MS;
+        failures++;
+        // Warn when the database goes away; the attempts after that are debug noise.
+        this.logger[failures === 1 ? 'warn' : 'debug']({ err: describeError(error), attempt: failures, retryInMs: delay }, 'horizon probe failed; retrying');
       }
       await this.sleep(delay);
     }
@@ -406,7 +424,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
         delay = Math.min(intervalMs, backoffDelayMs(failures++, RETRY_BASE_MS, this.options.retryMaxDelayMs) + RETRY_BASE_MS);
         this.logger.warn({ err: describeError(error), retryInMs: delay }, 'shard lease renewal failed');
       }
-      await this.sleep(delay);
+      await this.sleepOrDatabaseBack(delay);
     }
   }
 
@@ -482,7 +500,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
           'batch failed; rolled back, will retry',
         );
         this.emit('batchError', { worker: worker.index, error: error as Error, attempt: worker.failures, retryInMs });
-        await this.sleep(retryInMs);
+        await this.sleepOrDatabaseBack(retryInMs);
         continue;
       }
       worker.failures = 0;
@@ -576,6 +594,11 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
   private sleep(ms: number): Promise<void> {
     return this.stopping ? Promise.resolve() : this.stopRequested.wait(ms);
+  }
+
+  /** A retry's backoff, cut short by a stop or by the database answering again. */
+  private sleepOrDatabaseBack(ms: number): Promise<void> {
+    return this.stopping ? Promise.resolve() : this.databaseBack.wait(ms);
   }
 }
 
