@@ -1,6 +1,6 @@
 import type { Kafka, KafkaConfig } from 'kafkajs';
 import * as settings from '../shared/settings.js';
-import { clientId, databaseUrl, kafkaBrokers, logLevel, schema } from '../shared/commonSettings.js';
+import { clientId, databaseUrl, kafkaBrokers, schema } from '../shared/commonSettings.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { kafkaSecurityConfig, type KafkaSecurityOptions } from '../shared/kafkaSecurity.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
