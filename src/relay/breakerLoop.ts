@@ -2,7 +2,7 @@ import { describeError } from '../shared/errors.js';
 import { backoffDelayMs } from '../shared/backoff.js';
 import type { RelayRuntime } from './relayRuntime.js';
 
-/** Breaker checks while closed happen this often (or when it opens). */
+/** While the breaker is closed the loop looks again this often, besides being woken when it opens. */
 const CLOSED_CHECK_MS = 1_000;
 
 /** While the breaker is open: probe the broker with backoff; close it when it answers. */

@@ -13,6 +13,7 @@ import { RETRY_BASE_MS, type RelayRuntime } from './relayRuntime.js';
  *  transactions a second. */
 const RECHECK_MS = 1_000;
 const RECHECK_MAX_MS = 5_000;
+
 /**
  * One worker: claims and publishes batches of its shards (batch.ts) when the horizon
  * moved or a recheck is due, retries failed batches with backoff, counts them towards the
