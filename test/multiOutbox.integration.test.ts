@@ -1,6 +1,7 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
+import { performance } from 'node:perf_hooks';
 import { createRelayGroup, type RelayGroup } from '../src/relay/relayGroup.js';
 import { instrumentRelayGroup } from '../src/metrics/relayGroupMetrics.js';
 import { migrate } from '../src/commands/migrate.js';
@@ -232,4 +233,64 @@ test('integration: a relay group refuses bad lists before connecting anywhere', 
   assert.throws(base([{ ...one, schema: 'no"quote' }]), /not a valid name/);
   assert.throws(base([{ ...one, databaseUrl: 'postgres://u:s3cret@h:5432/d@x' }]), (e: Error) => e instanceof ConfigError && !e.message.includes('s3cret'));
   assert.throws(base([one, { ...one, name: 'two', schema: 'x' }], { maxDatabaseConnections: 9 }), /need up to 14 connections/);
+});
+
+// Documented in docs/outboxes.md: an outbox publishes again within this long of its
+// database answering, however long the outage grew the retry backoff.
+const RECOVERY_BOUND_MS = 1_000;
+const OUTAGE_MS = 10_000;
+
+test('integration: a cut-off outbox publishes again within a second of its database answering, after an outage long enough to grow the retry backoff (default retry-max-delay-ms)', async (t) => {
+  const database = uniqueName('outbox_recover');
+  await admin.query(`CREATE DATABASE "${database}"`);
+  const url = new URL(DATABASE_URL);
+  url.pathname = `/${database}`;
+  const schema = 'outbox_r';
+  await migrate({ databaseUrl: url.toString(), schema });
+  const pool = new pg.Pool({ connectionString: url.toString(), max: 2 });
+  pool.on('error', () => undefined);
+  const topic = await createTopic(2);
+  // The retry settings left at their defaults (retry-max-delay-ms 30 s): what the backoff
+  // grows to is what the recovery must not wait for. A short lease so that the outage
+  // outlasts it and the shards have to be taken again.
+  const { retryMaxDelayMs: _, ...options } = groupOptions([{ name: 'recovering', databaseUrl: url.toString(), schema }]);
+  const group = createRelayGroup({ ...options, batchesInFlight: 2 });
+  const metrics = instrumentRelayGroup(group, { processMetrics: false, sampleIntervalMs: 200 });
+  await group.start();
+  const relay = group.outboxes[0]!.relay!;
+  const batchesUpTo: Array<{ lastId: number; at: number }> = [];
+  relay.on('batch', (e) => {
+    batchesUpTo.push({ lastId: e.lastId, at: performance.now() });
+  });
+  try {
+    const insert = (db: pg.Pool, n: number) => db.query(`INSERT INTO "${schema}".outbox (topic, key, payload) SELECT $1, 'k' || (i % 5), '{}' FROM generate_series(1, $2::int) i`, [topic, n]);
+    await insert(pool, 10);
+    await waitFor('the first rows published', () => batchesUpTo.length > 0);
+    await pool.end();
+    await cutOff(database);
+    // The outage itself, not a wait for something: 10 s, long enough for a retry backoff
+    // doubling from 100 ms to reach 12.8 s and more, five times the 2 s lease.
+    await new Promise((resolve) => setTimeout(resolve, OUTAGE_MS));
+
+    // Back, and the writers with it: their new rows need the horizon probe to see them.
+    await admin.query(`ALTER DATABASE "${database}" ALLOW_CONNECTIONS true`);
+    const restoredAt = performance.now();
+    const writer = new pg.Client({ connectionString: url.toString() });
+    await writer.connect();
+    const { rows } = await writer.query<{ id: number }>(`INSERT INTO "${schema}".outbox (topic, key, payload) VALUES ($1, 'after', '{}') RETURNING id`, [topic]);
+    await writer.end();
+    const afterId = rows[0]!.id;
+    const published = await waitFor('the row written after the restore to be published', () => batchesUpTo.find((b) => b.lastId >= afterId), { timeoutMs: 60_000, intervalMs: 5 });
+    const recoveryMs = published.at - restoredAt;
+    t.diagnostic(`the row written after the restore published ${Math.round(recoveryMs)} ms after it`);
+    assert.ok(recoveryMs < RECOVERY_BOUND_MS, `the row written after the restore published ${Math.round(recoveryMs)} ms after the database answered again (bound ${RECOVERY_BOUND_MS} ms)`);
+    await waitFor('every outbox ready again', async () => (await metrics.readiness()).ready);
+    const check = (await metrics.readiness()).checks['recovering.publishing'];
+    assert.equal(check?.ok, true, JSON.stringify(check));
+  } finally {
+    await group.stop();
+    await metrics.close();
+    await admin.query(`ALTER DATABASE "${database}" ALLOW_CONNECTIONS true`).catch(() => undefined);
+    await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`).catch(() => undefined);
+  }
 });

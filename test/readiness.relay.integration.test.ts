@@ -1,7 +1,10 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { createRelay } from '../src/relay/relay.js';
+import { instrumentRelay } from '../src/metrics/relayMetrics.js';
+import { waitFor } from './helpers/wait.js';
 import { relayReadiness } from '../src/metrics/readiness.js';
 import type { RelayStatusSource } from '../src/metrics/relayStatusSource.js';
 import { migrate } from '../src/commands/migrate.js';
@@ -32,7 +35,7 @@ async function readiness(databaseUrl: string, schema = db.schema) {
     on: () => undefined,
     off: () => undefined,
   };
-  const r = relayReadiness(source, { pingDatabase: async () => undefined, stopped: false }, { kafkaCacheMs: 0 });
+  const r = relayReadiness(source, { pingDatabase: async () => undefined, stopped: false, lastSample: undefined, lastPublishAtMs: Date.now() }, { kafkaCacheMs: 0 });
   try {
     return await r.check();
   } finally {
@@ -113,4 +116,45 @@ test("integration: the relay's column list matches what the migrations create", 
     for (const [column, type] of Object.entries(columns)) assert.equal(fresh.get(`${table}.${column}`), type, `${table}.${column}`);
   }
   assert.deepEqual(await schemaDrift(db.pool as unknown as pg.ClientBase, db.schema), []);
+});
+
+test('integration: a relay that publishes nothing while rows wait is not ready, and the publishing check says so', async () => {
+  // A broker that accepts and never answers: the relay runs, claims, and cannot publish.
+  const sockets = new Set<Socket>();
+  const broker = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+  });
+  await new Promise<void>((resolve) => broker.listen(0, '127.0.0.1', resolve));
+  const schema = await createTestSchema('ready_stall');
+  const relay = createRelay({
+    databaseUrl: schema.databaseUrl,
+    schema: schema.schema,
+    kafkaBrokers: [`127.0.0.1:${(broker.address() as AddressInfo).port}`],
+    producer: TEST_PRODUCER,
+    shutdownTimeoutMs: 0,
+  });
+  const instrumentation = instrumentRelay(relay, { processMetrics: false, sampleIntervalMs: 100 });
+  const readiness = relayReadiness(relay, instrumentation, { notPublishingAfterMs: 1_000, timeoutMs: 300, kafkaCacheMs: 0 });
+  await relay.start();
+  try {
+    const before = await readiness.check();
+    assert.deepEqual(before.checks.publishing, { ok: true, detail: 'nothing pending' });
+    await schema.pool.query(`INSERT INTO "${schema.schema}".outbox (topic, key, payload) SELECT 'stalled', 'k' || i, '{}' FROM generate_series(1, 5) i`);
+    const report = await waitFor('the publishing check to fail', async () => {
+      const r = await readiness.check();
+      return r.checks.publishing?.ok === false ? r : undefined;
+    });
+    assert.equal(report.ready, false);
+    assert.match(report.checks.publishing!.detail, /^not publishing although rows are pending: 5 rows pending, the oldest for \d+ s; last published \d+ s ago$/);
+    const metric = (await instrumentation.registry.getSingleMetric('outbox_relay_last_publish_timestamp_seconds')!.get()).values[0]!.value;
+    assert.ok(Date.now() / 1000 - metric > 1, 'the last-publish gauge stands still while nothing is published');
+  } finally {
+    await relay.abort();
+    await readiness.close();
+    await instrumentation.close();
+    for (const s of sockets) s.destroy();
+    await new Promise<void>((resolve) => broker.close(() => resolve()));
+    await schema.drop();
+  }
 });

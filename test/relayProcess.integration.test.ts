@@ -1,5 +1,10 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { enqueue } from '../src/enqueue.js';
 import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
@@ -129,4 +134,110 @@ test('integration: secrets never reach the logs, even at debug level', async () 
   assert.match(relay.output(), TEST_PRODUCER === 'kafkajs' ? /"component":"kafkajs"/ : /"component":"platformatic-kafka"/, 'the Kafka client logged through pino');
   assert.match(relay.output(), /relay started[\s\S]*relay stopped/);
   assert.doesNotMatch(relay.output(), /pw-that-must-not-leak/);
+});
+
+/** A server that accepts TCP connections and never answers: a hung Postgres or Kafka. */
+async function hungServer(): Promise<{ address: string; connected: Promise<void>; close(): Promise<void> }> {
+  const sockets = new Set<Socket>();
+  let onConnection!: () => void;
+  const connected = new Promise<void>((resolve) => (onConnection = resolve));
+  const server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+    socket.on('close', () => sockets.delete(socket));
+    onConnection();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    address: `127.0.0.1:${port}`,
+    connected,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** Signal `spawned` (`count` times, the next once the first is logged) and measure how long it takes to exit. */
+async function signalAndTime(spawned: ReturnType<typeof spawnCli>, signal: NodeJS.Signals, count = 1): Promise<{ code: number | string; elapsedMs: number }> {
+  const at = performance.now();
+  spawned.child.kill(signal);
+  if (count > 1) {
+    await waitFor('the first signal to be logged', () => /"msg":"stopping: finishing batches in flight/.test(spawned.output()), { intervalMs: 5 });
+    spawned.child.kill(signal);
+  }
+  const code = await spawned.exited;
+  return { code, elapsedMs: performance.now() - at };
+}
+
+// Well below the 10 s connect timeout it used to wait for; the process's own exit (pino
+// flush, handles) takes the rest.
+const PROMPT_EXIT_MS = 1_500;
+
+test('integration: SIGINT while Postgres accepts and never answers: run stops at once and exits 0', async () => {
+  const postgres = await hungServer();
+  try {
+    const relay = spawnCli(['run'], { ...env(), DATABASE_URL: `postgres://relay@${postgres.address}/app`, OUTBOX_LOG_LEVEL: 'info' });
+    await postgres.connected;
+    const { code, elapsedMs } = await signalAndTime(relay, 'SIGINT');
+    assert.equal(code, 0, relay.output());
+    assert.ok(elapsedMs < PROMPT_EXIT_MS, `exited ${Math.round(elapsedMs)} ms after SIGINT\n${relay.output()}`);
+    assert.match(relay.output(), /"signal":"SIGINT"/);
+  } finally {
+    await postgres.close();
+  }
+});
+
+test('integration: SIGINT while an outbox of --outboxes-file waits for a hung Postgres: the group stops at once and exits 0', async () => {
+  const postgres = await hungServer();
+  const dir = mkdtempSync(join(tmpdir(), 'relayproc-'));
+  const file = join(dir, 'outboxes.json');
+  writeFileSync(
+    file,
+    JSON.stringify({
+      outboxes: [
+        { name: 'live', databaseUrlEnv: 'LIVE_DATABASE_URL', schema: db.schema },
+        { name: 'hung', databaseUrlEnv: 'HUNG_DATABASE_URL', schema: 'public' },
+      ],
+    }),
+  );
+  try {
+    const { DATABASE_URL: _, OUTBOX_SCHEMA: _schema, ...rest } = env();
+    const group = spawnCli(['run', '--outboxes-file', file], {
+      ...rest,
+      LIVE_DATABASE_URL: db.databaseUrl,
+      HUNG_DATABASE_URL: `postgres://relay@${postgres.address}/app`,
+      OUTBOX_LOG_LEVEL: 'info',
+    });
+    await postgres.connected;
+    const { code, elapsedMs } = await signalAndTime(group, 'SIGINT');
+    assert.equal(code, 0, group.output());
+    assert.ok(elapsedMs < PROMPT_EXIT_MS, `exited ${Math.round(elapsedMs)} ms after SIGINT\n${group.output()}`);
+  } finally {
+    await postgres.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('integration: a Kafka that accepts and never answers: a batch in flight holds the first SIGINT no longer than --shutdown-timeout-ms (exit 3), a second SIGINT stops at once (exit 3)', async () => {
+  const shutdownTimeoutMs = 2_000;
+  for (const signals of [1, 2]) {
+    const kafka = await hungServer();
+    try {
+      const topic = `hung-${signals}-${Date.now()}`;
+      await enqueueRows(topic, 10, 2);
+      const relay = spawnCli(['run', '--shutdown-timeout-ms', String(shutdownTimeoutMs)], { ...env(), KAFKA_BROKERS: kafka.address, OUTBOX_LOG_LEVEL: 'info' });
+      // The batch's producer reached the broker: a batch is in flight, waiting for it.
+      await kafka.connected;
+      const { code, elapsedMs } = await signalAndTime(relay, 'SIGINT', signals);
+      assert.equal(code, 3, `stopped hard: the batch in flight was abandoned\n${relay.output()}`);
+      const boundMs = signals === 1 ? shutdownTimeoutMs + PROMPT_EXIT_MS : PROMPT_EXIT_MS;
+      assert.ok(elapsedMs < boundMs, `${signals} SIGINT: exited ${Math.round(elapsedMs)} ms after the first, bound ${boundMs} ms\n${relay.output()}`);
+      const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE topic = $1 AND sent_at IS NULL`, [topic]);
+      assert.equal(rows[0]!.n, 10, 'the abandoned batch rolled back: its rows wait unsent');
+    } finally {
+      await kafka.close();
+    }
+  }
 });

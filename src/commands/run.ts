@@ -100,38 +100,47 @@ async function runUntilSignalled(
 ): Promise<number> {
   const logger = options.logger;
   // Handlers go in before start(): a signal during start-up (while Postgres is slow to
-  // answer, say) must stop the relay cleanly, not kill the process with its leases held.
+  // answer, say) must stop the relay cleanly and at once, not wait for the connect timeout
+  // nor kill the process with its leases held. stop() and abort() cut a start short.
   let signals = 0;
-  let running = false;
   const onSignal = (name: NodeJS.Signals): void => {
     signals++;
     if (signals === 1) {
       logger.info({ signal: name }, 'stopping: finishing batches in flight (send the signal again to stop now)');
-      if (running) void target.stop();
+      void target.stop();
     } else {
       logger.warn({ signal: name }, 'second signal: stopping now');
-      if (running) void target.abort();
+      void target.abort();
     }
   };
   const handled: NodeJS.Signals[] = options.handleSignals ?? true ? ['SIGTERM', 'SIGINT', 'SIGHUP'] : [];
   for (const s of handled) process.on(s, onSignal);
   let metrics: { close(): Promise<void> } | undefined;
+  // Listened to before start(): a stop during start-up emits it before start() returns.
+  const stopped = new Promise<{ hard: boolean }>((resolve) => target.once('stopped', resolve));
+  const onAbort = (): void => void target.stop();
+  options.signal?.addEventListener('abort', onAbort, { once: true });
   try {
-    await target.start();
+    if (options.signal?.aborted) void target.stop();
     try {
-      metrics = await afterStart();
+      await target.start();
     } catch (error) {
-      await target.stop();
+      // Stopped while starting: that is the signal's clean stop, not a failure to start.
+      if (signals > 0 || options.signal?.aborted) return (await stopped).hard ? EXIT.forced : EXIT.ok;
       throw error;
     }
-    const stopped = new Promise<{ hard: boolean }>((resolve) => target.once('stopped', resolve));
-    running = true;
-    options.signal?.addEventListener('abort', () => void target.stop(), { once: true });
-    if (options.signal?.aborted || signals === 1) void target.stop();
-    else if (signals > 1) void target.abort();
+    if (signals === 0 && !options.signal?.aborted) {
+      try {
+        metrics = await afterStart();
+      } catch (error) {
+        await target.stop();
+        throw error;
+      }
+    }
     const outcome = await stopped;
     return outcome.hard ? EXIT.forced : EXIT.ok;
   } finally {
+    options.signal?.removeEventListener('abort', onAbort);
     for (const s of handled) process.off(s, onSignal);
     await metrics?.close();
   }

@@ -1,6 +1,7 @@
 import type { DatabaseOptions } from '../shared/database.js';
 import { DEFAULT_SCHEMA, quoteSchema } from '../shared/identifiers.js';
 import { openDatabase } from './openDatabase.js';
+import { idsAboveSequenceSql } from '../relay/idAudit.js';
 import { backlogSql, deadLettersByReasonSql, deadLetterTotalsSql, inFlightSql, leasesSql, parkedKeysSql, relaysSql } from './sql/status.js';
 
 /** Where to read the status from: a client, a pool or a URL, and the schema. */
@@ -21,6 +22,12 @@ export interface OutboxStatus {
    * pg_read_all_stats).
    */
   inFlightBatches: number;
+  /**
+   * Unsent rows inserted with an explicit id above the outbox sequence (counted up to
+   * 1000): never claimed until the sequence passes them, and the sequence will hand out
+   * their ids again. null when there are none.
+   */
+  idsAboveSequence: { rows: number; maxUnsentId: number; sequenceLastValue: number } | null;
   deadLetters: {
     total: number;
     /** Seconds since the newest dead letter; null when there are none. */
@@ -65,6 +72,7 @@ export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
     const inFlight = new Map(
       (await client.query<{ relay_id: string; batches: number }>(inFlightSql(s))).rows.map((r) => [r.relay_id, Number(r.batches)]),
     );
+    const above = (await client.query<{ max_unsent_id: number | null; last_id: number; rows_above: number }>(idsAboveSequenceSql(s))).rows[0];
     const dlTotals = (await client.query<{ total: number; newest_seconds: number | null }>(deadLetterTotalsSql(s))).rows[0]!;
     const byReason = (
       await client.query<{ error_name: string; reason: string; count: number; parked: number; first_at: Date; last_at: Date }>(deadLettersByReasonSql(s), [REASON_GROUPS])
@@ -91,6 +99,10 @@ export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
       oldestPendingSeconds: backlog.oldest_pending_seconds === null ? null : Number(backlog.oldest_pending_seconds),
       pendingBehindParkedKeys: Number(backlog.pending_behind_parked),
       inFlightBatches: [...inFlight.values()].reduce((a, b) => a + b, 0),
+      idsAboveSequence:
+        above && Number(above.rows_above) > 0
+          ? { rows: Number(above.rows_above), maxUnsentId: Number(above.max_unsent_id), sequenceLastValue: Number(above.last_id) }
+          : null,
       deadLetters: {
         total: Number(dlTotals.total),
         newestSeconds: dlTotals.newest_seconds === null ? null : Number(dlTotals.newest_seconds),
@@ -154,6 +166,13 @@ export function formatStatus(status: OutboxStatus): string {
   table(lines, [['relay', 'state', 'heartbeat', 'shards', 'owned', 'in flight'], ...status.relays.map((r) => [r.relayId, r.live ? 'live' : 'dead', `${r.heartbeatAgeSeconds.toFixed(1)} s ago`, String(r.shardCount), r.shards || '-', String(r.inFlightBatches)])]);
   if (status.relays.length === 0) lines.push('(no relay has run against this schema)');
   if (status.unownedShards) lines.push('', `unowned shards: ${status.unownedShards}`);
+  const above = status.idsAboveSequence;
+  if (above) {
+    lines.push(
+      '',
+      `rows above the sequence: ${above.rows}${above.rows >= 1000 ? '+' : ''} unsent (ids up to ${above.maxUnsentId}, outbox_id_seq at ${above.sequenceLastValue}): not published until the sequence passes them, and inserts will collide with them; fix: docs/runbook.md, "Rows above the sequence" (setval)`,
+    );
+  }
 
   const dl = status.deadLetters;
   lines.push('', `dead letters: ${dl.total}` + (dl.newestSeconds === null ? '' : `, newest ${age(dl.newestSeconds)} ago`));

@@ -1,14 +1,15 @@
 /**
  * The relay's backlog sampler: every few seconds, on a pool of its own, the cheap queries
  * of ./sql/metrics.ts give the backlog, the oldest pending row's age, the ingress rate
- * (growth of the outbox id sequence) and the parked keys.
+ * (growth of the outbox id sequence), the parked keys and the rows above the sequence.
  */
 import type pg from 'pg';
 import { describeError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
+import { idsAboveSequenceSql } from '../relay/idAudit.js';
 import { errorLabel } from './errorLabel.js';
 import { serialized } from './promises.js';
-import type { RelayMetrics } from './relayMetrics.js';
+import type { RelayMetrics } from './relayMetricTable.js';
 import {
   backlogCountSql,
   backlogEstimateSql,
@@ -25,6 +26,10 @@ export interface RelaySample {
   estimated: boolean;
   oldestAgeSeconds: number;
   lastId: number;
+  /** Keys held back behind a parked dead letter: their rows are pending on purpose. */
+  parkedKeys: number;
+  /** Unsent rows with ids above the outbox sequence (set by hand), counted up to 1000: never claimed until the sequence passes them. */
+  rowsAboveSequence: number;
   at: Date;
 }
 
@@ -34,7 +39,7 @@ export interface BacklogSamplerOptions {
   /** The outbox's schema, quoted (quoteIdentifier). */
   quotedSchema: string;
   /** Where the samples go: pending rows, oldest age, enqueued rows, parked keys, and the sampler's own query durations and errors. */
-  metrics: Pick<RelayMetrics, 'pendingRows' | 'oldestPendingAge' | 'enqueuedRows' | 'parkedKeys' | 'samplerQueryDuration' | 'samplerErrors'>;
+  metrics: Pick<RelayMetrics, 'pendingRows' | 'oldestPendingAge' | 'enqueuedRows' | 'parkedKeys' | 'rowsAboveSequence' | 'samplerQueryDuration' | 'samplerErrors'>;
   intervalMs: number;
   /** Unsent rows are counted exactly up to this many, estimated above. */
   countCap: number;
@@ -85,7 +90,11 @@ export function startBacklogSampler(options: BacklogSamplerOptions): BacklogSamp
     const [oldest] = await timed<OldestPendingRow>(oldestPendingSql(quoted));
     const [seq] = await timed<{ last_id: number }>(sequenceLastValueSql(quoted));
     const [parked] = await timed<{ parked: number }>(parkedKeyCountSql(quoted));
-    m.parkedKeys.set(parked?.parked ?? 0);
+    const parkedKeys = parked?.parked ?? 0;
+    m.parkedKeys.set(parkedKeys);
+    const [above] = await timed<{ rows_above: number }>(idsAboveSequenceSql(quoted));
+    const rowsAboveSequence = Number(above?.rows_above ?? 0);
+    m.rowsAboveSequence.set(rowsAboveSequence);
     const id = Number(seq?.last_id ?? 0);
     if (lastId !== undefined && id > lastId) m.enqueuedRows.inc(id - lastId);
     lastId = id;
@@ -93,7 +102,7 @@ export function startBacklogSampler(options: BacklogSamplerOptions): BacklogSamp
     m.pendingRows.set(pending);
     m.oldestPendingAge.set(oldestAgeSeconds);
     options.afterSample?.();
-    lastSample = { pending, estimated, oldestAgeSeconds, lastId: id, at: new Date() };
+    lastSample = { pending, estimated, oldestAgeSeconds, lastId: id, parkedKeys, rowsAboveSequence, at: new Date() };
     return lastSample;
   };
 

@@ -2,7 +2,8 @@
  * The relay's readiness, for /readyz: the database answers `SELECT 1`, the relay can claim
  * and mark there (privileges, a read-write database, the tables as migrated), a Kafka
  * metadata request succeeds with the relay's own client (answers cached a few seconds),
- * and the relay runs (owning shards or waiting for them). A failed check reports an error
+ * the relay runs (owning shards or waiting for them), and it publishes when rows are
+ * pending (`publishing`: not when rows have waited long and nothing went out). A failed check reports an error
  * label (./errorLabel.ts) or what it could not do, never a message or a connection string.
  */
 import type pg from 'pg';
@@ -37,6 +38,12 @@ export interface RelayReadinessOptions {
   timeoutMs?: number;
   /** Reuse a Kafka probe's answer this long, in ms (default 5000). */
   kafkaCacheMs?: number;
+  /**
+   * The `publishing` check fails when rows have been pending this long and the relay
+   * published nothing for as long, in ms (default: horizonMaxWaitMs + 30000, 90 s at the
+   * defaults: rows may legitimately wait horizonMaxWaitMs behind a long transaction).
+   */
+  notPublishingAfterMs?: number;
   logger?: Logger;
 }
 
@@ -52,7 +59,7 @@ export interface RelayReadiness {
  */
 export function relayReadiness(
   relay: RelayStatusSource,
-  instrumentation: Pick<RelayInstrumentation, 'pingDatabase' | 'stopped'>,
+  instrumentation: Pick<RelayInstrumentation, 'pingDatabase' | 'stopped' | 'lastSample' | 'lastPublishAtMs'>,
   options: RelayReadinessOptions = {},
 ): RelayReadiness {
   const timeoutMs = options.timeoutMs ?? 2_000;
@@ -107,6 +114,20 @@ export function relayReadiness(
     return result;
   };
 
+  const notPublishingAfterMs = options.notPublishingAfterMs ?? (relay.options.horizonMaxWaitMs ?? 60_000) + 30_000;
+  /** Rows pending for long and nothing published for as long: the relay is up but not doing its job. */
+  const publishing = (): ReadinessCheck => {
+    const sample = instrumentation.lastSample;
+    if (!sample || sample.pending === 0) return { ok: true, detail: 'nothing pending' };
+    const idleMs = Date.now() - instrumentation.lastPublishAtMs;
+    const detail = `${sample.pending} rows pending, the oldest for ${Math.round(sample.oldestAgeSeconds)} s; last published ${Math.round(idleMs / 1000)} s ago`;
+    // Rows of parked keys wait on purpose (outbox_relay_parked_keys has its own alert); a
+    // relay that owns no shards publishes nothing by design.
+    const stalled =
+      idleMs > notPublishingAfterMs && sample.oldestAgeSeconds * 1000 > notPublishingAfterMs && sample.parkedKeys === 0 && relay.ownedShards.length > 0;
+    return stalled ? { ok: false, detail: `not publishing although rows are pending: ${detail}` } : { ok: true, detail };
+  };
+
   const probeDatabase = async (): Promise<ReadinessCheck> => {
     try {
       await instrumentation.pingDatabase(timeoutMs);
@@ -123,7 +144,7 @@ export function relayReadiness(
       const shards: ReadinessCheck = instrumentation.stopped
         ? { ok: false, detail: 'relay stopped' }
         : { ok: true, detail: count > 0 ? `owns ${count} shard(s)` : 'waiting for shards' };
-      const checks = { database, claim, schema, kafka: kafkaCheck, shards };
+      const checks = { database, claim, schema, kafka: kafkaCheck, shards, publishing: publishing() };
       return { ready: Object.values(checks).every((c) => c.ok), checks };
     },
     async close() {

@@ -12,7 +12,8 @@ export type RelayStatusEvent = 'batch' | 'batchError' | 'horizon' | 'shards' | '
 /** A relay as the metrics see it (a `Relay` is one). */
 export interface RelayStatusSource {
   /** Where the sampler and the readiness probes connect, and how they name their clients. */
-  readonly options: Pick<ResolvedRelayOptions, 'schema' | 'databaseUrl' | 'clientId' | 'kafka' | 'kafkaBrokers' | 'kafkaSecurity'>;
+  readonly options: Pick<ResolvedRelayOptions, 'schema' | 'databaseUrl' | 'clientId' | 'kafka' | 'kafkaBrokers' | 'kafkaSecurity'> &
+    Partial<Pick<ResolvedRelayOptions, 'horizonMaxWaitMs'>>;
   /** Shards the relay owns now. */
   readonly ownedShards: readonly number[];
   on<K extends RelayStatusEvent>(event: K, listener: (payload: RelayEvents[K]) => void): unknown;

@@ -1,14 +1,16 @@
 import type { Kafka, KafkaConfig } from 'kafkajs';
 import * as settings from '../shared/settings.js';
-import { clientId, databaseUrl, kafkaBrokers, logLevel, schema } from '../shared/commonSettings.js';
+import { clientId, databaseUrl, kafkaBrokers, schema } from '../shared/commonSettings.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { kafkaSecurityConfig, type KafkaSecurityOptions } from '../shared/kafkaSecurity.js';
-import type { DeadLetterPolicy } from './publishBatch.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
-import { assertPlatformaticInstalled } from './platformaticProducer.js';
+import { assertPlatformaticInstalled } from './platformaticPackage.js';
 
 // The relay's options: their types, the user-facing settings behind them (flag,
 // environment, default, accepted values), and their validation.
+
+/** What happens to a key's later rows when one of its rows is dead-lettered. */
+export type DeadLetterPolicy = 'park' | 'skip';
 
 /** Options of `createRelay` (src/relay.ts). Only `databaseUrl` and `kafkaBrokers` are required. */
 export interface RelayOptions extends KafkaSecurityOptions {
@@ -272,8 +274,36 @@ export const RELAY_SETTINGS = [
   producer,
 ] as const;
 
-/** Validate options and fill in defaults. @throws ConfigError naming the bad option */
-export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
+/** Marks an object {@link resolveRelayOptions} made; not enumerable, so a copy of it is not one. */
+const RESOLVED = Symbol('outbox-relay.resolvedRelayOptions');
+
+/** Whether `options` came out of {@link resolveRelayOptions} as is (not a copy). */
+export function isResolvedRelayOptions(options: RelayOptions | ResolvedRelayOptions): options is ResolvedRelayOptions {
+  return Object.prototype.hasOwnProperty.call(options, RESOLVED);
+}
+
+/**
+ * The same resolved options with another Kafka client (the relay group shares one),
+ * without resolving them again: TLS files are not read twice.
+ */
+export function withKafkaClient(options: ResolvedRelayOptions, kafka: Kafka | undefined): ResolvedRelayOptions {
+  return brand({ ...options, kafka });
+}
+
+function brand(options: ResolvedRelayOptions): ResolvedRelayOptions {
+  Object.defineProperty(options, RESOLVED, { value: true, enumerable: false });
+  return Object.freeze(options);
+}
+
+/**
+ * Validate options and fill in defaults. Idempotent: an object this function returned is
+ * returned as is, so options resolved once at the boundary (the CLI) are not resolved
+ * again by createRelay or createRelayGroup.
+ *
+ * @throws ConfigError naming the bad option
+ */
+export function resolveRelayOptions(options: RelayOptions | ResolvedRelayOptions): ResolvedRelayOptions {
+  if (isResolvedRelayOptions(options)) return options;
   const resolved: ResolvedRelayOptions = {
     databaseUrl: settings.optionValue(databaseUrl, options.databaseUrl),
     kafkaBrokers: settings.optionValue(kafkaBrokers, options.kafkaBrokers),
@@ -296,10 +326,12 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     producer: settings.optionValue(producer, options.producer),
     logger: options.logger ?? silentLogger(),
     kafka: options.kafka,
-    kafkaSecurity: kafkaSecurityConfig(options),
+    // A copy of resolved options (spread, so unbranded) carries its TLS and SASL resolved
+    // and no longer the settings they came from: keep them rather than resolve nothing.
+    kafkaSecurity: (options as Partial<ResolvedRelayOptions>).kafkaSecurity ?? kafkaSecurityConfig(options),
   };
   // An optional peer dependency: a missing package is a configuration error now, not a
   // failure of every batch later.
   if (resolved.producer === 'platformatic') assertPlatformaticInstalled();
-  return resolved;
+  return brand(resolved);
 }

@@ -5,14 +5,14 @@ import { ConfigError, OutboxError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { RelayMessage } from './message.js';
 import { partitionGroups } from './partitioner.js';
-import type { MessageProducer, SendResult } from './producer.js';
+import type { MessageProducer, SendResult } from './messageProducer.js';
+import { missingPackage, PLATFORMATIC_PACKAGE } from './platformaticPackage.js';
 import { kafkaErrorType } from './publishErrors.js';
 import { TopicMetadata, TopicMissingError, type PartitionCountSource } from './topicMetadata.js';
 import type { ResolvedRelayOptions } from './options.js';
 import { traceRequest } from '../shared/tracing.js';
 
-/** The npm package behind `producer: 'platformatic'` (an optional peer dependency). */
-export const PLATFORMATIC_PACKAGE = '@platformatic/kafka';
+export { PLATFORMATIC_PACKAGE, assertPlatformaticInstalled } from './platformaticPackage.js';
 
 type Buffers = MessageToProduce<Buffer, Buffer, Buffer, Buffer>;
 type Client = PltProducer<Buffer, Buffer, Buffer, Buffer>;
@@ -37,29 +37,6 @@ export type PlatformaticProducerOptions = Pick<ResolvedRelayOptions, 'kafkaBroke
   /** Where the client's connection events go (component `platformatic-kafka`), as kafkajs' logs do. */
   logger?: Logger;
 };
-
-function missingPackage(cause?: unknown): ConfigError {
-  const error = new ConfigError(
-    'producer',
-    `is platformatic, but the package ${PLATFORMATIC_PACKAGE} is not installed: \`npm install ${PLATFORMATIC_PACKAGE}@^1.35.0\`, or use the default producer kafkajs (--producer / OUTBOX_PRODUCER)`,
-  );
-  if (cause !== undefined) Object.defineProperty(error, 'cause', { value: cause });
-  return error;
-}
-
-/**
- * Fail at configuration time, not at the first batch, when the package is missing: the
- * adapter imports it lazily (only users who pick it install it).
- *
- * @throws ConfigError naming the setting (`producer`) and the package
- */
-export function assertPlatformaticInstalled(resolve: (specifier: string) => string = createRequire(import.meta.url).resolve): void {
-  try {
-    resolve(PLATFORMATIC_PACKAGE);
-  } catch (error) {
-    throw missingPackage(error);
-  }
-}
 
 /**
  * The client options for the relay's settings: acks=all, no idempotence (as with kafkajs:

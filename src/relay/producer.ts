@@ -1,5 +1,6 @@
 import { CompressionTypes, Partitioners, type Kafka, type Message, type Producer } from 'kafkajs';
 import type { RelayMessage } from './message.js';
+import type { MessageProducer, SendResult } from './messageProducer.js';
 import { partitionGroups } from './partitioner.js';
 import { KafkajsPartitionCounts, TopicMetadata } from './topicMetadata.js';
 import type { ResolvedRelayOptions } from './options.js';
@@ -7,27 +8,7 @@ import type { Logger } from '../shared/logger.js';
 import { PlatformaticProducer } from './platformaticProducer.js';
 import { traceRequest } from '../shared/tracing.js';
 
-/** What Kafka did with one message of a send. */
-export type SendResult = { acknowledged: true } | { acknowledged: false; error: unknown };
-
-/**
- * The relay's port to a broker. `send` publishes messages (in the relay's id order) and
- * answers, per message and in the same order, whether Kafka acknowledged it (acks=all)
- * or refused it, and why. It never rejects for a message's or a topic's fault, and it
- * never reports a message acknowledged that a later message of the same key depends on
- * being refused: a key's messages go to one partition in one request, in order, so they
- * are acknowledged or refused together.
- */
-export interface MessageProducer {
-  /**
-   * Which Kafka client publishes (the `producer` setting), for logs and metrics. Each
-   * adapter also logs it (info, `producer adapter publishing`, field `producer`) once, at
-   * its first acknowledged message: what ran, not only what was configured.
-   */
-  readonly adapter: 'kafkajs' | 'platformatic';
-  send(messages: readonly RelayMessage[]): Promise<SendResult[]>;
-  disconnect(): Promise<void>;
-}
+export type { MessageProducer, SendResult } from './messageProducer.js';
 
 const COMPRESSION = {
   none: CompressionTypes.None,

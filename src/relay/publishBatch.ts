@@ -2,13 +2,13 @@ import { OutboxError } from '../shared/errors.js';
 import { classifyPublishError, type ClassifiedPublishError } from './publishErrors.js';
 import { validateRow } from './validation.js';
 import { stampAtSend, toMessage, type RelayMessage } from './message.js';
-import type { SendResult } from './producer.js';
+import type { SendResult } from './messageProducer.js';
+import type { DeadLetterPolicy } from './options.js';
 import { TopicMissingError } from './topicMetadata.js';
 import { startPublishSpans, traceRejectedRow, type PublishSpans } from '../shared/tracing.js';
 import type { ClaimedRow } from './sql/claim.js';
 
-/** What happens to a key's later rows when one of its rows is dead-lettered. */
-export type DeadLetterPolicy = 'park' | 'skip';
+export type { DeadLetterPolicy } from './options.js';
 
 export interface DeadLetterPlan {
   row: ClaimedRow;

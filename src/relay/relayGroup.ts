@@ -9,7 +9,7 @@ import { checkOutboxList, type OutboxDefinition } from '../shared/outboxList.js'
 import { WakeUp } from './wakeUp.js';
 import * as settings from '../shared/settings.js';
 import { createRelay, type Relay } from './relay.js';
-import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './options.js';
+import { resolveRelayOptions, withKafkaClient, type RelayOptions, type ResolvedRelayOptions } from './options.js';
 
 /** Options of {@link createRelayGroup}: the outboxes, and the relay options they share. */
 export interface RelayGroupOptions extends Omit<RelayOptions, 'databaseUrl' | 'schema'> {
@@ -94,9 +94,12 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
   readonly options: ResolvedRelayOptions;
   private readonly logger: Logger;
   private readonly entries: RelayGroupOutbox[];
-  private readonly relayOptions = new Map<string, RelayOptions>();
+  /** Each outbox's relay options, resolved once here (TLS files read once, not at each start attempt). */
+  private readonly relayOptions = new Map<string, ResolvedRelayOptions>();
   private kafkaClient: Kafka | undefined;
   private readonly stopRequested = new WakeUp();
+  /** Relays whose start() is in progress: a stop must cut their start short too. */
+  private readonly starting = new Set<Relay>();
   private loops: Promise<void>[] = [];
   private started = false;
   private stopping = false;
@@ -111,16 +114,15 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
     // Every outbox's options are checked now, before anything connects.
     let total = 0;
     for (const o of outboxes) {
-      const relayOptions: RelayOptions = {
+      const resolved = resolveRelayOptions({
         ...shared,
         databaseUrl: o.databaseUrl,
         schema: o.schema,
         ...(o.batchesInFlight !== undefined ? { batchesInFlight: o.batchesInFlight } : {}),
         logger: (options.logger ?? silentLogger()).child({ outbox: o.name }),
-      };
-      const resolved = resolveRelayOptions(relayOptions);
+      });
       total += connectionsPerOutbox(resolved.batchesInFlight);
-      this.relayOptions.set(o.name, relayOptions);
+      this.relayOptions.set(o.name, resolved);
     }
     const bound = settings.optionValue(maxDatabaseConnections, options.maxDatabaseConnections);
     if (bound > 0) {
@@ -131,7 +133,7 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
         );
       }
     }
-    this.options = resolveRelayOptions(this.relayOptions.get(outboxes[0]!.name)!);
+    this.options = this.relayOptions.get(outboxes[0]!.name)!;
     this.entries = outboxes.map((o) => ({
       name: o.name,
       schema: o.schema,
@@ -194,6 +196,8 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
   private async doStop(): Promise<{ hard: boolean }> {
     this.stopping = true;
     this.stopRequested.notify();
+    // A relay still starting (its database hung, say) gives up at once; runOutbox sees the stop.
+    for (const relay of this.starting) void (this.hardStop ? relay.abort() : relay.stop());
     const outcomes = await Promise.all(this.entries.map((e) => (this.hardStop ? e.relay?.abort() : e.relay?.stop())));
     await Promise.all(this.loops);
     const hard = this.hardStop || outcomes.some((r) => r?.hard === true);
@@ -203,12 +207,14 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
 
   /** Start one outbox's relay, retrying with backoff until it starts or the group stops. */
   private async runOutbox(entry: RelayGroupOutbox, attempted: () => void): Promise<void> {
-    const options = { ...this.relayOptions.get(entry.name)!, kafka: this.kafkaClient };
+    const options = withKafkaClient(this.relayOptions.get(entry.name)!, this.kafkaClient);
     while (!this.stopping) {
       const relay = createRelay(options);
+      this.starting.add(relay);
       try {
         await relay.start();
       } catch (error) {
+        if (this.stopping) break;
         entry.failedStarts++;
         const first = entry.state !== 'unavailable';
         entry.state = 'unavailable';
@@ -220,6 +226,8 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
         attempted();
         await this.stopRequested.wait(retryInMs);
         continue;
+      } finally {
+        this.starting.delete(relay);
       }
       if (this.stopping) {
         // stop() came while this relay was starting: doStop did not see it.

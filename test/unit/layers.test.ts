@@ -5,8 +5,8 @@
 // outside; the operator commands may use all of them.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
-import { join, relative, resolve } from 'node:path';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const SRC = resolve(fileURLToPath(new URL('../../src', import.meta.url)));
@@ -51,4 +51,61 @@ test('every folder of src/ imports only the layers below it', () => {
   }
   assert.deepEqual(wrong, []);
   assert.deepEqual([...seen].sort(), Object.keys(MAY_IMPORT).sort(), 'each folder was checked');
+});
+
+/** The modules reachable from the package's entry points, each with the src/ modules it imports (type-only imports and re-exports included). */
+function moduleGraph(entries: string[]): Map<string, string[]> {
+  const graph = new Map<string, string[]>();
+  const pending = [...entries];
+  while (pending.length > 0) {
+    const file = pending.pop()!;
+    if (graph.has(file)) continue;
+    const text = readFileSync(file, 'utf8');
+    const targets: string[] = [];
+    // Static imports and re-exports (`import ... from`, `import type`, `export ... from`),
+    // bare `import '...'`, and dynamic `import('...')`.
+    for (const m of text.matchAll(/(?:\bfrom\s*|\bimport\s*\(?\s*)['"](\.{1,2}\/[^'"]+)['"]/g)) {
+      const target = resolve(dirname(file), m[1]!.replace(/\.js$/, '.ts'));
+      assert.ok(existsSync(target), `${relative(SRC, file)} imports ${m[1]}, which is not a source file`);
+      targets.push(target);
+      pending.push(target);
+    }
+    graph.set(file, targets);
+  }
+  return graph;
+}
+
+/** Every import cycle of `graph`, each once, as the list of its modules. */
+function cycles(graph: Map<string, string[]>): string[][] {
+  const found = new Map<string, string[]>();
+  const state = new Map<string, 'open' | 'done'>();
+  const stack: string[] = [];
+  const visit = (file: string): void => {
+    state.set(file, 'open');
+    stack.push(file);
+    for (const target of graph.get(file) ?? []) {
+      if (state.get(target) === 'open') {
+        const cycle = stack.slice(stack.indexOf(target)).map((f) => relative(SRC, f));
+        const key = [...cycle].sort().join(' ');
+        if (!found.has(key)) found.set(key, cycle);
+      } else if (!state.has(target)) visit(target);
+    }
+    stack.pop();
+    state.set(file, 'done');
+  };
+  for (const file of graph.keys()) if (!state.has(file)) visit(file);
+  return [...found.values()];
+}
+
+test('no import cycle among the modules reachable from src/index.ts, src/cli.ts and src/cache/index.ts', () => {
+  const graph = moduleGraph(['index.ts', 'cli.ts', 'cache/index.ts'].map((f) => join(SRC, f)));
+  // The walk reached the whole tree (a broken pattern would see only the entry points).
+  assert.ok(graph.has(join(SRC, 'relay/relay.ts')) && graph.has(join(SRC, 'consumer/consumer.ts')) && graph.has(join(SRC, 'metrics/backlogSampler.ts')), `reached ${graph.size} modules`);
+  assert.deepEqual(cycles(graph).map((c) => c.join(' -> ')), []);
+});
+
+test('the cycle finder finds a cycle through a type-only import', () => {
+  const [x, y, z] = ['x.ts', 'y.ts', 'z.ts'].map((f) => join(SRC, f));
+  assert.deepEqual(cycles(new Map([[x!, [y!]], [y!, [z!]], [z!, [x!]]])), [['x.ts', 'y.ts', 'z.ts']]);
+  assert.deepEqual(cycles(new Map([[x!, [y!, z!]], [y!, [z!]], [z!, []]])), []);
 });
