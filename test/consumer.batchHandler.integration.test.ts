@@ -178,6 +178,53 @@ test('integration: a permanent poison message in the middle of a batch is dead-l
   assert.equal(await countRows(db.pool, `SELECT 1 FROM "${db.schema}".processed_messages WHERE consumer_group = $1 AND key = $2`, [c.options.groupId, ids[4]]), 0, 'the dead letter is not recorded as processed');
 });
 
+test('integration: poison messages at given offsets: one fallback each, the failed batch narrowed by halves, then one message per call up to and including the culprit only, then batches again', async () => {
+  const total = 1_200;
+  const poison = [130, 700, 1_010];
+  const topic = await createTopic(1);
+  const deadLetterTopic = await createTopic(1, undefined, 'dlt');
+  const sent = await produce(topic, Array.from({ length: total }, (_, i) => ({ key: `g${i % 7}`, value: { amount: 1, ...(poison.includes(i) && { poison: 'permanent' as const }) } })));
+  // What the partition did, in order: handler calls (their offsets) and fallbacks.
+  const timeline: Array<{ call: string[] } | { fallback: ConsumerEvents['batchFallback'] }> = [];
+  const c = consumer({
+    topics: topic,
+    deadLetterTopic,
+    handleBatch: async (messages, ctx) => {
+      timeline.push({ call: offsetsOf(messages) });
+      await applyBatchEffect(db.schema, messages, ctx);
+      if (messages.some((m) => m.value.poison)) throw Object.assign(new Error('amount out of range'), { name: 'ValidationError' });
+    },
+  });
+  c.on('batchFallback', (e) => void timeline.push({ fallback: e }));
+  await c.start();
+  await waitFor('offset at the end', async () => (await committedOffset(c.options.groupId, topic)) === String(total));
+  const shown = JSON.stringify(timeline.map((t) => ('call' in t ? `${t.call[0]}+${t.call.length}` : `fallback ${t.fallback.firstOffset}`)));
+  assert.equal(c.stats().batchFallbacks, poison.length, `one fallback per poison message: ${shown}`);
+  assert.equal(c.stats().deadLettered, poison.length);
+  assert.equal(c.stats().processed, total - poison.length);
+  const fallbackAt = timeline.flatMap((t, i) => ('fallback' in t ? [i] : []));
+  for (const [n, at] of fallbackAt.entries()) {
+    const { firstOffset, lastOffset } = (timeline[at] as { fallback: ConsumerEvents['batchFallback'] }).fallback;
+    const culprit = poison.find((o) => o >= Number(firstOffset)) as number;
+    assert.ok(culprit <= Number(lastOffset), 'the failed batch holds a poison message');
+    const after = timeline.slice(at + 1, fallbackAt[n + 1] ?? timeline.length).map((t) => (t as { call: string[] }).call);
+    const found = after.findIndex((call) => call.length === 1 && call[0] === String(culprit));
+    assert.ok(found >= 0, `fallback ${n}: the culprit ${culprit} was handled alone: ${shown}`);
+    // Halving 500 messages down to 16 takes 5 failed parts and at most 5 that pass, then at most 16 single calls.
+    assert.ok(found < 5 + 5 + 16, `fallback ${n}: the culprit found in ${found + 1} calls: ${shown}`);
+    const singles = after.slice(0, found + 1).filter((call) => call.length === 1).flat();
+    assert.ok(singles.length <= 16, `fallback ${n}: at most 16 messages one at a time: ${shown}`);
+    assert.deepEqual(singles, range(culprit - singles.length + 1, culprit + 1), `fallback ${n}: one at a time up to and including the culprit, no further`);
+    // Before the culprit, each message's effect committed once; after it, batches again.
+    const next = after[found + 1];
+    if (next !== undefined) assert.ok(next.length > 1 && next[0] === String(culprit + 1), `fallback ${n}: a full batch after the culprit: ${shown}`);
+  }
+  const dead = await readTopic(deadLetterTopic, (m) => m.length >= poison.length);
+  assert.deepEqual(dead.map((m) => m.headers[DEAD_LETTER_HEADERS.offset]), poison.map(String));
+  const ids = sent.map((e) => e.messageId as string);
+  await assertOnce(topic, ids.filter((_, i) => !poison.includes(i)));
+});
+
 test('integration: a transient poison message in the middle of a batch is retried until it passes; every effect once', async () => {
   const topic = await createTopic(1);
   const deadLetterTopic = await createTopic(1, undefined, 'dlt');

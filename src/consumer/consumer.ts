@@ -17,7 +17,12 @@ import { TypedEmitter } from '../shared/events.js';
 import type { ErrorClass } from './classifyError.js';
 import { publishDeadLetter } from './deadLetterTopic.js';
 import { resolveConsumerOptions, type ConsumerOptions, type ResolvedConsumerOptions } from './options.js';
-import { TransactionEngine, type CommittedHook, type Failure, type TransactOutcome } from './transaction.js';
+import { TransactionEngine } from './transaction.js';
+import { BatchTransactions } from './batchTransaction.js';
+import { KeyClaims } from './keyClaims.js';
+import type { CommittedHook, Failure, TransactOutcome } from './outcome.js';
+import { prepareChunk } from './prepare.js';
+import { reportCommitted, type EmitConsumerEvent } from './report.js';
 import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js';
 
 // The consumer's lifecycle: start (schema check, group join), eachBatch dispatch (a chunk
@@ -45,6 +50,9 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   readonly instanceId = randomUUID().slice(0, 8);
   private readonly logger: Logger;
   private readonly transactions: TransactionEngine<V>;
+  private readonly emitEvent: EmitConsumerEvent = (event, payload) => this.emit(event, payload);
+  /** With handleBatch: its transactions, and the search for the culprit of a failed batch. */
+  private readonly batches: BatchTransactions<V> | undefined;
   private pool: pg.Pool | undefined;
   private ownPool = false;
   private consumer: KafkaConsumer | undefined;
@@ -75,7 +83,10 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   constructor(options: ConsumerOptions<V>) {
     super();
     this.options = resolveConsumerOptions(options);
-    this.transactions = new TransactionEngine<V>(this.options, this.counters, this.activeClients, (event, payload) => this.emit(event, payload));
+    const emit = this.emitEvent;
+    const keys = new KeyClaims(this.options.schema, this.options.groupId);
+    this.transactions = new TransactionEngine<V>(this.options, this.counters, this.activeClients, emit, keys);
+    this.batches = this.options.handleBatch ? new BatchTransactions<V>(this.options, this.counters, this.activeClients, emit, keys, this.transactions) : undefined;
     this.logger = this.options.logger.child({ component: 'consumer', groupId: this.options.groupId, consumer: this.instanceId });
   }
 
@@ -138,6 +149,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       const assigned = new Set(partitions.map((p) => partitionKey(p.topic, p.partition)));
       // Retry state of partitions another member now owns would be stale if they came back.
       for (const key of [...this.attempts.keys()]) if (!assigned.has(key)) this.attempts.delete(key);
+      this.batches?.forgetPartitions(assigned);
       this.logger.info({ partitions }, 'partitions assigned');
       this.emit('assigned', { partitions });
     });
@@ -230,19 +242,19 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
    */
   private async runChunk(topic: string, partition: number, chunk: KafkaMessage[], payload: EachBatchPayload): Promise<number | 'paused'> {
     const tp = partitionKey(topic, partition);
-    const { prepared, failure: prepareFailure } = this.transactions.prepareChunk(topic, partition, chunk, (offset) => this.attemptOf(tp, offset));
+    const { prepared, failure: prepareFailure } = prepareChunk(this.options, topic, partition, chunk, (offset) => this.attemptOf(tp, offset));
     let failure: Failure | undefined = prepareFailure;
 
     let committed = 0;
     if (prepared.length > 0) {
       let outcome: TransactOutcome;
       try {
-        outcome = await this.transactions.transact(this.pool as pg.Pool, topic, partition, prepared);
+        outcome = await (this.batches ?? this.transactions).transact(this.pool as pg.Pool, topic, partition, prepared);
       } catch (error) {
         return this.backOffInfrastructure(tp, topic, partition, 'transaction', error, payload);
       }
       // The outcome is decided: only now are its events emitted, outside the try above.
-      this.transactions.report(topic, partition, prepared, outcome);
+      reportCommitted(this.options.groupId, this.counters, this.emitEvent, topic, partition, prepared, outcome);
       committed = outcome.committed;
       if (outcome.failure) failure = outcome.failure;
       this.infraFailures.delete(tp);

@@ -48,8 +48,8 @@ export interface ConsumerOptions<V = unknown> {
    * statements (one multi-row INSERT for the batch instead of one per message). Same
    * guarantees as `handler`: duplicates are never passed, effects happen once, the offset
    * is committed after the COMMIT. When it throws, the batch is rolled back and its
-   * messages are passed again one at a time (each in a savepoint), so the failing one is
-   * retried or dead-lettered alone and the others are applied. Give exactly one of
+   * messages are passed again, in halves and then one at a time (each in a savepoint) up
+   * to the failing one, which is retried or dead-lettered alone; the others are applied. Give exactly one of
    * `handler` and `handleBatch`; `savepoints: 'always'` does not apply to it.
    */
   handleBatch?: BatchHandler<V>;
