@@ -31,7 +31,7 @@ export interface ConsumerArm {
    * This share of the messages, spread over the run, is poison: the batch handler throws
    * a permanent error for a batch holding one, so each is found and dead-lettered.
    */
-  poison?: number;
+  poison?: { count: number; per: number };
 }
 
 export interface ConsumerOptions {
@@ -66,16 +66,16 @@ export const POISON_ARM: ConsumerArm = {
   label: 'consumer, handleBatch as above, with poison messages (3 per 20,000; each dead-lettered after one failed batch)',
   savepoints: 'on-failure',
   batch: true,
-  poison: 3 / 20_000,
+  poison: { count: 3, per: 20_000 },
 };
 
 /**
  * Which messages (by `seq`) are poison: `density` of them, at least one, spread over the
  * run and over the keys (so over the partitions), none at either end.
  */
-function poisonSeqs(total: number, density: number): Set<number> {
-  if (density <= 0) return new Set();
-  const n = Math.max(1, Math.round(total * density));
+function poisonSeqs(total: number, density: { count: number; per: number } | undefined): Set<number> {
+  if (!density || density.count <= 0) return new Set();
+  const n = Math.max(1, Math.round((total * density.count) / density.per));
   return new Set(Array.from({ length: n }, (_, i) => (Math.floor(((i + 1) * total) / (n + 1)) + 333 * i) % total));
 }
 
@@ -116,7 +116,7 @@ export async function consumer(pool: pg.Pool, o: ConsumerOptions): Promise<Secti
 
   const ours = async (arm: ConsumerArm): Promise<{ rate: number; transactions: number; cpuUsPerMessage: number; fallbacks: number }> => {
     await pool.query(`TRUNCATE "${schema}".effects`);
-    const poison = poisonSeqs(total, arm.poison ?? 0);
+    const poison = poisonSeqs(total, arm.poison);
     const good = total - poison.size;
     let first = 0;
     let last = 0;

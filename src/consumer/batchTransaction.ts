@@ -9,6 +9,7 @@ import type { EmitConsumerEvent } from './report.js';
 import { checkOut } from './session.js';
 import { abortedByHandler, type TransactionEngine } from './transaction.js';
 import type { ResolvedConsumerOptions } from './options.js';
+import type { StopSignal } from './stopSignal.js';
 import type { ConsumerStats } from './types.js';
 
 // The consumer's transaction with `handleBatch`: one call for a group's new messages.
@@ -43,6 +44,8 @@ export class BatchTransactions<V> {
     private readonly keys: KeyClaims,
     /** For the one-message-per-call runs, in savepoints. */
     private readonly engine: TransactionEngine<V>,
+    /** A hard stop: a batch handler still running is no longer waited for. */
+    private readonly stop: StopSignal,
   ) {}
 
   /**
@@ -167,7 +170,7 @@ export class BatchTransactions<V> {
         const context = batchContext(this.options, client, attempt, messages, fresh.map((i) => outcomes[i] as MessageOutcome), hookOutcome, guard.client);
         let thrown: { error: unknown } | undefined;
         try {
-          await (this.options.handleBatch as NonNullable<ResolvedConsumerOptions<V>['handleBatch']>)(messages, context);
+          await this.stop.race((this.options.handleBatch as NonNullable<ResolvedConsumerOptions<V>['handleBatch']>)(messages, context), 'a batch handler');
         } catch (error) {
           thrown = { error };
         }

@@ -14,6 +14,7 @@ import type { Logger } from '../shared/logger.js';
 import { createKafka } from '../shared/kafka.js';
 import { backoffDelayMs } from '../shared/backoff.js';
 import { TypedEmitter } from '../shared/events.js';
+import { loadTracingApi } from '../shared/tracing.js';
 import type { ErrorClass } from './classifyError.js';
 import { publishDeadLetter } from './deadLetterTopic.js';
 import { resolveConsumerOptions, type ConsumerOptions, type ResolvedConsumerOptions } from './options.js';
@@ -23,6 +24,8 @@ import { KeyClaims } from './keyClaims.js';
 import type { CommittedHook, Failure, TransactOutcome } from './outcome.js';
 import { prepareChunk } from './prepare.js';
 import { reportCommitted, type EmitConsumerEvent } from './report.js';
+import { runAfterCommitHooks } from './afterCommitHooks.js';
+import { StopSignal, finishedWithin } from './stopSignal.js';
 import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js';
 
 // The consumer's lifecycle: start (schema check, group join), eachBatch dispatch (a chunk
@@ -32,6 +35,12 @@ import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js'
 
 // For importers from before the split (src/index.ts, src/metrics/consumerMetrics.ts): the
 // types are defined in options.ts and types.ts; import them from there.
+
+/**
+ * What stop() takes beyond shutdownTimeoutMs at most: leaving the group, disconnecting
+ * from Kafka, closing the pool.
+ */
+export const STOP_GRACE_MS = 1_000;
 
 /** A Postgres or Kafka failure outside any handler: back off, never dead-letter. */
 class InfrastructureError extends OutboxError {
@@ -51,6 +60,8 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   private readonly logger: Logger;
   private readonly transactions: TransactionEngine<V>;
   private readonly emitEvent: EmitConsumerEvent = (event, payload) => this.emit(event, payload);
+  /** Fired when shutdownTimeoutMs runs out: what still runs is no longer waited for. */
+  private readonly stopSignal = new StopSignal();
   /** With handleBatch: its transactions, and the search for the culprit of a failed batch. */
   private readonly batches: BatchTransactions<V> | undefined;
   private pool: pg.Pool | undefined;
@@ -85,8 +96,8 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     this.options = resolveConsumerOptions(options);
     const emit = this.emitEvent;
     const keys = new KeyClaims(this.options.schema, this.options.groupId);
-    this.transactions = new TransactionEngine<V>(this.options, this.counters, this.activeClients, emit, keys);
-    this.batches = this.options.handleBatch ? new BatchTransactions<V>(this.options, this.counters, this.activeClients, emit, keys, this.transactions) : undefined;
+    this.transactions = new TransactionEngine<V>(this.options, this.counters, this.activeClients, emit, keys, this.stopSignal);
+    this.batches = this.options.handleBatch ? new BatchTransactions<V>(this.options, this.counters, this.activeClients, emit, keys, this.transactions, this.stopSignal) : undefined;
     this.logger = this.options.logger.child({ component: 'consumer', groupId: this.options.groupId, consumer: this.instanceId });
   }
 
@@ -133,6 +144,9 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     }
     client.release();
 
+    // When @opentelemetry/api is installed, importing it takes a while: at start, not in
+    // the middle of a partition's first failure (the first span of a message of its own).
+    await loadTracingApi();
     const kafka = o.kafka ?? createKafka({ brokers: o.kafkaBrokers as string[], clientId: o.clientId, logger: o.logger });
     this.producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: true });
     this.consumer = kafka.consumer({
@@ -192,22 +206,23 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     for (const timer of this.resumeTimers) clearTimeout(timer);
     this.resumeTimers.clear();
     let hard = false;
-    if (this.consumer) {
-      const consumer = this.consumer;
-      const soft = await finishedWithin(consumer.stop(), this.options.shutdownTimeoutMs);
-      if (!soft) {
-        hard = true;
-        this.logger.warn({ shutdownTimeoutMs: this.options.shutdownTimeoutMs }, 'shutdown timeout: rolling back transactions in flight');
-        // Destroying the connection rolls its transaction back on the server; the handler
-        // waiting on it fails and the batch ends.
-        for (const client of this.activeClients) client.release(new Error('consumer stopped'));
-        this.activeClients.clear();
-      }
-      // Bounded even when a handler hangs on something other than Postgres.
-      if (!(await finishedWithin(consumer.disconnect(), Math.max(this.options.shutdownTimeoutMs, 1_000)))) hard = true;
+    const consumer = this.consumer;
+    if (consumer && !(await finishedWithin(consumer.stop(), this.options.shutdownTimeoutMs))) {
+      hard = true;
+      this.logger.warn({ shutdownTimeoutMs: this.options.shutdownTimeoutMs }, 'shutdown timeout: rolling back transactions in flight, no longer waiting for handlers and hooks');
+      // Destroying the connection rolls its transaction back on the server; a handler or
+      // hook waiting on anything else is no longer waited for (StopSignal), so the batch ends.
+      this.stopSignal.abort();
+      for (const client of this.activeClients) client.release(new Error('consumer stopped'));
+      this.activeClients.clear();
     }
-    await finishedWithin(this.producer?.disconnect() ?? Promise.resolve(), 5_000);
-    await this.closePool();
+    // Leaving the group and closing the connections, together, in a bounded time whatever
+    // still hangs: stop() resolves within shutdownTimeoutMs + STOP_GRACE_MS.
+    const closed = await finishedWithin(Promise.all([consumer?.disconnect(), this.producer?.disconnect(), this.closePool()]), STOP_GRACE_MS);
+    if (!closed) {
+      hard = true;
+      this.logger.warn({ graceMs: STOP_GRACE_MS }, 'consumer stop: leaving the group or disconnecting did not finish in time; given up on');
+    }
     this.logger.info({ hard, ...this.counters }, 'consumer stopped');
     this.emit('stopped', { hard });
     return { hard };
@@ -259,7 +274,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       if (outcome.failure) failure = outcome.failure;
       this.infraFailures.delete(tp);
       // After the Postgres COMMIT, before the offset commit; never undoes either.
-      await this.runAfterCommitHooks(topic, partition, outcome.hooks);
+      await runAfterCommitHooks(outcome.hooks, { topic, partition }, { timeoutMs: this.options.afterCommitTimeoutMs, stop: this.stopSignal, logger: this.logger, counters: this.counters, emit: this.emitEvent });
       if (committed > 0) {
         const last = chunk[committed - 1] as KafkaMessage;
         await this.commitOffset(topic, partition, last.offset, payload);
@@ -287,7 +302,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     }
     const deadLetterTopic = this.options.deadLetterTopic(topic);
     try {
-      await publishDeadLetter(this.producer as Producer, deadLetterTopic, {
+      await this.stopSignal.race(publishDeadLetter(this.producer as Producer, deadLetterTopic, {
         topic,
         partition,
         message: raw,
@@ -295,7 +310,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
         error: failure.error,
         attempts: failure.attempt,
         consumerGroup: this.options.groupId,
-      });
+      }), 'a dead-letter publish');
     } catch (error) {
       // Not committing the offset is what keeps the message: it is handled (and, failing
       // again, dead-lettered) again after the backoff.
@@ -311,22 +326,6 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     await this.commitOffset(topic, partition, raw.offset, payload);
     this.attempts.delete(tp);
     return failure.index + 1;
-  }
-
-  /**
-   * Run the afterCommit hooks of committed messages, one after another in offset order. A
-   * hook's failure is logged, counted and reported; it changes nothing else.
-   */
-  private async runAfterCommitHooks(topic: string, partition: number, hooks: CommittedHook[]): Promise<void> {
-    for (const hook of hooks) {
-      try {
-        await hook.fn();
-      } catch (error) {
-        this.counters.afterCommitErrors++;
-        this.logger.error({ topic, partition, offset: hook.offset, idempotencyKey: hook.idempotencyKey, err: describeError(error) }, 'afterCommit hook failed; its transaction stays committed');
-        this.emit('afterCommitError', { topic, partition, offset: hook.offset, idempotencyKey: hook.idempotencyKey, error });
-      }
-    }
   }
 
   private classify(error: unknown, message: ConsumedMessage<V>): ErrorClass {
@@ -352,7 +351,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   private async commitOffset(topic: string, partition: number, offset: string, payload: EachBatchPayload): Promise<void> {
     const nextOffset = (BigInt(offset) + 1n).toString();
     try {
-      await payload.commitOffsetsIfNecessary({ topics: [{ topic, partitions: [{ partition, offset: nextOffset }] }] });
+      await this.stopSignal.race(payload.commitOffsetsIfNecessary({ topics: [{ topic, partitions: [{ partition, offset: nextOffset }] }] }), 'an offset commit');
     } catch (error) {
       this.logger.warn({ topic, partition, offset: nextOffset, err: describeError(error) }, 'offset commit failed; the messages will come again');
       this.emit('error', { error, during: 'offset commit', topic, partition });
@@ -391,23 +390,6 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
 
 function partitionKey(topic: string, partition: number): string {
   return `${topic}\u0000${partition}`;
-}
-
-/**
- * Wait for `promise` to settle, at most `ms`.
- * @returns true when it settled (fulfilled or rejected) in time, false when time ran out
- *   first; never rejects
- */
-async function finishedWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-  });
-  try {
-    return await Promise.race([promise.then(() => true, () => true), timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /**

@@ -105,6 +105,13 @@ export interface ConsumerOptions<V = unknown> {
    * it rolls them back (default 15000).
    */
   shutdownTimeoutMs?: number;
+  /**
+   * Longest an `afterCommit` hook is waited for, in ms (default 5000). A hook still running
+   * then is given up on: logged, counted (`stats().afterCommitErrors`) and reported (the
+   * `afterCommitError` event, an `AfterCommitTimeout` error); the partition goes on and the
+   * offset is committed. The hook itself is not cancelled; what it does later is ignored.
+   */
+  afterCommitTimeoutMs?: number;
   /** @deprecated The old name of `shutdownTimeoutMs`; still accepted. Giving both with different values is a ConfigError. */
   stopTimeoutMs?: number;
   /** Kafka group session timeout in ms: a member silent this long leaves the group (default 30000). */
@@ -224,6 +231,14 @@ export const shutdownTimeoutMs = libraryInteger({
   description: 'How long stop() waits for the transactions in flight before it rolls them back (milliseconds).',
   defaultValue: 15_000,
   min: 0,
+  max: 600_000,
+});
+
+export const afterCommitTimeoutMs = libraryInteger({
+  option: 'afterCommitTimeoutMs',
+  description: 'Longest an afterCommit hook is waited for before the partition goes on without it (milliseconds).',
+  defaultValue: 5_000,
+  min: 1,
   max: 600_000,
 });
 
@@ -355,6 +370,7 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
     batchesInFlight: withDeprecatedName(batchesInFlight, options.batchesInFlight, 'partitionsConcurrency', options.partitionsConcurrency),
     messagesPerTransaction: optionValue(messagesPerTransaction, options.messagesPerTransaction ?? (options.handleBatch ? BATCH_MESSAGES_PER_TRANSACTION : undefined)),
     savepoints: savepointsWhen,
+    afterCommitTimeoutMs: optionValue(afterCommitTimeoutMs, options.afterCommitTimeoutMs),
     shutdownTimeoutMs: withDeprecatedName(shutdownTimeoutMs, options.shutdownTimeoutMs, 'stopTimeoutMs', options.stopTimeoutMs),
     sessionTimeoutMs: optionValue(sessionTimeoutMs, options.sessionTimeoutMs),
     heartbeatIntervalMs: optionValue(heartbeatIntervalMs, options.heartbeatIntervalMs),

@@ -10,6 +10,7 @@ import type { Prepared } from './prepare.js';
 import type { EmitConsumerEvent } from './report.js';
 import { checkOut, type Session } from './session.js';
 import type { ResolvedConsumerOptions } from './options.js';
+import type { StopSignal } from './stopSignal.js';
 import type { ConsumedMessage, ConsumerStats } from './types.js';
 
 // The consumer's transaction: how a group of one partition's messages becomes one
@@ -43,6 +44,8 @@ export class TransactionEngine<V> {
     private readonly activeClients: Set<pg.PoolClient>,
     private readonly emit: EmitConsumerEvent,
     private readonly keys: KeyClaims,
+    /** A hard stop: a handler still running is no longer waited for. */
+    private readonly stop: StopSignal,
   ) {}
 
   /**
@@ -230,8 +233,10 @@ export class TransactionEngine<V> {
   /** One message's handler: `handler`, or `handleBatch` with that message alone. */
   private runHandler(client: pg.PoolClient, p: Prepared<V>, outcome: MessageOutcome, handlerClient: pg.PoolClient): Promise<void> {
     const { handler, handleBatch } = this.options;
-    if (handleBatch) return handleBatch([p.message], batchContext(this.options, client, p.attempt, [p.message], [outcome], outcome, handlerClient));
-    return (handler as NonNullable<typeof handler>)(p.message, handlerContext(this.options, client, p.attempt, outcome, handlerClient));
+    const run = handleBatch
+      ? handleBatch([p.message], batchContext(this.options, client, p.attempt, [p.message], [outcome], outcome, handlerClient))
+      : (handler as NonNullable<typeof handler>)(p.message, handlerContext(this.options, client, p.attempt, outcome, handlerClient));
+    return this.stop.race(run, 'a handler');
   }
 
   /**
