@@ -26,6 +26,7 @@ import { prepareChunk } from './prepare.js';
 import { reportCommitted, type EmitConsumerEvent } from './report.js';
 import { runAfterCommitHooks } from './afterCommitHooks.js';
 import { StopSignal, finishedWithin } from './stopSignal.js';
+import { waitForTopics } from './topicWait.js';
 import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js';
 
 // The consumer's lifecycle: start (schema check, group join), eachBatch dispatch (a chunk
@@ -116,7 +117,8 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
    * running (partitions are assigned shortly after; see the 'assigned' event).
    *
    * @throws ConnectionError when Postgres cannot be reached; SchemaError when the schema
-   *   lacks processed_messages (run `outbox-relay migrate`); kafkajs errors when the broker
+   *   lacks processed_messages (run `outbox-relay migrate`); MissingTopicError when a topic
+   *   still does not exist after missingTopicTimeoutMs; kafkajs errors when the broker
    *   cannot be reached.
    */
   async start(): Promise<void> {
@@ -172,6 +174,12 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       this.emit('error', { error: event.payload.error, during: 'kafka consumer' });
     });
     try {
+      await waitForTopics(kafka, o.topics, {
+        timeoutMs: o.missingTopicTimeoutMs,
+        logger: this.logger,
+        onWait: (missing, waitedMs) => this.emit('waitingForTopics', { missing, waitedMs, timeoutMs: o.missingTopicTimeoutMs }),
+        stopped: () => this.stopping,
+      });
       await this.producer.connect();
       await consumer.connect();
       await consumer.subscribe({ topics: o.topics, fromBeginning: o.fromBeginning });

@@ -112,6 +112,12 @@ export interface ConsumerOptions<V = unknown> {
    * offset is committed. The hook itself is not cancelled; what it does later is ignored.
    */
   afterCommitTimeoutMs?: number;
+  /**
+   * How long start() waits for topics that do not exist yet, in ms (default 60000; 0:
+   * not at all). Past it, start() rejects with a MissingTopicError naming them. While it
+   * waits, the 'waitingForTopics' event and a warning say which are missing.
+   */
+  missingTopicTimeoutMs?: number;
   /** @deprecated The old name of `shutdownTimeoutMs`; still accepted. Giving both with different values is a ConfigError. */
   stopTimeoutMs?: number;
   /** Kafka group session timeout in ms: a member silent this long leaves the group (default 30000). */
@@ -240,6 +246,14 @@ export const afterCommitTimeoutMs = libraryInteger({
   defaultValue: 5_000,
   min: 1,
   max: 600_000,
+});
+
+export const missingTopicTimeoutMs = libraryInteger({
+  option: 'missingTopicTimeoutMs',
+  description: 'How long start() waits for consumed topics that do not exist yet (milliseconds; 0: not at all).',
+  defaultValue: 60_000,
+  min: 0,
+  max: 3_600_000,
 });
 
 export const sessionTimeoutMs = libraryInteger({
@@ -371,6 +385,7 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
     messagesPerTransaction: optionValue(messagesPerTransaction, options.messagesPerTransaction ?? (options.handleBatch ? BATCH_MESSAGES_PER_TRANSACTION : undefined)),
     savepoints: savepointsWhen,
     afterCommitTimeoutMs: optionValue(afterCommitTimeoutMs, options.afterCommitTimeoutMs),
+    missingTopicTimeoutMs: optionValue(missingTopicTimeoutMs, options.missingTopicTimeoutMs),
     shutdownTimeoutMs: withDeprecatedName(shutdownTimeoutMs, options.shutdownTimeoutMs, 'stopTimeoutMs', options.stopTimeoutMs),
     sessionTimeoutMs: optionValue(sessionTimeoutMs, options.sessionTimeoutMs),
     heartbeatIntervalMs: optionValue(heartbeatIntervalMs, options.heartbeatIntervalMs),

@@ -202,6 +202,8 @@ export interface ConsumerEvents {
   batchFallback: { topic: string; partition: number; firstOffset: string; lastOffset: string; count: number; error: unknown };
   /** Something outside a handler failed (Postgres, the dead-letter publish, Kafka); it is retried. */
   error: { error: unknown; during: string; topic?: string; partition?: number };
+  /** start() found topics that do not exist yet and waits for them (missingTopicTimeoutMs). */
+  waitingForTopics: { missing: string[]; waitedMs: number; timeoutMs: number };
   /** The group assigned partitions to this member. */
   assigned: { partitions: Array<{ topic: string; partition: number }> };
   stopped: { hard: boolean };
