@@ -28,6 +28,8 @@ interface Search {
   through: bigint;
   /** The size of the next part tried as a batch; 0: one message per call. */
   batchOf: number;
+  /** The culprit is found (`through`): what runs now is its retry, not a redo. */
+  found?: boolean;
 }
 
 /** Runs the consumer's transactions with a batch handler; see the file's head. */
@@ -118,8 +120,9 @@ export class BatchTransactions<V> {
    */
   private async oneAtATime(pool: pg.Pool, topic: string, partition: number, window: Prepared<V>[], search: Search): Promise<TransactOutcome> {
     const tp = partitionKey(topic, partition);
-    const result = await this.engine.savepointEach(pool, topic, partition, window, undefined);
-    if (result.failure) this.searches.set(tp, { through: offsetOf(window[result.failure.index] as Prepared<V>), batchOf: 0 });
+    // A redo of messages the failed batch ran (run 2, for the spans), or the culprit's retry.
+    const result = await this.engine.savepointEach(pool, topic, partition, window, undefined, search.found ? 1 : 2);
+    if (result.failure) this.searches.set(tp, { through: offsetOf(window[result.failure.index] as Prepared<V>), batchOf: 0, found: true });
     else if (result.committed > 0 && offsetOf(window[result.committed - 1] as Prepared<V>) >= search.through) this.searches.delete(tp);
     return result;
   }
@@ -129,9 +132,9 @@ export class BatchTransactions<V> {
    * call); the messages before it are duplicates (no handler runs for them) and commit.
    */
   private async culprit(pool: pg.Pool, topic: string, partition: number, group: Prepared<V>[], failure: Failure): Promise<TransactOutcome> {
-    this.searches.set(partitionKey(topic, partition), { through: offsetOf(group[failure.index] as Prepared<V>), batchOf: 0 });
+    this.searches.set(partitionKey(topic, partition), { through: offsetOf(group[failure.index] as Prepared<V>), batchOf: 0, found: true });
     if (failure.index === 0) return failedAtFirst(failure);
-    return this.engine.savepointEach(pool, topic, partition, group.slice(0, failure.index), failure);
+    return this.engine.savepointEach(pool, topic, partition, group.slice(0, failure.index), failure, 2);
   }
 
   /**

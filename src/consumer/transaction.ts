@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { describeError } from '../shared/errors.js';
-import { traceHandler, type HandlerFailureOutcome } from '../shared/tracing.js';
+import { traceHandlerRun, type HandlerFailureOutcome, type SettleHandlerRun } from '../shared/tracing.js';
 import type { DeadLetterReason } from './deadLetterTopic.js';
 import { HandlerEndedTransaction, MESSAGE_SAVEPOINT, beginSql, guardClient, newTransactionMarker, transactionStatus } from './clientGuard.js';
 import { batchContext, handlerContext } from './handlerContext.js';
@@ -70,9 +70,11 @@ export class TransactionEngine<V> {
     await this.keys.giveBack(pool, topic, partition, []);
     let group = prepared;
     let pending: Failure | undefined;
+    // Which run of this group it is: from 2 on, a redo after a roll back (for the spans).
+    let run = 1;
     if (this.options.savepoints === 'on-failure') {
-      for (;;) {
-        const result = await this.runTransaction(pool, topic, partition, group, false);
+      for (;; run++) {
+        const result = await this.runTransaction(pool, topic, partition, group, false, run);
         if (!('rolledBack' in result)) return result.committed === group.length && pending ? { ...result, failure: pending } : result;
         if (!result.rolledBack) break;
         // Message `index` failed by itself: the ones before it run again, it does not.
@@ -81,18 +83,19 @@ export class TransactionEngine<V> {
         group = group.slice(0, pending.index);
       }
     }
-    return this.savepointEach(pool, topic, partition, group, pending);
+    return this.savepointEach(pool, topic, partition, group, pending, run);
   }
 
   /**
    * Run `group` with a savepoint per message, at most SAVEPOINT_GROUP of them
    * (subtransaction cache), committing the leading messages that succeed. `pending` is a
-   * failure already known, of the message right after `group`.
+   * failure already known, of the message right after `group`. `run` is 2 or more when
+   * the group's messages ran before in a transaction that was rolled back.
    */
-  async savepointEach(pool: pg.Pool, topic: string, partition: number, group: Prepared<V>[], pending: Failure | undefined): Promise<TransactOutcome> {
-    for (;;) {
+  async savepointEach(pool: pg.Pool, topic: string, partition: number, group: Prepared<V>[], pending: Failure | undefined, run = 1): Promise<TransactOutcome> {
+    for (;; run++) {
       const limited = group.length > SAVEPOINT_GROUP ? group.slice(0, SAVEPOINT_GROUP) : group;
-      const result = await this.runTransaction(pool, topic, partition, limited, true);
+      const result = await this.runTransaction(pool, topic, partition, limited, true, run);
       if (!('rolledBack' in result)) return result.committed === group.length && pending ? { ...result, failure: pending } : result;
       // Here only a handler that ended the transaction rolls back a whole group.
       if (!result.rolledBack) throw new Error('unreachable: the savepoint path rolls back a whole group only for a handler that ended it');
@@ -118,9 +121,14 @@ export class TransactionEngine<V> {
     partition: number,
     prepared: Prepared<V>[],
     savepoints: boolean,
+    run: number,
   ): Promise<TransactOutcome | { rolledBack: Failure | null }> {
     const session = await checkOut(pool, this.activeClients);
     const { client, release } = session;
+    // The spans of the handler runs that returned, by index, ended once the transaction
+    // is decided: the first `committedCount` committed, the others were rolled back.
+    const spans = new Map<number, SettleHandlerRun>();
+    let committedCount = 0;
     try {
       // The marker tells, after a handler, that this transaction is still the one open.
       const marker = newTransactionMarker();
@@ -168,7 +176,8 @@ export class TransactionEngine<V> {
         let thrown: { error: unknown } | undefined;
         try {
           // Inside a CONSUMER span when OpenTelemetry is there (src/shared/tracing.ts).
-          await traceHandler(message, this.options.groupId, p.attempt, () => this.runHandler(client, p, outcome, guard.client), (error) => failureOutcome(this.options, error, message, p.attempt));
+          const traced = await traceHandlerRun(message, this.options.groupId, p.attempt, run, () => this.runHandler(client, p, outcome, guard.client), (error) => failureOutcome(this.options, error, message, p.attempt));
+          spans.set(i, traced.settle);
         } catch (error) {
           thrown = { error };
         }
@@ -221,12 +230,15 @@ export class TransactionEngine<V> {
         for (const fn of (outcomes[i] as MessageOutcome).hooks) hooks.push({ offset, idempotencyKey, fn });
       }
       // Counted and announced by report(), once the caller has the outcome.
+      committedCount = committed;
       return { committed, failure, hooks, outcomes: outcomes.slice(0, committed) };
     } catch (error) {
       // The connection's state is unknown: destroy it (the server rolls back) rather
       // than return it to the pool mid-transaction.
       release(error instanceof Error ? error : new Error(String(error)));
       throw error;
+    } finally {
+      for (const [index, settle] of spans) settle(index >= committedCount);
     }
   }
 
