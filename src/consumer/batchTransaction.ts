@@ -20,7 +20,7 @@ import type { ConsumerStats } from './types.js';
 // and including the culprit. After it the partition goes on in full batches.
 
 /** A failed batch is narrowed down by halves to this many messages, then redone one per call. */
-export const ONE_AT_A_TIME_WINDOW = 16;
+const ONE_AT_A_TIME_WINDOW = 16;
 
 /** A partition's search for the message that failed its batch. */
 interface Search {

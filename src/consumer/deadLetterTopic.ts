@@ -94,7 +94,7 @@ function databaseErrorOf(thrown: unknown): { code: string; constraint: string | 
  * else is `NonErrorThrown` with what it was: `non-error thrown: undefined`,
  * `non-error thrown: string "boom"`, `non-error thrown: object {"code":7}`.
  */
-export function describeThrown(thrown: unknown): { name: string; message: string } {
+function describeThrown(thrown: unknown): { name: string; message: string } {
   const like = thrown as { name?: unknown; message?: unknown } | null | undefined;
   if (thrown instanceof Error || (typeof thrown === 'object' && thrown !== null && typeof like?.message === 'string')) {
     // pg names every server error 'error'; its class is DatabaseError.

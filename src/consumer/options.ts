@@ -167,9 +167,9 @@ function libraryInteger(d: { option: string; description: string; defaultValue: 
   return integer({ ...d, flag: undefined, env: NO_ENV });
 }
 
-export const consumerClientId: Setting<string> = { ...clientId, flag: undefined, env: NO_ENV, defaultValue: 'outbox-relay-consumer' };
+const consumerClientId: Setting<string> = { ...clientId, flag: undefined, env: NO_ENV, defaultValue: 'outbox-relay-consumer' };
 
-export const onMissingKey = choice({
+const onMissingKey = choice({
   option: 'onMissingKey',
   flag: undefined,
   env: NO_ENV,
@@ -178,7 +178,7 @@ export const onMissingKey = choice({
   choices: ['dead-letter', 'process-without-dedup'] as const,
 });
 
-export const savepoints = choice({
+const savepoints = choice({
   option: 'savepoints',
   flag: undefined,
   env: NO_ENV,
@@ -187,7 +187,7 @@ export const savepoints = choice({
   choices: ['on-failure', 'always'] as const,
 });
 
-export const maxAttempts = libraryInteger({
+const maxAttempts = libraryInteger({
   option: 'maxAttempts',
   description: 'Attempts at a message failing with a transient error before it is dead-lettered.',
   defaultValue: 5,
@@ -195,7 +195,7 @@ export const maxAttempts = libraryInteger({
   max: 1_000,
 });
 
-export const retryBaseDelayMs = libraryInteger({
+const retryBaseDelayMs = libraryInteger({
   option: 'retryBaseDelayMs',
   description: 'Backoff ceiling of the first retry (milliseconds); it doubles per attempt, with full jitter.',
   defaultValue: 200,
@@ -203,7 +203,7 @@ export const retryBaseDelayMs = libraryInteger({
   max: 600_000,
 });
 
-export const retryMaxDelayMs = libraryInteger({
+const retryMaxDelayMs = libraryInteger({
   option: 'retryMaxDelayMs',
   description: 'Upper bound of the backoff between retries of a message (milliseconds).',
   defaultValue: 30_000,
@@ -211,7 +211,7 @@ export const retryMaxDelayMs = libraryInteger({
   max: 3_600_000,
 });
 
-export const batchesInFlight = libraryInteger({
+const batchesInFlight = libraryInteger({
   option: 'batchesInFlight',
   description: 'Batches (partition transactions) handled at once, each holding one Postgres connection while it works.',
   defaultValue: 4,
@@ -221,7 +221,7 @@ export const batchesInFlight = libraryInteger({
 
 // A group runs as one transaction without savepoints unless a handler fails (option
 // `savepoints`); with a savepoint per message at most 64 of them are used.
-export const messagesPerTransaction = libraryInteger({
+const messagesPerTransaction = libraryInteger({
   option: 'messagesPerTransaction',
   description: 'Messages of one partition handled in one Postgres transaction (at most 64 with a savepoint per message).',
   defaultValue: 100,
@@ -230,9 +230,9 @@ export const messagesPerTransaction = libraryInteger({
 });
 
 /** messagesPerTransaction's default with handleBatch (see ConsumerOptions.messagesPerTransaction). */
-export const BATCH_MESSAGES_PER_TRANSACTION = 500;
+const BATCH_MESSAGES_PER_TRANSACTION = 500;
 
-export const shutdownTimeoutMs = libraryInteger({
+const shutdownTimeoutMs = libraryInteger({
   option: 'shutdownTimeoutMs',
   description: 'How long stop() waits for the transactions in flight before it rolls them back (milliseconds).',
   defaultValue: 15_000,
@@ -240,7 +240,7 @@ export const shutdownTimeoutMs = libraryInteger({
   max: 600_000,
 });
 
-export const afterCommitTimeoutMs = libraryInteger({
+const afterCommitTimeoutMs = libraryInteger({
   option: 'afterCommitTimeoutMs',
   description: 'Longest an afterCommit hook is waited for before the partition goes on without it (milliseconds).',
   defaultValue: 5_000,
@@ -248,7 +248,7 @@ export const afterCommitTimeoutMs = libraryInteger({
   max: 600_000,
 });
 
-export const missingTopicTimeoutMs = libraryInteger({
+const missingTopicTimeoutMs = libraryInteger({
   option: 'missingTopicTimeoutMs',
   description: 'How long start() waits for consumed topics that do not exist yet (milliseconds; 0: not at all).',
   defaultValue: 60_000,
@@ -256,7 +256,7 @@ export const missingTopicTimeoutMs = libraryInteger({
   max: 3_600_000,
 });
 
-export const sessionTimeoutMs = libraryInteger({
+const sessionTimeoutMs = libraryInteger({
   option: 'sessionTimeoutMs',
   description: 'Kafka group session timeout: a member silent this long is removed from the group (milliseconds).',
   defaultValue: 30_000,
@@ -264,7 +264,7 @@ export const sessionTimeoutMs = libraryInteger({
   max: 3_600_000,
 });
 
-export const heartbeatIntervalMs = libraryInteger({
+const heartbeatIntervalMs = libraryInteger({
   option: 'heartbeatIntervalMs',
   description: 'Kafka group heartbeat interval (milliseconds); keep it well below the session timeout.',
   defaultValue: 3_000,
@@ -272,7 +272,7 @@ export const heartbeatIntervalMs = libraryInteger({
   max: 600_000,
 });
 
-export const rebalanceTimeoutMs = libraryInteger({
+const rebalanceTimeoutMs = libraryInteger({
   option: 'rebalanceTimeoutMs',
   description: 'How long the group waits for members to rejoin during a rebalance (milliseconds).',
   defaultValue: 60_000,
@@ -280,7 +280,7 @@ export const rebalanceTimeoutMs = libraryInteger({
   max: 3_600_000,
 });
 
-export const maxWaitTimeMs = libraryInteger({
+const maxWaitTimeMs = libraryInteger({
   option: 'maxWaitTimeMs',
   description: 'Longest a fetch waits on the broker for new messages (milliseconds).',
   defaultValue: 500,

@@ -1,7 +1,7 @@
 import { OutboxError } from '../shared/errors.js';
 
 /** What a hard stop makes a handler or hook still running fail with, so its batch ends. */
-export class ConsumerStopped extends OutboxError {
+class ConsumerStopped extends OutboxError {
   constructor(what: string) {
     super(`consumer stopped (shutdownTimeoutMs ran out) while ${what} was still running; its transaction is rolled back and its messages come again`, { retriable: true, context: { what } });
   }

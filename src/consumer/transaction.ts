@@ -29,7 +29,7 @@ import type { ConsumedMessage, ConsumerStats } from './types.js';
  * Most savepoints in one transaction: 64 is PostgreSQL's per-backend cache of
  * subtransaction ids; past it every other session's snapshot checks go to pg_subtrans.
  */
-export const SAVEPOINT_GROUP = 64;
+const SAVEPOINT_GROUP = 64;
 
 /**
  * Runs the consumer's transactions with `handler` (and, one message per call, a batch

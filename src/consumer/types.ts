@@ -66,7 +66,9 @@ export interface HandlerContext {
    * run of the handler that was rolled back and redone (with `savepoints: 'on-failure'` a
    * handler can run twice; only the hooks of the run that committed fire). Hooks run one
    * after another in offset order, after the COMMIT and before the Kafka offset commit;
-   * the partition waits for them, so keep them short (give them a timeout).
+   * the partition waits for them, at most `afterCommitTimeoutMs` each (then the hook is
+   * given up on and reported as an `AfterCommitTimeout`; the offset is committed), so keep
+   * them short.
    *
    * A hook that throws or rejects is logged, counted (`stats().afterCommitErrors`) and
    * reported (the `afterCommitError` event); the commit stands, the message is not
