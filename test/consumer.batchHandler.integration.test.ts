@@ -1,6 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
+import { type Consumer } from '../src/consumer/consumer.js';
 import type { ConsumerOptions } from '../src/consumer/options.js';
 import type { ConsumedMessage, ConsumerEvents } from '../src/consumer/types.js';
 import { DEAD_LETTER_HEADERS } from '../src/consumer/deadLetterTopic.js';
@@ -11,7 +11,7 @@ import { waitFor } from './helpers/wait.js';
 import { startChildConsumer, type ChildConsumer } from './helpers/childConsumer.js';
 import { instrumentConsumer } from '../src/metrics/consumerMetrics.js';
 import { metricValue } from './helpers/metrics.js';
-import { applyBatchEffect, committedOffset, committedOffsets, countRows, createEffectTables, effectCounts, produce, testConsumerOptions } from './helpers/consumer.js';
+import { applyBatchEffect, collect, committedOffset, committedOffsets, countRows, createEffectTables, effectCounts, produce, testConsumerOptions, testConsumers } from './helpers/consumer.js';
 
 // handleBatch(messages, ctx): one call per transaction with the group's new messages, set-
 // based effects, the same exactly-once guarantees as handler; a failed batch is redone one
@@ -27,24 +27,10 @@ after(async () => {
   await db.drop();
 });
 
-const running: Consumer<any>[] = []; // eslint-disable-line @typescript-eslint/no-explicit-any
-after(async () => {
-  await Promise.all(running.map((c) => c.stop()));
-});
-
 type Value = { amount: number; poison?: 'permanent' | 'transient'; stale?: boolean };
 
-function consumer(options: Partial<ConsumerOptions<Value>> & Pick<ConsumerOptions<Value>, 'topics' | 'handleBatch'>): Consumer<Value> {
-  const c = createConsumer<Value>({ ...testConsumerOptions(db), ...options });
-  running.push(c);
-  return c;
-}
-
-function collect<K extends keyof ConsumerEvents & string>(c: Consumer<Value>, event: K): Array<ConsumerEvents[K]> {
-  const seen: Array<ConsumerEvents[K]> = [];
-  c.on(event, (payload) => void seen.push(payload));
-  return seen;
-}
+const make = testConsumers(() => db);
+const consumer = (options: Partial<ConsumerOptions<Value>> & Pick<ConsumerOptions<Value>, 'topics' | 'handleBatch'>): Consumer<Value> => make<Value>(options);
 
 async function assertOnce(topic: string, ids: string[]): Promise<void> {
   const counts = await effectCounts(db.pool, db.schema, topic);

@@ -1,14 +1,13 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
-import { createConsumer, STOP_GRACE_MS, type Consumer } from '../src/consumer/consumer.js';
-import type { ConsumerOptions } from '../src/consumer/options.js';
+import { STOP_GRACE_MS, type Consumer } from '../src/consumer/consumer.js';
 import type { ConsumerEvents } from '../src/consumer/types.js';
 import { AfterCommitTimeout } from '../src/consumer/afterCommitHooks.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
-import { applyEffect, committedOffset, createEffectTables, effectCounts, produce, testConsumerOptions } from './helpers/consumer.js';
+import { applyEffect, committedOffset, createEffectTables, effectCounts, produce, testConsumerOptions, testConsumers } from './helpers/consumer.js';
 
 // The documented bounds hold when what the consumer waits for hangs: an afterCommit hook
 // is given up after afterCommitTimeoutMs (the partition goes on, the offset is committed);
@@ -24,16 +23,7 @@ after(async () => {
   await db.drop();
 });
 
-const running: Consumer<any>[] = []; // eslint-disable-line @typescript-eslint/no-explicit-any
-after(async () => {
-  await Promise.all(running.map((c) => c.stop()));
-});
-
-function consumer(options: Partial<ConsumerOptions<unknown>> & Pick<ConsumerOptions<unknown>, 'topics'>): Consumer<unknown> {
-  const c = createConsumer<unknown>({ ...testConsumerOptions(db), ...options } as ConsumerOptions<unknown>);
-  running.push(c);
-  return c;
-}
+const consumer = testConsumers(() => db);
 
 const never = (): Promise<never> => new Promise<never>(() => undefined);
 /** Scheduling slack on a shared 2-core machine, on top of the documented bound. */

@@ -1,14 +1,13 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
-import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
-import type { ConsumerOptions } from '../src/consumer/options.js';
 import type { ConsumerEvents } from '../src/consumer/types.js';
 import { MissingTopicError } from '../src/consumer/topicWait.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { testKafka } from './helpers/kafka.js';
+import type { ConsumedMessage, HandlerContext } from '../src/consumer/types.js';
 import { waitFor } from './helpers/wait.js';
-import { applyEffect, committedOffset, createEffectTables, effectCounts, produce, testConsumerOptions } from './helpers/consumer.js';
+import { applyEffect, committedOffset, createEffectTables, effectCounts, produce, testConsumers } from './helpers/consumer.js';
 
 // A consumer started before its topic exists waits for it (missingTopicTimeoutMs) instead
 // of failing at once with "This server does not host this topic-partition".
@@ -22,16 +21,7 @@ after(async () => {
   await db.drop();
 });
 
-const running: Consumer<any>[] = []; // eslint-disable-line @typescript-eslint/no-explicit-any
-after(async () => {
-  await Promise.all(running.map((c) => c.stop()));
-});
-
-function consumer(options: Partial<ConsumerOptions<unknown>> & Pick<ConsumerOptions<unknown>, 'topics'>): Consumer<unknown> {
-  const c = createConsumer<unknown>({ ...testConsumerOptions(db), handler: (message, context) => applyEffect(db.schema, message, context), ...options } as ConsumerOptions<unknown>);
-  running.push(c);
-  return c;
-}
+const consumer = testConsumers(() => db, () => ({ handler: (message: ConsumedMessage<unknown>, context: HandlerContext) => applyEffect(db.schema, message, context) }));
 
 test('integration: start() before the topic exists waits for it (waitingForTopics), and once it is created the messages are handled', async () => {
   const topic = uniqueName('later');

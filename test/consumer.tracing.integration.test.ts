@@ -9,12 +9,10 @@ import { context, propagation, trace, SpanStatusCode } from '@opentelemetry/api'
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
-import type { ConsumerOptions } from '../src/consumer/options.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
-import { applyBatchEffect, applyEffect, committedOffset, createEffectTables, produce, testConsumerOptions } from './helpers/consumer.js';
+import { applyBatchEffect, applyEffect, committedOffset, createEffectTables, produce, testConsumers } from './helpers/consumer.js';
 
 const exporter = new InMemorySpanExporter();
 let db: TestSchema;
@@ -29,18 +27,9 @@ after(async () => {
   await db.drop();
 });
 
-const running: Consumer<any>[] = []; // eslint-disable-line @typescript-eslint/no-explicit-any
-after(async () => {
-  await Promise.all(running.map((c) => c.stop()));
-});
-
 type Value = { amount: number; poison?: boolean };
 
-function consumer(options: Partial<ConsumerOptions<Value>> & Pick<ConsumerOptions<Value>, 'topics'>): Consumer<Value> {
-  const c = createConsumer<Value>({ ...testConsumerOptions(db), ...options } as ConsumerOptions<Value>);
-  running.push(c);
-  return c;
-}
+const consumer = testConsumers(() => db);
 
 function poisonError(): Error {
   return Object.assign(new Error('amount out of range'), { name: 'ValidationError' });
@@ -54,7 +43,7 @@ function spansOf(topic: string, offset: number): ReadableSpan[] {
 test('integration: with savepoints on failure, the runs rolled back with their transaction end rolled_back (status ERROR) and the redo is marked outbox.consumer.run=2, redone=true', async () => {
   const topic = await createTopic(1);
   await produce(topic, Array.from({ length: 5 }, (_, i) => ({ key: 'k', value: { amount: 1, poison: i === 3 } })));
-  const c = consumer({
+  const c = consumer<Value>({
     topics: topic,
     messagesPerTransaction: 5,
     handler: async (message, ctx) => {
@@ -91,7 +80,7 @@ test('integration: with savepoints on failure, the runs rolled back with their t
 test('integration: a failed batch redone one message per call: those spans are marked redone (run 2)', async () => {
   const topic = await createTopic(1);
   await produce(topic, Array.from({ length: 6 }, (_, i) => ({ key: 'b', value: { amount: 1, poison: i === 2 } })));
-  const c = consumer({
+  const c = consumer<Value>({
     topics: topic,
     messagesPerTransaction: 6,
     handleBatch: async (messages, ctx) => {
