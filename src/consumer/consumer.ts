@@ -308,8 +308,11 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       }
       reason = kind === 'transient' ? 'retries-exhausted' : 'permanent-error';
     }
-    const deadLetterTopic = this.options.deadLetterTopic(topic);
+    let deadLetterTopic: string;
     try {
+      // A deadLetterTopic function that returns no usable name is a ConfigError: the
+      // message is kept (backoff, 'error' event naming the option) rather than dropped.
+      deadLetterTopic = this.options.deadLetterTopic(topic);
       await this.stopSignal.race(publishDeadLetter(this.producer as Producer, deadLetterTopic, {
         topic,
         partition,

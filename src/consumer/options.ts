@@ -394,7 +394,18 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
   const dlt = options.deadLetterTopic;
   let deadLetterTopic: (topic: string) => string;
   if (dlt === undefined) deadLetterTopic = (t) => `${t}.dead-letter`;
-  else if (typeof dlt === 'function') deadLetterTopic = dlt;
+  else if (typeof dlt === 'function') {
+    // The rules a name given as a string meets, checked on what the function returns,
+    // when a message is dead-lettered: a consumed topic would feed the message back in.
+    deadLetterTopic = (t) => {
+      const name: unknown = dlt(t);
+      if (typeof name !== 'string' || !isTopicName(name)) {
+        throw new ConfigError('deadLetterTopic', `the function returned ${typeof name === 'string' ? JSON.stringify(name) : String(name)} for topic ${JSON.stringify(t)}: ${typeof name === 'string' ? (topicNameProblem(name) as string) : 'not a topic name'}`);
+      }
+      if (topics.includes(name)) throw new ConfigError('deadLetterTopic', `the function returned ${JSON.stringify(name)} for topic ${JSON.stringify(t)}, one of the consumed topics; it must not be one`);
+      return name;
+    };
+  }
   else if (isTopicName(dlt)) deadLetterTopic = () => dlt;
   else throw new ConfigError('deadLetterTopic', `${topicNameProblem(dlt) as string}, nor a function`);
   if (typeof dlt === 'string' && topics.includes(dlt)) throw new ConfigError('deadLetterTopic', 'must not be one of the consumed topics');

@@ -42,6 +42,12 @@ test('createConsumer validates its options up front, naming the bad one', () => 
   rejects({ deadLetterTopic: 't' }, 'deadLetterTopic');
   rejects({ schema: 'bad-schema' }, 'schema');
   rejects({ kafkaBrokers: ['nohost'] }, 'kafkaBrokers');
+  // A deadLetterTopic function is held to the rules of a name given as a string, on what it returns.
+  for (const returned of ['t', 'bad name', '', undefined]) {
+    const resolved = resolveConsumerOptions({ ...base, deadLetterTopic: () => returned as string });
+    assert.throws(() => resolved.deadLetterTopic('t'), (e: unknown) => e instanceof ConfigError && e.setting === 'deadLetterTopic', `returned ${String(returned)}`);
+  }
+  assert.equal(resolveConsumerOptions({ ...base, deadLetterTopic: (t) => `${t}.dlq` }).deadLetterTopic('t'), 't.dlq');
   rejects({ afterCommitTimeoutMs: 0 }, 'afterCommitTimeoutMs');
   rejects({ afterCommitTimeoutMs: 600_001 }, 'afterCommitTimeoutMs');
   rejects({ missingTopicTimeoutMs: -1 }, 'missingTopicTimeoutMs');
