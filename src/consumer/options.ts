@@ -8,6 +8,7 @@ import { silentLogger, type Logger } from '../shared/logger.js';
 import type { ValueDecoder } from './decode.js';
 import { classifyError, type ErrorClass } from './classifyError.js';
 import type { BatchHandler, ConsumedMessage, MessageHandler } from './types.js';
+import { checkOptionNames } from './optionNames.js';
 
 // The consumer's options: what createConsumer accepts (ConsumerOptions), what it runs with
 // (ResolvedConsumerOptions), the Setting objects that state each option's default and
@@ -323,8 +324,7 @@ export function checkHandlers(options: { handler?: unknown; handleBatch?: unknow
   if (typeof handler !== 'function') throw new ConfigError('handler', 'must be an async function (message, context)');
 }
 
-// Every option createConsumer knows: any other key is a typo (`shutdownTimeoutMS`,
-// `messagesPerTransation`) that would otherwise leave the default in force without a word.
+// Every option createConsumer knows (checkOptionNames refuses any other key).
 const KNOWN_OPTIONS = new Set<string>([
   'kafka', 'kafkaBrokers', 'clientId', 'groupId', 'topics', 'pool', 'databaseUrl', 'schema', 'handler', 'handleBatch', 'decode',
   'idempotencyKey', 'onMissingKey', 'classifyError', 'deadLetterTopic', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs',
@@ -333,35 +333,10 @@ const KNOWN_OPTIONS = new Set<string>([
   'fromBeginning', 'logger',
 ] satisfies Array<keyof ConsumerOptions>);
 
-/** The known option closest to a typo: same letters ignoring case, or one edit away. */
-function closestOption(key: string): string | undefined {
-  const lower = key.toLowerCase();
-  let best: { name: string; distance: number } | undefined;
-  for (const name of KNOWN_OPTIONS) {
-    const distance = name.toLowerCase() === lower ? 0 : editDistance(lower, name.toLowerCase());
-    if (distance <= 2 && (!best || distance < best.distance)) best = { name, distance };
-  }
-  return best?.name;
-}
-
-function editDistance(a: string, b: string): number {
-  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const row = [i];
-    for (let j = 1; j <= b.length; j++) row.push(Math.min((previous[j] as number) + 1, (row[j - 1] as number) + 1, (previous[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1)));
-    previous = row;
-  }
-  return previous[b.length] as number;
-}
-
 /** Validate options and fill in defaults. @throws ConfigError naming the bad option */
 export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): ResolvedConsumerOptions<V> {
   if (options === null || typeof options !== 'object') throw new ConfigError('options', 'must be an object');
-  for (const key of Object.keys(options)) {
-    if (KNOWN_OPTIONS.has(key)) continue;
-    const near = closestOption(key);
-    throw new ConfigError(key, `is not an option of createConsumer${near ? ` (did you mean ${near}?)` : ''}; see docs/consumer.md, Options`);
-  }
+  checkOptionNames(Object.keys(options), KNOWN_OPTIONS);
   if (!options.kafka && !options.kafkaBrokers) throw new ConfigError('kafka', 'is required: pass a kafkajs client (kafka) or kafkaBrokers');
   if (options.kafkaBrokers) optionValue(kafkaBrokers, options.kafkaBrokers);
   if (!options.pool && !options.databaseUrl) throw new ConfigError('pool', 'is required: pass a pg.Pool (pool) or databaseUrl');
