@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { HandlerEndedTransaction, beginSql, guardClient, newTransactionMarker } from './clientGuard.js';
+import { HandlerEndedTransaction, MESSAGE_SAVEPOINT, beginSql, guardClient, newTransactionMarker } from './clientGuard.js';
 import type { DeadLetterReason } from './deadLetterTopic.js';
 import { batchContext } from './handlerContext.js';
 import type { KeyClaims } from './keyClaims.js';
@@ -13,11 +13,13 @@ import type { StopSignal } from './stopSignal.js';
 import type { ConsumerStats } from './types.js';
 
 // The consumer's transaction with `handleBatch`: one call for a group's new messages.
-// When it fails, the culprit is searched for without redoing more than it takes: the
-// failed batch's first half runs as a batch (committing when it passes) and so on by
-// halves, until at most ONE_AT_A_TIME_WINDOW messages are left around the culprit; those
-// run one per call, each in its own savepoint (TransactionEngine.savepointEach), up to
-// and including the culprit. After it the partition goes on in full batches.
+// When it fails, the culprit is searched for without redoing more than it takes: in one
+// transaction, the failed batch's first half runs as a batch in a savepoint (kept when it
+// passes, rolled back and halved when it fails), and so on by halves, until at most
+// ONE_AT_A_TIME_WINDOW messages are left around the culprit; the parts that passed
+// commit. Those messages then run one per call, each in its own savepoint
+// (TransactionEngine.savepointEach), up to and including the culprit. After it the
+// partition goes on in full batches.
 
 /** A failed batch is narrowed down by halves to this many messages, then redone one per call. */
 const ONE_AT_A_TIME_WINDOW = 16;
@@ -26,7 +28,7 @@ const ONE_AT_A_TIME_WINDOW = 16;
 interface Search {
   /** The last offset that can hold the culprit: past it, batches again. */
   through: bigint;
-  /** The size of the next part tried as a batch; 0: one message per call. */
+  /** Above 1: search by halves next; 0: one message per call. */
   batchOf: number;
   /** The culprit is found (`through`): what runs now is its retry, not a redo. */
   found?: boolean;
@@ -54,7 +56,7 @@ export class BatchTransactions<V> {
    * Handle a group of messages with `handleBatch`: one transaction, one call for the new
    * messages. A failed batch (the call threw, or the transaction could not commit) is
    * rolled back, announced (`batchFallback`) and searched as above, one transaction per
-   * call of this method, so that each committed part has its offset committed. A group
+   * call of this method, so that what each committed has its offset committed. A group
    * with a single new message needs no search: its failure is that message's.
    *
    * @returns how many leading messages are committed, and the failure, if any
@@ -88,28 +90,103 @@ export class BatchTransactions<V> {
   }
 
   /**
-   * One step of the search in `window` (the messages up to `search.through`): its first
-   * part as a batch, or, once the window is small, its messages one per call.
+   * One step of the search in `window` (the messages up to `search.through`): the search
+   * by halves, or, once the window is small, its messages one per call.
    */
   private async narrow(pool: pg.Pool, topic: string, partition: number, window: Prepared<V>[], search: Search): Promise<TransactOutcome> {
-    const tp = partitionKey(topic, partition);
-    for (;;) {
-      if (search.batchOf <= 1 || window.length <= ONE_AT_A_TIME_WINDOW) return this.oneAtATime(pool, topic, partition, window, search);
-      const part = window.slice(0, Math.min(search.batchOf, window.length));
-      const result = await this.runBatchTransaction(pool, topic, partition, part);
-      if (!('batchFailed' in result)) {
-        // The culprit is after this part, if it still fails at all.
-        const rest = window.length - part.length;
-        if (offsetOf(part[part.length - 1] as Prepared<V>) >= search.through) this.searches.delete(tp);
-        else if (rest > 0) search.batchOf = Math.ceil(rest / 2);
-        return result;
+    if (search.batchOf <= 1 || window.length <= ONE_AT_A_TIME_WINDOW) return this.oneAtATime(pool, topic, partition, window, search);
+    return this.searchByHalves(pool, topic, partition, window, search);
+  }
+
+  /**
+   * One transaction that narrows the window down by halves, each part a handleBatch call
+   * in a savepoint of its own: a part that passes is kept, one that fails is rolled back to
+   * its savepoint and halved. When at most ONE_AT_A_TIME_WINDOW messages are left around
+   * the culprit, the parts that passed (the messages before them) commit, and those are
+   * left for one-per-call runs. One transaction instead of one per part: a commit and an
+   * offset commit per poison message, not per halving.
+   */
+  private async searchByHalves(pool: pg.Pool, topic: string, partition: number, window: Prepared<V>[], search: Search): Promise<TransactOutcome> {
+    const session = await checkOut(pool, this.activeClients);
+    const { client, release } = session;
+    try {
+      const marker = newTransactionMarker();
+      await client.query(beginSql(marker));
+      const { firstIndex, claimed } = await this.keys.claim(client, window);
+      const outcomes: MessageOutcome[] = window.map((p, i) => {
+        const key = p.message.idempotencyKey;
+        return { duplicate: key !== undefined && (!claimed.has(key) || firstIndex.get(key) !== i), stale: false, hooks: [], settled: false };
+      });
+      // [lo, end) holds the culprit; the part tried is [lo, lo + size).
+      let lo = 0;
+      let end = window.length;
+      let size = Math.ceil(window.length / 2);
+      while (end - lo > ONE_AT_A_TIME_WINDOW) {
+        const fresh: number[] = [];
+        for (let i = lo; i < lo + size; i++) if (!(outcomes[i] as MessageOutcome).duplicate) fresh.push(i);
+        let passed = true;
+        if (fresh.length > 0) {
+          await client.query(`SAVEPOINT ${MESSAGE_SAVEPOINT}`);
+          const messages = fresh.map((i) => (window[i] as Prepared<V>).message);
+          const hookOutcome = outcomes[fresh[fresh.length - 1] as number] as MessageOutcome;
+          const guard = guardClient(client);
+          const attempt = Math.max(...fresh.map((i) => (window[i] as Prepared<V>).attempt));
+          const context = batchContext(this.options, client, attempt, messages, fresh.map((i) => outcomes[i] as MessageOutcome), hookOutcome, guard.client);
+          let thrown = false;
+          try {
+            await this.stop.race((this.options.handleBatch as NonNullable<ResolvedConsumerOptions<V>['handleBatch']>)(messages, context), 'a batch handler');
+          } catch {
+            thrown = true;
+          }
+          hookOutcome.settled = true;
+          if (thrown && session.broken) throw session.broken;
+          const how = await guard.endedBy(marker);
+          if (how !== undefined) {
+            // It may have committed part of its work: no more batches, one message per call.
+            await this.engine.endedByHandler(pool, session, topic, partition, window[lo] as Prepared<V>, lo, how, [...claimed]);
+            search.batchOf = 0;
+            return this.oneAtATime(pool, topic, partition, window, search);
+          }
+          passed = !thrown && !guard.refused;
+          if (passed) {
+            try {
+              await client.query(`RELEASE SAVEPOINT ${MESSAGE_SAVEPOINT}`);
+            } catch (error) {
+              if (session.broken) throw session.broken;
+              passed = false; // returned with the transaction aborted (it swallowed a database error)
+            }
+          }
+          if (!passed) {
+            await client.query(`ROLLBACK TO SAVEPOINT ${MESSAGE_SAVEPOINT}; RELEASE SAVEPOINT ${MESSAGE_SAVEPOINT}`);
+            for (const i of fresh) Object.assign(outcomes[i] as MessageOutcome, { stale: false, hooks: [] });
+          }
+        }
+        if (passed) lo += size;
+        else end = lo + size;
+        size = Math.ceil((end - lo) / 2);
       }
-      const { failure, error } = result.batchFailed;
-      if (failure) return this.culprit(pool, topic, partition, part, failure);
-      // The culprit is in this part: nothing committed yet, narrow it down further.
-      search.through = offsetOf(part[part.length - 1] as Prepared<V>);
-      search.batchOf = halfOf(part.length, error);
-      window = part;
+      // The messages from `lo` on are handled later, one per call: their keys go back.
+      await this.keys.unclaim(client, [...claimed].filter((k) => (firstIndex.get(k) as number) >= lo));
+      search.through = offsetOf(window[end - 1] as Prepared<V>);
+      search.batchOf = 0;
+      if (lo === 0) {
+        await client.query('ROLLBACK');
+        release();
+        return { committed: 0, failure: undefined, hooks: [], outcomes: [] };
+      }
+      const result = await client.query('COMMIT');
+      if (result.command === 'ROLLBACK') throw new Error('COMMIT rolled back: the transaction was aborted outside any handler');
+      this.counters.transactions++;
+      release();
+      const hooks: CommittedHook[] = [];
+      for (let i = 0; i < lo; i++) {
+        const { offset, idempotencyKey } = (window[i] as Prepared<V>).message;
+        for (const fn of (outcomes[i] as MessageOutcome).hooks) hooks.push({ offset, idempotencyKey, fn });
+      }
+      return { committed: lo, failure: undefined, hooks, outcomes: outcomes.slice(0, lo) };
+    } catch (error) {
+      release(error instanceof Error ? error : new Error(String(error)));
+      throw error;
     }
   }
 
