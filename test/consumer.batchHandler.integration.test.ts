@@ -315,14 +315,15 @@ test('integration: afterCommit of a batch runs after its COMMIT only, not for th
   await assertOnce(topic, [...ids, ...more.map((e) => e.messageId as string)]);
 });
 
-test('integration: the batch handler cannot end the transaction: a batch sending COMMIT is refused, redone one message at a time, and only the message that sends it is dead-lettered', async () => {
+for (const [total, poisonAt] of [[6, 2], [200, 137]] as const) {
+test(`integration: the batch handler cannot end the transaction: a batch sending COMMIT is refused, redone (${total} messages), and only the message that sends it is dead-lettered`, async () => {
   const topic = await createTopic(1);
   const deadLetterTopic = await createTopic(1, undefined, 'dlt');
-  const sent = await produce(topic, Array.from({ length: 6 }, (_, i) => ({ key: `c${i}`, value: { amount: 1, ...(i === 2 && { poison: 'permanent' as const }) } })));
+  const sent = await produce(topic, Array.from({ length: total }, (_, i) => ({ key: `c${i}`, value: { amount: 1, ...(i === poisonAt && { poison: 'permanent' as const }) } })));
   const c = consumer({
     topics: topic,
     deadLetterTopic,
-    messagesPerTransaction: 6,
+    messagesPerTransaction: total,
     // Retriable by the classifier's standard: the refusal alone makes it permanent.
     classifyError: () => 'transient',
     handleBatch: async (messages, ctx) => {
@@ -331,22 +332,24 @@ test('integration: the batch handler cannot end the transaction: a batch sending
     },
   });
   await c.start();
-  await waitFor('offset at the end', async () => (await committedOffset(c.options.groupId, topic)) === '6');
+  await waitFor('offset at the end', async () => (await committedOffset(c.options.groupId, topic)) === String(total));
   const dead = await readTopic(deadLetterTopic, (m) => m.length >= 1);
-  assert.deepEqual(dead.map((m) => [m.headers[DEAD_LETTER_HEADERS.offset], m.headers[DEAD_LETTER_HEADERS.reason], m.headers[DEAD_LETTER_HEADERS.errorName]]), [['2', 'permanent-error', 'TransactionControlRefused']]);
+  assert.deepEqual(dead.map((m) => [m.headers[DEAD_LETTER_HEADERS.offset], m.headers[DEAD_LETTER_HEADERS.reason], m.headers[DEAD_LETTER_HEADERS.errorName]]), [[String(poisonAt), 'permanent-error', 'TransactionControlRefused']]);
   const ids = sent.map((e) => e.messageId as string);
-  await assertOnce(topic, [...ids.slice(0, 2), ...ids.slice(3)]);
+  await assertOnce(topic, [...ids.slice(0, poisonAt), ...ids.slice(poisonAt + 1)]);
 });
+}
 
-test('integration: a batch handler that swallows a database error (the COMMIT rolls back) is redone one message at a time; only the culprit fails', async () => {
+for (const [total, poisonAt] of [[8, 5], [200, 137]] as const) {
+test(`integration: a batch handler that swallows a database error (the COMMIT rolls back) is redone (${total} messages); only the culprit fails`, async () => {
   const topic = await createTopic(1);
   const deadLetterTopic = await createTopic(1, undefined, 'dlt');
-  const sent = await produce(topic, Array.from({ length: 8 }, (_, i) => ({ key: `s${i}`, value: { amount: 1, ...(i === 5 && { poison: 'permanent' as const }) } })));
+  const sent = await produce(topic, Array.from({ length: total }, (_, i) => ({ key: `s${i}`, value: { amount: 1, ...(i === poisonAt && { poison: 'permanent' as const }) } })));
   const c = consumer({
     topics: topic,
     deadLetterTopic,
     maxAttempts: 1,
-    messagesPerTransaction: 8,
+    messagesPerTransaction: total,
     handleBatch: async (messages, ctx) => {
       await applyBatchEffect(db.schema, messages, ctx);
       // Caught and ignored: the transaction is aborted, and the batch handler returns normally.
@@ -355,14 +358,15 @@ test('integration: a batch handler that swallows a database error (the COMMIT ro
   });
   const fallbacks = collect(c, 'batchFallback');
   await c.start();
-  await waitFor('offset at the end', async () => (await committedOffset(c.options.groupId, topic)) === '8');
+  await waitFor('offset at the end', async () => (await committedOffset(c.options.groupId, topic)) === String(total));
   const dead = await readTopic(deadLetterTopic, (m) => m.length >= 1);
-  assert.deepEqual(dead.map((m) => [m.headers[DEAD_LETTER_HEADERS.offset], m.headers[DEAD_LETTER_HEADERS.errorName]]), [['5', 'HandlerLeftTransactionAborted']]);
-  assert.ok(fallbacks.length >= 1);
-  assert.equal(c.stats().processed, 7);
+  assert.deepEqual(dead.map((m) => [m.headers[DEAD_LETTER_HEADERS.offset], m.headers[DEAD_LETTER_HEADERS.errorName]]), [[String(poisonAt), 'HandlerLeftTransactionAborted']]);
+  assert.equal(fallbacks.length, 1, 'one fallback for the one culprit');
+  assert.equal(c.stats().processed, total - 1);
   const ids = sent.map((e) => e.messageId as string);
-  await assertOnce(topic, [...ids.slice(0, 5), ...ids.slice(6)]);
+  await assertOnce(topic, [...ids.slice(0, poisonAt), ...ids.slice(poisonAt + 1)]);
 });
+}
 
 // --- SIGKILL of a batch consumer (test/fixtures/consumerProcess.ts, HANDLER_KIND=batch) -----------------
 
