@@ -12,7 +12,7 @@
 // BENCH_ARMS (default `<per transaction>:on-failure:<partitions>`, a comma-separated list of
 // `messagesPerTransaction:savepoints:batchesInFlight`, savepoints `on-failure`, `always`, or
 // `batch` for handleBatch; a batch arm at the section's defaults is added when none is
-// given), BENCH_ROUNDS (default 1), BENCH_OUT
+// given, and a batch arm with 3 poison messages per 20,000 beside it), BENCH_ROUNDS (default 1), BENCH_OUT
 // (default bench/results/<stamp>-consumer/).
 import { runSections } from './harness.js';
 import { resultsDir } from './report.js';

@@ -1,13 +1,11 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
-import type { ConsumerOptions } from '../src/consumer/options.js';
 import type { ConsumerEvents } from '../src/consumer/types.js';
 import { OutboxError } from '../src/shared/errors.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
-import { applyEffect, committedOffset, countRows, createEffectTables, effectCounts, produce, testConsumerOptions } from './helpers/consumer.js';
+import { applyEffect, committedOffset, countRows, createEffectTables, effectCounts, produce, testConsumers } from './helpers/consumer.js';
 
 // ctx.afterCommit(fn): runs after the COMMIT of the message's transaction, only for the
 // run of a handler that committed; a failing hook is counted and changes nothing else.
@@ -21,19 +19,7 @@ after(async () => {
   await db.drop();
 });
 
-const running: Consumer<any>[] = []; // eslint-disable-line @typescript-eslint/no-explicit-any
-after(async () => {
-  await Promise.all(running.map((c) => c.stop()));
-});
-
-function consumer<V = unknown>(options: Partial<ConsumerOptions<V>> & Pick<ConsumerOptions<V>, 'topics' | 'handler'>): Consumer<V> {
-  const c = createConsumer<V>({
-    ...testConsumerOptions(db),
-    ...options,
-  });
-  running.push(c);
-  return c;
-}
+const consumer = testConsumers(() => db);
 
 
 test('integration: afterCommit hooks run after the COMMIT (another connection sees the effect and the dedup row), in offset order', async () => {

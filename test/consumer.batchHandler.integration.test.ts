@@ -1,6 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
+import { type Consumer } from '../src/consumer/consumer.js';
 import type { ConsumerOptions } from '../src/consumer/options.js';
 import type { ConsumedMessage, ConsumerEvents } from '../src/consumer/types.js';
 import { DEAD_LETTER_HEADERS } from '../src/consumer/deadLetterTopic.js';
@@ -11,7 +11,7 @@ import { waitFor } from './helpers/wait.js';
 import { startChildConsumer, type ChildConsumer } from './helpers/childConsumer.js';
 import { instrumentConsumer } from '../src/metrics/consumerMetrics.js';
 import { metricValue } from './helpers/metrics.js';
-import { applyBatchEffect, committedOffset, committedOffsets, countRows, createEffectTables, effectCounts, produce, testConsumerOptions } from './helpers/consumer.js';
+import { applyBatchEffect, collect, committedOffset, committedOffsets, countRows, createEffectTables, effectCounts, produce, testConsumerOptions, testConsumers } from './helpers/consumer.js';
 
 // handleBatch(messages, ctx): one call per transaction with the group's new messages, set-
 // based effects, the same exactly-once guarantees as handler; a failed batch is redone one
@@ -27,24 +27,10 @@ after(async () => {
   await db.drop();
 });
 
-const running: Consumer<any>[] = []; // eslint-disable-line @typescript-eslint/no-explicit-any
-after(async () => {
-  await Promise.all(running.map((c) => c.stop()));
-});
-
 type Value = { amount: number; poison?: 'permanent' | 'transient'; stale?: boolean };
 
-function consumer(options: Partial<ConsumerOptions<Value>> & Pick<ConsumerOptions<Value>, 'topics' | 'handleBatch'>): Consumer<Value> {
-  const c = createConsumer<Value>({ ...testConsumerOptions(db), ...options });
-  running.push(c);
-  return c;
-}
-
-function collect<K extends keyof ConsumerEvents & string>(c: Consumer<Value>, event: K): Array<ConsumerEvents[K]> {
-  const seen: Array<ConsumerEvents[K]> = [];
-  c.on(event, (payload) => void seen.push(payload));
-  return seen;
-}
+const make = testConsumers(() => db);
+const consumer = (options: Partial<ConsumerOptions<Value>> & Pick<ConsumerOptions<Value>, 'topics' | 'handleBatch'>): Consumer<Value> => make<Value>(options);
 
 async function assertOnce(topic: string, ids: string[]): Promise<void> {
   const counts = await effectCounts(db.pool, db.schema, topic);
@@ -178,6 +164,53 @@ test('integration: a permanent poison message in the middle of a batch is dead-l
   assert.equal(await countRows(db.pool, `SELECT 1 FROM "${db.schema}".processed_messages WHERE consumer_group = $1 AND key = $2`, [c.options.groupId, ids[4]]), 0, 'the dead letter is not recorded as processed');
 });
 
+test('integration: poison messages at given offsets: one fallback each, the failed batch narrowed by halves, then one message per call up to and including the culprit only, then batches again', async () => {
+  const total = 1_200;
+  const poison = [130, 700, 1_010];
+  const topic = await createTopic(1);
+  const deadLetterTopic = await createTopic(1, undefined, 'dlt');
+  const sent = await produce(topic, Array.from({ length: total }, (_, i) => ({ key: `g${i % 7}`, value: { amount: 1, ...(poison.includes(i) && { poison: 'permanent' as const }) } })));
+  // What the partition did, in order: handler calls (their offsets) and fallbacks.
+  const timeline: Array<{ call: string[] } | { fallback: ConsumerEvents['batchFallback'] }> = [];
+  const c = consumer({
+    topics: topic,
+    deadLetterTopic,
+    handleBatch: async (messages, ctx) => {
+      timeline.push({ call: offsetsOf(messages) });
+      await applyBatchEffect(db.schema, messages, ctx);
+      if (messages.some((m) => m.value.poison)) throw Object.assign(new Error('amount out of range'), { name: 'ValidationError' });
+    },
+  });
+  c.on('batchFallback', (e) => void timeline.push({ fallback: e }));
+  await c.start();
+  await waitFor('offset at the end', async () => (await committedOffset(c.options.groupId, topic)) === String(total));
+  const shown = JSON.stringify(timeline.map((t) => ('call' in t ? `${t.call[0]}+${t.call.length}` : `fallback ${t.fallback.firstOffset}`)));
+  assert.equal(c.stats().batchFallbacks, poison.length, `one fallback per poison message: ${shown}`);
+  assert.equal(c.stats().deadLettered, poison.length);
+  assert.equal(c.stats().processed, total - poison.length);
+  const fallbackAt = timeline.flatMap((t, i) => ('fallback' in t ? [i] : []));
+  for (const [n, at] of fallbackAt.entries()) {
+    const { firstOffset, lastOffset } = (timeline[at] as { fallback: ConsumerEvents['batchFallback'] }).fallback;
+    const culprit = poison.find((o) => o >= Number(firstOffset)) as number;
+    assert.ok(culprit <= Number(lastOffset), 'the failed batch holds a poison message');
+    const after = timeline.slice(at + 1, fallbackAt[n + 1] ?? timeline.length).map((t) => (t as { call: string[] }).call);
+    const found = after.findIndex((call) => call.length === 1 && call[0] === String(culprit));
+    assert.ok(found >= 0, `fallback ${n}: the culprit ${culprit} was handled alone: ${shown}`);
+    // Halving 500 messages down to 16 takes 5 failed parts and at most 5 that pass, then at most 16 single calls.
+    assert.ok(found < 5 + 5 + 16, `fallback ${n}: the culprit found in ${found + 1} calls: ${shown}`);
+    const singles = after.slice(0, found + 1).filter((call) => call.length === 1).flat();
+    assert.ok(singles.length <= 16, `fallback ${n}: at most 16 messages one at a time: ${shown}`);
+    assert.deepEqual(singles, range(culprit - singles.length + 1, culprit + 1), `fallback ${n}: one at a time up to and including the culprit, no further`);
+    // Before the culprit, each message's effect committed once; after it, batches again.
+    const next = after[found + 1];
+    if (next !== undefined) assert.ok(next.length > 1 && next[0] === String(culprit + 1), `fallback ${n}: a full batch after the culprit: ${shown}`);
+  }
+  const dead = await readTopic(deadLetterTopic, (m) => m.length >= poison.length);
+  assert.deepEqual(dead.map((m) => m.headers[DEAD_LETTER_HEADERS.offset]), poison.map(String));
+  const ids = sent.map((e) => e.messageId as string);
+  await assertOnce(topic, ids.filter((_, i) => !poison.includes(i)));
+});
+
 test('integration: a transient poison message in the middle of a batch is retried until it passes; every effect once', async () => {
   const topic = await createTopic(1);
   const deadLetterTopic = await createTopic(1, undefined, 'dlt');
@@ -282,14 +315,15 @@ test('integration: afterCommit of a batch runs after its COMMIT only, not for th
   await assertOnce(topic, [...ids, ...more.map((e) => e.messageId as string)]);
 });
 
-test('integration: the batch handler cannot end the transaction: a batch sending COMMIT is refused, redone one message at a time, and only the message that sends it is dead-lettered', async () => {
+for (const [total, poisonAt] of [[6, 2], [200, 137]] as const) {
+test(`integration: the batch handler cannot end the transaction: a batch sending COMMIT is refused, redone (${total} messages), and only the message that sends it is dead-lettered`, async () => {
   const topic = await createTopic(1);
   const deadLetterTopic = await createTopic(1, undefined, 'dlt');
-  const sent = await produce(topic, Array.from({ length: 6 }, (_, i) => ({ key: `c${i}`, value: { amount: 1, ...(i === 2 && { poison: 'permanent' as const }) } })));
+  const sent = await produce(topic, Array.from({ length: total }, (_, i) => ({ key: `c${i}`, value: { amount: 1, ...(i === poisonAt && { poison: 'permanent' as const }) } })));
   const c = consumer({
     topics: topic,
     deadLetterTopic,
-    messagesPerTransaction: 6,
+    messagesPerTransaction: total,
     // Retriable by the classifier's standard: the refusal alone makes it permanent.
     classifyError: () => 'transient',
     handleBatch: async (messages, ctx) => {
@@ -298,22 +332,24 @@ test('integration: the batch handler cannot end the transaction: a batch sending
     },
   });
   await c.start();
-  await waitFor('offset at the end', async () => (await committedOffset(c.options.groupId, topic)) === '6');
+  await waitFor('offset at the end', async () => (await committedOffset(c.options.groupId, topic)) === String(total));
   const dead = await readTopic(deadLetterTopic, (m) => m.length >= 1);
-  assert.deepEqual(dead.map((m) => [m.headers[DEAD_LETTER_HEADERS.offset], m.headers[DEAD_LETTER_HEADERS.reason], m.headers[DEAD_LETTER_HEADERS.errorName]]), [['2', 'permanent-error', 'TransactionControlRefused']]);
+  assert.deepEqual(dead.map((m) => [m.headers[DEAD_LETTER_HEADERS.offset], m.headers[DEAD_LETTER_HEADERS.reason], m.headers[DEAD_LETTER_HEADERS.errorName]]), [[String(poisonAt), 'permanent-error', 'TransactionControlRefused']]);
   const ids = sent.map((e) => e.messageId as string);
-  await assertOnce(topic, [...ids.slice(0, 2), ...ids.slice(3)]);
+  await assertOnce(topic, [...ids.slice(0, poisonAt), ...ids.slice(poisonAt + 1)]);
 });
+}
 
-test('integration: a batch handler that swallows a database error (the COMMIT rolls back) is redone one message at a time; only the culprit fails', async () => {
+for (const [total, poisonAt] of [[8, 5], [200, 137]] as const) {
+test(`integration: a batch handler that swallows a database error (the COMMIT rolls back) is redone (${total} messages); only the culprit fails`, async () => {
   const topic = await createTopic(1);
   const deadLetterTopic = await createTopic(1, undefined, 'dlt');
-  const sent = await produce(topic, Array.from({ length: 8 }, (_, i) => ({ key: `s${i}`, value: { amount: 1, ...(i === 5 && { poison: 'permanent' as const }) } })));
+  const sent = await produce(topic, Array.from({ length: total }, (_, i) => ({ key: `s${i}`, value: { amount: 1, ...(i === poisonAt && { poison: 'permanent' as const }) } })));
   const c = consumer({
     topics: topic,
     deadLetterTopic,
     maxAttempts: 1,
-    messagesPerTransaction: 8,
+    messagesPerTransaction: total,
     handleBatch: async (messages, ctx) => {
       await applyBatchEffect(db.schema, messages, ctx);
       // Caught and ignored: the transaction is aborted, and the batch handler returns normally.
@@ -322,14 +358,15 @@ test('integration: a batch handler that swallows a database error (the COMMIT ro
   });
   const fallbacks = collect(c, 'batchFallback');
   await c.start();
-  await waitFor('offset at the end', async () => (await committedOffset(c.options.groupId, topic)) === '8');
+  await waitFor('offset at the end', async () => (await committedOffset(c.options.groupId, topic)) === String(total));
   const dead = await readTopic(deadLetterTopic, (m) => m.length >= 1);
-  assert.deepEqual(dead.map((m) => [m.headers[DEAD_LETTER_HEADERS.offset], m.headers[DEAD_LETTER_HEADERS.errorName]]), [['5', 'HandlerLeftTransactionAborted']]);
-  assert.ok(fallbacks.length >= 1);
-  assert.equal(c.stats().processed, 7);
+  assert.deepEqual(dead.map((m) => [m.headers[DEAD_LETTER_HEADERS.offset], m.headers[DEAD_LETTER_HEADERS.errorName]]), [[String(poisonAt), 'HandlerLeftTransactionAborted']]);
+  assert.equal(fallbacks.length, 1, 'one fallback for the one culprit');
+  assert.equal(c.stats().processed, total - 1);
   const ids = sent.map((e) => e.messageId as string);
-  await assertOnce(topic, [...ids.slice(0, 5), ...ids.slice(6)]);
+  await assertOnce(topic, [...ids.slice(0, poisonAt), ...ids.slice(poisonAt + 1)]);
 });
+}
 
 // --- SIGKILL of a batch consumer (test/fixtures/consumerProcess.ts, HANDLER_KIND=batch) -----------------
 

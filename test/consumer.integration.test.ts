@@ -1,14 +1,13 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
-import type { ConsumerOptions } from '../src/consumer/options.js';
 import { DEAD_LETTER_HEADERS } from '../src/consumer/deadLetterTopic.js';
 import { OutboxError } from '../src/shared/errors.js';
 import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic } from './helpers/kafka.js';
+import type { ConsumedMessage, HandlerContext } from '../src/consumer/types.js';
 import { waitFor } from './helpers/wait.js';
-import { applyEffect, committedOffsets, countRows, createEffectTables, effectCounts, produce, testConsumerOptions, type TestEvent } from './helpers/consumer.js';
+import { applyEffect, committedOffsets, countRows, createEffectTables, effectCounts, produce, testConsumers, type TestEvent } from './helpers/consumer.js';
 
 let db: TestSchema;
 before(async () => {
@@ -19,20 +18,7 @@ after(async () => {
   await db.drop();
 });
 
-const running: Consumer<any>[] = []; // eslint-disable-line @typescript-eslint/no-explicit-any
-after(async () => {
-  await Promise.all(running.map((c) => c.stop()));
-});
-
-function consumer<V = unknown>(options: Partial<ConsumerOptions<V>> & Pick<ConsumerOptions<V>, 'topics'>): Consumer<V> {
-  const c = createConsumer<V>({
-    ...testConsumerOptions(db),
-    handler: (message, context) => applyEffect(db.schema, message, context),
-    ...options,
-  });
-  running.push(c);
-  return c;
-}
+const consumer = testConsumers(() => db, () => ({ handler: (message: ConsumedMessage<unknown>, context: HandlerContext) => applyEffect(db.schema, message, context) }));
 
 
 test('integration: the same messages published twice have their effects once, and the duplicates are counted', async () => {

@@ -1,14 +1,12 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { createConsumer, type Consumer } from '../src/consumer/consumer.js';
-import type { ConsumerOptions } from '../src/consumer/options.js';
 import type { HandlerContext } from '../src/consumer/types.js';
 import { DEAD_LETTER_HEADERS } from '../src/consumer/deadLetterTopic.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
-import { applyEffect, committedOffset, countRows, createEffectTables, effectCounts, produce, testConsumerOptions } from './helpers/consumer.js';
+import { applyEffect, committedOffset, countRows, createEffectTables, effectCounts, produce, testConsumers } from './helpers/consumer.js';
 
 // A handler that ends the consumer's transaction (COMMIT, ROLLBACK, BEGIN... on
 // ctx.client) must fail its own message loudly, never make the runtime record the
@@ -27,20 +25,7 @@ after(async () => {
   await db.drop();
 });
 
-const running: Consumer<any>[] = []; // eslint-disable-line @typescript-eslint/no-explicit-any
-after(async () => {
-  await Promise.all(running.map((c) => c.stop()));
-});
-
-function consumer<V = unknown>(options: Partial<ConsumerOptions<V>> & Pick<ConsumerOptions<V>, 'topics' | 'handler'>): Consumer<V> {
-  const c = createConsumer<V>({
-    ...testConsumerOptions(db),
-    maxAttempts: 1,
-    ...options,
-  });
-  running.push(c);
-  return c;
-}
+const consumer = testConsumers(() => db, () => ({ maxAttempts: 1 }));
 
 
 /** Sends `sql` past the guard of ctx.client, as code holding pg's own query method could. */

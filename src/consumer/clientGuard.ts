@@ -16,7 +16,7 @@ import { OutboxError } from '../shared/errors.js';
 //                    the transaction ends, whatever ended it)
 
 /** Savepoint names starting with this are the consumer's; handlers may use any other. */
-export const RESERVED_SAVEPOINT_PREFIX = 'outbox_relay';
+const RESERVED_SAVEPOINT_PREFIX = 'outbox_relay';
 
 /** The savepoint the consumer opens around each message with savepoints. */
 export const MESSAGE_SAVEPOINT = 'outbox_relay_message';

@@ -14,10 +14,19 @@ import type { Logger } from '../shared/logger.js';
 import { createKafka } from '../shared/kafka.js';
 import { backoffDelayMs } from '../shared/backoff.js';
 import { TypedEmitter } from '../shared/events.js';
+import { loadTracingApi } from '../shared/tracing.js';
 import type { ErrorClass } from './classifyError.js';
 import { publishDeadLetter } from './deadLetterTopic.js';
 import { resolveConsumerOptions, type ConsumerOptions, type ResolvedConsumerOptions } from './options.js';
-import { TransactionEngine, type CommittedHook, type Failure, type TransactOutcome } from './transaction.js';
+import { TransactionEngine } from './transaction.js';
+import { BatchTransactions } from './batchTransaction.js';
+import { KeyClaims } from './keyClaims.js';
+import type { CommittedHook, Failure, TransactOutcome } from './outcome.js';
+import { prepareChunk } from './prepare.js';
+import { reportCommitted, type EmitConsumerEvent } from './report.js';
+import { runAfterCommitHooks } from './afterCommitHooks.js';
+import { StopSignal, finishedWithin } from './stopSignal.js';
+import { waitForTopics } from './topicWait.js';
 import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js';
 
 // The consumer's lifecycle: start (schema check, group join), eachBatch dispatch (a chunk
@@ -27,6 +36,12 @@ import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js'
 
 // For importers from before the split (src/index.ts, src/metrics/consumerMetrics.ts): the
 // types are defined in options.ts and types.ts; import them from there.
+
+/**
+ * What stop() takes beyond shutdownTimeoutMs at most: leaving the group, disconnecting
+ * from Kafka, closing the pool.
+ */
+export const STOP_GRACE_MS = 1_000;
 
 /** A Postgres or Kafka failure outside any handler: back off, never dead-letter. */
 class InfrastructureError extends OutboxError {
@@ -45,6 +60,11 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   readonly instanceId = randomUUID().slice(0, 8);
   private readonly logger: Logger;
   private readonly transactions: TransactionEngine<V>;
+  private readonly emitEvent: EmitConsumerEvent = (event, payload) => this.emit(event, payload);
+  /** Fired when shutdownTimeoutMs runs out: what still runs is no longer waited for. */
+  private readonly stopSignal = new StopSignal();
+  /** With handleBatch: its transactions, and the search for the culprit of a failed batch. */
+  private readonly batches: BatchTransactions<V> | undefined;
   private pool: pg.Pool | undefined;
   private ownPool = false;
   private consumer: KafkaConsumer | undefined;
@@ -75,7 +95,10 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   constructor(options: ConsumerOptions<V>) {
     super();
     this.options = resolveConsumerOptions(options);
-    this.transactions = new TransactionEngine<V>(this.options, this.counters, this.activeClients, (event, payload) => this.emit(event, payload));
+    const emit = this.emitEvent;
+    const keys = new KeyClaims(this.options.schema, this.options.groupId);
+    this.transactions = new TransactionEngine<V>(this.options, this.counters, this.activeClients, emit, keys, this.stopSignal);
+    this.batches = this.options.handleBatch ? new BatchTransactions<V>(this.options, this.counters, this.activeClients, emit, keys, this.transactions, this.stopSignal) : undefined;
     this.logger = this.options.logger.child({ component: 'consumer', groupId: this.options.groupId, consumer: this.instanceId });
   }
 
@@ -94,7 +117,8 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
    * running (partitions are assigned shortly after; see the 'assigned' event).
    *
    * @throws ConnectionError when Postgres cannot be reached; SchemaError when the schema
-   *   lacks processed_messages (run `outbox-relay migrate`); kafkajs errors when the broker
+   *   lacks processed_messages (run `outbox-relay migrate`); MissingTopicError when a topic
+   *   still does not exist after missingTopicTimeoutMs; kafkajs errors when the broker
    *   cannot be reached.
    */
   async start(): Promise<void> {
@@ -122,6 +146,9 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     }
     client.release();
 
+    // When @opentelemetry/api is installed, importing it takes a while: at start, not in
+    // the middle of a partition's first failure (the first span of a message of its own).
+    await loadTracingApi();
     const kafka = o.kafka ?? createKafka({ brokers: o.kafkaBrokers as string[], clientId: o.clientId, logger: o.logger });
     this.producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: true });
     this.consumer = kafka.consumer({
@@ -138,6 +165,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       const assigned = new Set(partitions.map((p) => partitionKey(p.topic, p.partition)));
       // Retry state of partitions another member now owns would be stale if they came back.
       for (const key of [...this.attempts.keys()]) if (!assigned.has(key)) this.attempts.delete(key);
+      this.batches?.forgetPartitions(assigned);
       this.logger.info({ partitions }, 'partitions assigned');
       this.emit('assigned', { partitions });
     });
@@ -146,6 +174,12 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       this.emit('error', { error: event.payload.error, during: 'kafka consumer' });
     });
     try {
+      await waitForTopics(kafka, o.topics, {
+        timeoutMs: o.missingTopicTimeoutMs,
+        logger: this.logger,
+        onWait: (missing, waitedMs) => this.emit('waitingForTopics', { missing, waitedMs, timeoutMs: o.missingTopicTimeoutMs }),
+        stopped: () => this.stopping,
+      });
       await this.producer.connect();
       await consumer.connect();
       await consumer.subscribe({ topics: o.topics, fromBeginning: o.fromBeginning });
@@ -180,22 +214,23 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     for (const timer of this.resumeTimers) clearTimeout(timer);
     this.resumeTimers.clear();
     let hard = false;
-    if (this.consumer) {
-      const consumer = this.consumer;
-      const soft = await finishedWithin(consumer.stop(), this.options.shutdownTimeoutMs);
-      if (!soft) {
-        hard = true;
-        this.logger.warn({ shutdownTimeoutMs: this.options.shutdownTimeoutMs }, 'shutdown timeout: rolling back transactions in flight');
-        // Destroying the connection rolls its transaction back on the server; the handler
-        // waiting on it fails and the batch ends.
-        for (const client of this.activeClients) client.release(new Error('consumer stopped'));
-        this.activeClients.clear();
-      }
-      // Bounded even when a handler hangs on something other than Postgres.
-      if (!(await finishedWithin(consumer.disconnect(), Math.max(this.options.shutdownTimeoutMs, 1_000)))) hard = true;
+    const consumer = this.consumer;
+    if (consumer && !(await finishedWithin(consumer.stop(), this.options.shutdownTimeoutMs))) {
+      hard = true;
+      this.logger.warn({ shutdownTimeoutMs: this.options.shutdownTimeoutMs }, 'shutdown timeout: rolling back transactions in flight, no longer waiting for handlers and hooks');
+      // Destroying the connection rolls its transaction back on the server; a handler or
+      // hook waiting on anything else is no longer waited for (StopSignal), so the batch ends.
+      this.stopSignal.abort();
+      for (const client of this.activeClients) client.release(new Error('consumer stopped'));
+      this.activeClients.clear();
     }
-    await finishedWithin(this.producer?.disconnect() ?? Promise.resolve(), 5_000);
-    await this.closePool();
+    // Leaving the group and closing the connections, together, in a bounded time whatever
+    // still hangs: stop() resolves within shutdownTimeoutMs + STOP_GRACE_MS.
+    const closed = await finishedWithin(Promise.all([consumer?.disconnect(), this.producer?.disconnect(), this.closePool()]), STOP_GRACE_MS);
+    if (!closed) {
+      hard = true;
+      this.logger.warn({ graceMs: STOP_GRACE_MS }, 'consumer stop: leaving the group or disconnecting did not finish in time; given up on');
+    }
     this.logger.info({ hard, ...this.counters }, 'consumer stopped');
     this.emit('stopped', { hard });
     return { hard };
@@ -230,24 +265,24 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
    */
   private async runChunk(topic: string, partition: number, chunk: KafkaMessage[], payload: EachBatchPayload): Promise<number | 'paused'> {
     const tp = partitionKey(topic, partition);
-    const { prepared, failure: prepareFailure } = this.transactions.prepareChunk(topic, partition, chunk, (offset) => this.attemptOf(tp, offset));
+    const { prepared, failure: prepareFailure } = prepareChunk(this.options, topic, partition, chunk, (offset) => this.attemptOf(tp, offset));
     let failure: Failure | undefined = prepareFailure;
 
     let committed = 0;
     if (prepared.length > 0) {
       let outcome: TransactOutcome;
       try {
-        outcome = await this.transactions.transact(this.pool as pg.Pool, topic, partition, prepared);
+        outcome = await (this.batches ?? this.transactions).transact(this.pool as pg.Pool, topic, partition, prepared);
       } catch (error) {
         return this.backOffInfrastructure(tp, topic, partition, 'transaction', error, payload);
       }
       // The outcome is decided: only now are its events emitted, outside the try above.
-      this.transactions.report(topic, partition, prepared, outcome);
+      reportCommitted(this.options.groupId, this.counters, this.emitEvent, topic, partition, prepared, outcome);
       committed = outcome.committed;
       if (outcome.failure) failure = outcome.failure;
       this.infraFailures.delete(tp);
       // After the Postgres COMMIT, before the offset commit; never undoes either.
-      await this.runAfterCommitHooks(topic, partition, outcome.hooks);
+      await runAfterCommitHooks(outcome.hooks, { topic, partition }, { timeoutMs: this.options.afterCommitTimeoutMs, stop: this.stopSignal, logger: this.logger, counters: this.counters, emit: this.emitEvent });
       if (committed > 0) {
         const last = chunk[committed - 1] as KafkaMessage;
         await this.commitOffset(topic, partition, last.offset, payload);
@@ -273,9 +308,12 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       }
       reason = kind === 'transient' ? 'retries-exhausted' : 'permanent-error';
     }
-    const deadLetterTopic = this.options.deadLetterTopic(topic);
+    let deadLetterTopic: string;
     try {
-      await publishDeadLetter(this.producer as Producer, deadLetterTopic, {
+      // A deadLetterTopic function that returns no usable name is a ConfigError: the
+      // message is kept (backoff, 'error' event naming the option) rather than dropped.
+      deadLetterTopic = this.options.deadLetterTopic(topic);
+      await this.stopSignal.race(publishDeadLetter(this.producer as Producer, deadLetterTopic, {
         topic,
         partition,
         message: raw,
@@ -283,7 +321,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
         error: failure.error,
         attempts: failure.attempt,
         consumerGroup: this.options.groupId,
-      });
+      }), 'a dead-letter publish');
     } catch (error) {
       // Not committing the offset is what keeps the message: it is handled (and, failing
       // again, dead-lettered) again after the backoff.
@@ -299,22 +337,6 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     await this.commitOffset(topic, partition, raw.offset, payload);
     this.attempts.delete(tp);
     return failure.index + 1;
-  }
-
-  /**
-   * Run the afterCommit hooks of committed messages, one after another in offset order. A
-   * hook's failure is logged, counted and reported; it changes nothing else.
-   */
-  private async runAfterCommitHooks(topic: string, partition: number, hooks: CommittedHook[]): Promise<void> {
-    for (const hook of hooks) {
-      try {
-        await hook.fn();
-      } catch (error) {
-        this.counters.afterCommitErrors++;
-        this.logger.error({ topic, partition, offset: hook.offset, idempotencyKey: hook.idempotencyKey, err: describeError(error) }, 'afterCommit hook failed; its transaction stays committed');
-        this.emit('afterCommitError', { topic, partition, offset: hook.offset, idempotencyKey: hook.idempotencyKey, error });
-      }
-    }
   }
 
   private classify(error: unknown, message: ConsumedMessage<V>): ErrorClass {
@@ -340,7 +362,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   private async commitOffset(topic: string, partition: number, offset: string, payload: EachBatchPayload): Promise<void> {
     const nextOffset = (BigInt(offset) + 1n).toString();
     try {
-      await payload.commitOffsetsIfNecessary({ topics: [{ topic, partitions: [{ partition, offset: nextOffset }] }] });
+      await this.stopSignal.race(payload.commitOffsetsIfNecessary({ topics: [{ topic, partitions: [{ partition, offset: nextOffset }] }] }), 'an offset commit');
     } catch (error) {
       this.logger.warn({ topic, partition, offset: nextOffset, err: describeError(error) }, 'offset commit failed; the messages will come again');
       this.emit('error', { error, during: 'offset commit', topic, partition });
@@ -379,23 +401,6 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
 
 function partitionKey(topic: string, partition: number): string {
   return `${topic}\u0000${partition}`;
-}
-
-/**
- * Wait for `promise` to settle, at most `ms`.
- * @returns true when it settled (fulfilled or rejected) in time, false when time ran out
- *   first; never rejects
- */
-async function finishedWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-  });
-  try {
-    return await Promise.race([promise.then(() => true, () => true), timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /**

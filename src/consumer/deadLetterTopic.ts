@@ -16,6 +16,10 @@ export const DEAD_LETTER_HEADERS = {
   reason: 'dead-letter-reason',
   error: 'dead-letter-error',
   errorName: 'dead-letter-error-name',
+  /** The SQLSTATE of a Postgres error (e.g. `23505`), when the error is one. */
+  errorCode: 'dead-letter-error-code',
+  /** The constraint a Postgres error names (e.g. `orders_pkey`), when it names one. */
+  errorConstraint: 'dead-letter-error-constraint',
   attempts: 'dead-letter-attempts',
   consumerGroup: 'dead-letter-consumer-group',
   topic: 'dead-letter-original-topic',
@@ -59,6 +63,9 @@ export function deadLetterMessage(d: ConsumerDeadLetter): { key: Buffer | null; 
   headers[DEAD_LETTER_HEADERS.reason] = d.reason;
   headers[DEAD_LETTER_HEADERS.error] = text.length > MAX_ERROR_CHARS ? `${text.slice(0, MAX_ERROR_CHARS)}...` : text;
   headers[DEAD_LETTER_HEADERS.errorName] = name.length > MAX_ERROR_CHARS ? name.slice(0, MAX_ERROR_CHARS) : name;
+  const database = databaseErrorOf(d.error);
+  if (database?.code) headers[DEAD_LETTER_HEADERS.errorCode] = database.code;
+  if (database?.constraint) headers[DEAD_LETTER_HEADERS.errorConstraint] = database.constraint.slice(0, MAX_ERROR_CHARS);
   headers[DEAD_LETTER_HEADERS.attempts] = String(d.attempts);
   headers[DEAD_LETTER_HEADERS.consumerGroup] = d.consumerGroup;
   headers[DEAD_LETTER_HEADERS.topic] = d.topic;
@@ -70,15 +77,29 @@ export function deadLetterMessage(d: ConsumerDeadLetter): { key: Buffer | null; 
 }
 
 /**
+ * The Postgres error in `thrown` or its cause (a handler error wrapping one, such as
+ * HandlerLeftTransactionAborted): its SQLSTATE and constraint, when it has them.
+ */
+function databaseErrorOf(thrown: unknown): { code: string; constraint: string | undefined } | undefined {
+  for (let e = thrown, depth = 0; e !== null && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const { code, constraint } = e as { code?: unknown; constraint?: unknown };
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return { code, constraint: typeof constraint === 'string' && constraint !== '' ? constraint : undefined };
+  }
+  return undefined;
+}
+
+/**
  * A name and a message for whatever a handler threw, never empty. An Error (or an object
  * with a string `message`, such as an error from another realm) gives its own; anything
  * else is `NonErrorThrown` with what it was: `non-error thrown: undefined`,
  * `non-error thrown: string "boom"`, `non-error thrown: object {"code":7}`.
  */
-export function describeThrown(thrown: unknown): { name: string; message: string } {
+function describeThrown(thrown: unknown): { name: string; message: string } {
   const like = thrown as { name?: unknown; message?: unknown } | null | undefined;
   if (thrown instanceof Error || (typeof thrown === 'object' && thrown !== null && typeof like?.message === 'string')) {
-    const name = typeof like?.name === 'string' && like.name !== '' ? like.name : 'Error';
+    // pg names every server error 'error'; its class is DatabaseError.
+    const own = typeof like?.name === 'string' && like.name !== '' ? like.name : 'Error';
+    const name = own === 'error' && databaseErrorOf(thrown) !== undefined ? 'DatabaseError' : own;
     const message = like?.message as string;
     return { name, message: message !== '' ? message : `${name} (no message)` };
   }

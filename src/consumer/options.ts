@@ -8,6 +8,7 @@ import { silentLogger, type Logger } from '../shared/logger.js';
 import type { ValueDecoder } from './decode.js';
 import { classifyError, type ErrorClass } from './classifyError.js';
 import type { BatchHandler, ConsumedMessage, MessageHandler } from './types.js';
+import { checkOptionNames } from './optionNames.js';
 
 // The consumer's options: what createConsumer accepts (ConsumerOptions), what it runs with
 // (ResolvedConsumerOptions), the Setting objects that state each option's default and
@@ -48,8 +49,8 @@ export interface ConsumerOptions<V = unknown> {
    * statements (one multi-row INSERT for the batch instead of one per message). Same
    * guarantees as `handler`: duplicates are never passed, effects happen once, the offset
    * is committed after the COMMIT. When it throws, the batch is rolled back and its
-   * messages are passed again one at a time (each in a savepoint), so the failing one is
-   * retried or dead-lettered alone and the others are applied. Give exactly one of
+   * messages are passed again, in halves and then one at a time (each in a savepoint) up
+   * to the failing one, which is retried or dead-lettered alone; the others are applied. Give exactly one of
    * `handler` and `handleBatch`; `savepoints: 'always'` does not apply to it.
    */
   handleBatch?: BatchHandler<V>;
@@ -105,6 +106,19 @@ export interface ConsumerOptions<V = unknown> {
    * it rolls them back (default 15000).
    */
   shutdownTimeoutMs?: number;
+  /**
+   * Longest an `afterCommit` hook is waited for, in ms (default 5000). A hook still running
+   * then is given up on: logged, counted (`stats().afterCommitErrors`) and reported (the
+   * `afterCommitError` event, an `AfterCommitTimeout` error); the partition goes on and the
+   * offset is committed. The hook itself is not cancelled; what it does later is ignored.
+   */
+  afterCommitTimeoutMs?: number;
+  /**
+   * How long start() waits for topics that do not exist yet, in ms (default 60000; 0:
+   * not at all). Past it, start() rejects with a MissingTopicError naming them. While it
+   * waits, the 'waitingForTopics' event and a warning say which are missing.
+   */
+  missingTopicTimeoutMs?: number;
   /** @deprecated The old name of `shutdownTimeoutMs`; still accepted. Giving both with different values is a ConfigError. */
   stopTimeoutMs?: number;
   /** Kafka group session timeout in ms: a member silent this long leaves the group (default 30000). */
@@ -154,9 +168,9 @@ function libraryInteger(d: { option: string; description: string; defaultValue: 
   return integer({ ...d, flag: undefined, env: NO_ENV });
 }
 
-export const consumerClientId: Setting<string> = { ...clientId, flag: undefined, env: NO_ENV, defaultValue: 'outbox-relay-consumer' };
+const consumerClientId: Setting<string> = { ...clientId, flag: undefined, env: NO_ENV, defaultValue: 'outbox-relay-consumer' };
 
-export const onMissingKey = choice({
+const onMissingKey = choice({
   option: 'onMissingKey',
   flag: undefined,
   env: NO_ENV,
@@ -165,7 +179,7 @@ export const onMissingKey = choice({
   choices: ['dead-letter', 'process-without-dedup'] as const,
 });
 
-export const savepoints = choice({
+const savepoints = choice({
   option: 'savepoints',
   flag: undefined,
   env: NO_ENV,
@@ -174,7 +188,7 @@ export const savepoints = choice({
   choices: ['on-failure', 'always'] as const,
 });
 
-export const maxAttempts = libraryInteger({
+const maxAttempts = libraryInteger({
   option: 'maxAttempts',
   description: 'Attempts at a message failing with a transient error before it is dead-lettered.',
   defaultValue: 5,
@@ -182,7 +196,7 @@ export const maxAttempts = libraryInteger({
   max: 1_000,
 });
 
-export const retryBaseDelayMs = libraryInteger({
+const retryBaseDelayMs = libraryInteger({
   option: 'retryBaseDelayMs',
   description: 'Backoff ceiling of the first retry (milliseconds); it doubles per attempt, with full jitter.',
   defaultValue: 200,
@@ -190,7 +204,7 @@ export const retryBaseDelayMs = libraryInteger({
   max: 600_000,
 });
 
-export const retryMaxDelayMs = libraryInteger({
+const retryMaxDelayMs = libraryInteger({
   option: 'retryMaxDelayMs',
   description: 'Upper bound of the backoff between retries of a message (milliseconds).',
   defaultValue: 30_000,
@@ -198,7 +212,7 @@ export const retryMaxDelayMs = libraryInteger({
   max: 3_600_000,
 });
 
-export const batchesInFlight = libraryInteger({
+const batchesInFlight = libraryInteger({
   option: 'batchesInFlight',
   description: 'Batches (partition transactions) handled at once, each holding one Postgres connection while it works.',
   defaultValue: 4,
@@ -208,7 +222,7 @@ export const batchesInFlight = libraryInteger({
 
 // A group runs as one transaction without savepoints unless a handler fails (option
 // `savepoints`); with a savepoint per message at most 64 of them are used.
-export const messagesPerTransaction = libraryInteger({
+const messagesPerTransaction = libraryInteger({
   option: 'messagesPerTransaction',
   description: 'Messages of one partition handled in one Postgres transaction (at most 64 with a savepoint per message).',
   defaultValue: 100,
@@ -217,9 +231,9 @@ export const messagesPerTransaction = libraryInteger({
 });
 
 /** messagesPerTransaction's default with handleBatch (see ConsumerOptions.messagesPerTransaction). */
-export const BATCH_MESSAGES_PER_TRANSACTION = 500;
+const BATCH_MESSAGES_PER_TRANSACTION = 500;
 
-export const shutdownTimeoutMs = libraryInteger({
+const shutdownTimeoutMs = libraryInteger({
   option: 'shutdownTimeoutMs',
   description: 'How long stop() waits for the transactions in flight before it rolls them back (milliseconds).',
   defaultValue: 15_000,
@@ -227,7 +241,23 @@ export const shutdownTimeoutMs = libraryInteger({
   max: 600_000,
 });
 
-export const sessionTimeoutMs = libraryInteger({
+const afterCommitTimeoutMs = libraryInteger({
+  option: 'afterCommitTimeoutMs',
+  description: 'Longest an afterCommit hook is waited for before the partition goes on without it (milliseconds).',
+  defaultValue: 5_000,
+  min: 1,
+  max: 600_000,
+});
+
+const missingTopicTimeoutMs = libraryInteger({
+  option: 'missingTopicTimeoutMs',
+  description: 'How long start() waits for consumed topics that do not exist yet (milliseconds; 0: not at all).',
+  defaultValue: 60_000,
+  min: 0,
+  max: 3_600_000,
+});
+
+const sessionTimeoutMs = libraryInteger({
   option: 'sessionTimeoutMs',
   description: 'Kafka group session timeout: a member silent this long is removed from the group (milliseconds).',
   defaultValue: 30_000,
@@ -235,7 +265,7 @@ export const sessionTimeoutMs = libraryInteger({
   max: 3_600_000,
 });
 
-export const heartbeatIntervalMs = libraryInteger({
+const heartbeatIntervalMs = libraryInteger({
   option: 'heartbeatIntervalMs',
   description: 'Kafka group heartbeat interval (milliseconds); keep it well below the session timeout.',
   defaultValue: 3_000,
@@ -243,7 +273,7 @@ export const heartbeatIntervalMs = libraryInteger({
   max: 600_000,
 });
 
-export const rebalanceTimeoutMs = libraryInteger({
+const rebalanceTimeoutMs = libraryInteger({
   option: 'rebalanceTimeoutMs',
   description: 'How long the group waits for members to rejoin during a rebalance (milliseconds).',
   defaultValue: 60_000,
@@ -251,7 +281,7 @@ export const rebalanceTimeoutMs = libraryInteger({
   max: 3_600_000,
 });
 
-export const maxWaitTimeMs = libraryInteger({
+const maxWaitTimeMs = libraryInteger({
   option: 'maxWaitTimeMs',
   description: 'Longest a fetch waits on the broker for new messages (milliseconds).',
   defaultValue: 500,
@@ -294,9 +324,19 @@ export function checkHandlers(options: { handler?: unknown; handleBatch?: unknow
   if (typeof handler !== 'function') throw new ConfigError('handler', 'must be an async function (message, context)');
 }
 
+// Every option createConsumer knows (checkOptionNames refuses any other key).
+const KNOWN_OPTIONS = new Set<string>([
+  'kafka', 'kafkaBrokers', 'clientId', 'groupId', 'topics', 'pool', 'databaseUrl', 'schema', 'handler', 'handleBatch', 'decode',
+  'idempotencyKey', 'onMissingKey', 'classifyError', 'deadLetterTopic', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs',
+  'batchesInFlight', 'partitionsConcurrency', 'messagesPerTransaction', 'savepoints', 'shutdownTimeoutMs', 'stopTimeoutMs',
+  'afterCommitTimeoutMs', 'missingTopicTimeoutMs', 'sessionTimeoutMs', 'heartbeatIntervalMs', 'rebalanceTimeoutMs', 'maxWaitTimeMs',
+  'fromBeginning', 'logger',
+] satisfies Array<keyof ConsumerOptions>);
+
 /** Validate options and fill in defaults. @throws ConfigError naming the bad option */
 export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): ResolvedConsumerOptions<V> {
   if (options === null || typeof options !== 'object') throw new ConfigError('options', 'must be an object');
+  checkOptionNames(Object.keys(options), KNOWN_OPTIONS);
   if (!options.kafka && !options.kafkaBrokers) throw new ConfigError('kafka', 'is required: pass a kafkajs client (kafka) or kafkaBrokers');
   if (options.kafkaBrokers) optionValue(kafkaBrokers, options.kafkaBrokers);
   if (!options.pool && !options.databaseUrl) throw new ConfigError('pool', 'is required: pass a pg.Pool (pool) or databaseUrl');
@@ -329,7 +369,18 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
   const dlt = options.deadLetterTopic;
   let deadLetterTopic: (topic: string) => string;
   if (dlt === undefined) deadLetterTopic = (t) => `${t}.dead-letter`;
-  else if (typeof dlt === 'function') deadLetterTopic = dlt;
+  else if (typeof dlt === 'function') {
+    // The rules a name given as a string meets, checked on what the function returns,
+    // when a message is dead-lettered: a consumed topic would feed the message back in.
+    deadLetterTopic = (t) => {
+      const name: unknown = dlt(t);
+      if (typeof name !== 'string' || !isTopicName(name)) {
+        throw new ConfigError('deadLetterTopic', `the function returned ${typeof name === 'string' ? JSON.stringify(name) : String(name)} for topic ${JSON.stringify(t)}: ${typeof name === 'string' ? (topicNameProblem(name) as string) : 'not a topic name'}`);
+      }
+      if (topics.includes(name)) throw new ConfigError('deadLetterTopic', `the function returned ${JSON.stringify(name)} for topic ${JSON.stringify(t)}, one of the consumed topics; it must not be one`);
+      return name;
+    };
+  }
   else if (isTopicName(dlt)) deadLetterTopic = () => dlt;
   else throw new ConfigError('deadLetterTopic', `${topicNameProblem(dlt) as string}, nor a function`);
   if (typeof dlt === 'string' && topics.includes(dlt)) throw new ConfigError('deadLetterTopic', 'must not be one of the consumed topics');
@@ -355,6 +406,8 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
     batchesInFlight: withDeprecatedName(batchesInFlight, options.batchesInFlight, 'partitionsConcurrency', options.partitionsConcurrency),
     messagesPerTransaction: optionValue(messagesPerTransaction, options.messagesPerTransaction ?? (options.handleBatch ? BATCH_MESSAGES_PER_TRANSACTION : undefined)),
     savepoints: savepointsWhen,
+    afterCommitTimeoutMs: optionValue(afterCommitTimeoutMs, options.afterCommitTimeoutMs),
+    missingTopicTimeoutMs: optionValue(missingTopicTimeoutMs, options.missingTopicTimeoutMs),
     shutdownTimeoutMs: withDeprecatedName(shutdownTimeoutMs, options.shutdownTimeoutMs, 'stopTimeoutMs', options.stopTimeoutMs),
     sessionTimeoutMs: optionValue(sessionTimeoutMs, options.sessionTimeoutMs),
     heartbeatIntervalMs: optionValue(heartbeatIntervalMs, options.heartbeatIntervalMs),

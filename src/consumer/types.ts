@@ -66,7 +66,9 @@ export interface HandlerContext {
    * run of the handler that was rolled back and redone (with `savepoints: 'on-failure'` a
    * handler can run twice; only the hooks of the run that committed fire). Hooks run one
    * after another in offset order, after the COMMIT and before the Kafka offset commit;
-   * the partition waits for them, so keep them short (give them a timeout).
+   * the partition waits for them, at most `afterCommitTimeoutMs` each (then the hook is
+   * given up on and reported as an `AfterCommitTimeout`; the offset is committed), so keep
+   * them short.
    *
    * A hook that throws or rejects is logged, counted (`stats().afterCommitErrors`) and
    * reported (the `afterCommitError` event); the commit stands, the message is not
@@ -123,7 +125,7 @@ export interface BatchContext<V = unknown> {
    * Run `fn` after the Postgres COMMIT of this batch's transaction; as
    * {@link HandlerContext.afterCommit}, with the batch as the unit: `fn` runs only when the
    * batch committed, never for a run of the batch that was rolled back (a failed batch is
-   * redone one message at a time, each call registering its own hooks). A failing hook is
+   * redone in smaller batches and one message at a time, each call registering its own hooks). A failing hook is
    * reported (`afterCommitError`) with the offset and key of the batch's last message.
    */
   afterCommit(fn: () => unknown): void;
@@ -134,7 +136,8 @@ export interface BatchContext<V = unknown> {
  * recorded as processed (duplicates are never passed), in offset order, at least one.
  * Apply them with set-based statements (`INSERT ... SELECT ... FROM unnest($1::text[], ...)`).
  * Throwing rolls the whole batch back (its dedup rows too); the consumer then hands the
- * same messages to this handler again one at a time, to find the one that fails.
+ * same messages to this handler again, in halves and then one at a time, to find the one
+ * that fails.
  */
 export type BatchHandler<V = unknown> = (messages: ReadonlyArray<ConsumedMessage<V>>, context: BatchContext<V>) => Promise<void>;
 
@@ -159,7 +162,7 @@ export interface ConsumerStats {
   afterCommitErrors: number;
   /**
    * Batches whose batch handler failed (or whose transaction could not commit) and whose
-   * messages were then handled one at a time (`handleBatch` only).
+   * messages were then redone to find the failing one (`handleBatch` only).
    */
   batchFallbacks: number;
 }
@@ -194,12 +197,15 @@ export interface ConsumerEvents {
   afterCommitError: Position & { idempotencyKey: string | undefined; error: unknown };
   /**
    * The batch handler failed for messages `firstOffset`..`lastOffset` (`count` new ones)
-   * of a partition: the batch was rolled back and its messages are handled one at a time
-   * now, so the one at fault is retried or dead-lettered alone (`handleBatch` only).
+   * of a partition: the batch was rolled back and its messages are redone, in halves and then
+   * one at a time up to the one at fault, which is retried or dead-lettered alone
+   * (`handleBatch` only).
    */
   batchFallback: { topic: string; partition: number; firstOffset: string; lastOffset: string; count: number; error: unknown };
   /** Something outside a handler failed (Postgres, the dead-letter publish, Kafka); it is retried. */
   error: { error: unknown; during: string; topic?: string; partition?: number };
+  /** start() found topics that do not exist yet and waits for them (missingTopicTimeoutMs). */
+  waitingForTopics: { missing: string[]; waitedMs: number; timeoutMs: number };
   /** The group assigned partitions to this member. */
   assigned: { partitions: Array<{ topic: string; partition: number }> };
   stopped: { hard: boolean };

@@ -15,9 +15,6 @@ import { errorLabel } from './errorLabel.js';
 import { addProcessMetrics } from './processMetrics.js';
 import { serialized } from './promises.js';
 
-/** Outcomes of outbox_consumer_messages_total. `processed` excludes `stale`. */
-export const CONSUMER_OUTCOMES = ['processed', 'duplicate', 'stale', 'retried', 'dead_lettered'] as const;
-
 /** The consumer's metric objects, by field. Created by {@link consumerMetrics}. */
 export interface ConsumerMetrics {
   messages: Counter<'topic' | 'outcome'>;

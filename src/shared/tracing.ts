@@ -361,3 +361,59 @@ export async function traceSkipped(
   else span.setStatus({ code: otel.SpanStatusCode.ERROR, message: String(attributes['outbox.dead_letter.reason'] ?? 'dead letter') });
   span.end();
 }
+
+/** Ends the span of a handler run that returned, once its transaction is decided. */
+export type SettleHandlerRun = (rolledBack: boolean) => void;
+
+/**
+ * As {@link traceHandler}, for a run whose transaction may still be rolled back after the
+ * handler returned (a later message of the group fails, and this one runs again): the span
+ * stays open until `settle` says what became of it. Rolled back, the span gets
+ * `outbox.consumer.rolled_back=true`, a `rolled_back` event and status ERROR. `run` counts
+ * the runs of the message's group for this attempt; from 2 on (a redo after a roll back),
+ * the span has `outbox.consumer.run` and `outbox.consumer.redone=true`.
+ */
+export async function traceHandlerRun<T>(
+  message: TracedMessage,
+  groupId: string,
+  attempt: number,
+  run: number,
+  work: () => Promise<T>,
+  outcomeOf: (error: unknown) => HandlerFailureOutcome,
+): Promise<{ result: T; settle: SettleHandlerRun }> {
+  const otel = await api();
+  if (!otel) return { result: await work(), settle: () => undefined };
+  const { span, context } = startConsumerSpan(otel, message, groupId, attempt);
+  if (run > 1) span.setAttributes({ 'outbox.consumer.run': run, 'outbox.consumer.redone': true });
+  let result: T;
+  try {
+    result = await otel.context.with(context, work);
+  } catch (error) {
+    if (span.isRecording()) {
+      span.recordException(error instanceof Error ? error : String(error));
+      span.setStatus({ code: otel.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+      try {
+        const outcome = outcomeOf(error);
+        span.addEvent(outcome.event, outcome.attributes);
+      } catch {
+        // The outcome is informational; a classifier that throws changes nothing here.
+      }
+    }
+    span.end();
+    throw error;
+  }
+  let settled = false;
+  return {
+    result,
+    settle: (rolledBack) => {
+      if (settled) return;
+      settled = true;
+      if (rolledBack && span.isRecording()) {
+        span.setAttribute('outbox.consumer.rolled_back', true);
+        span.addEvent('rolled_back');
+        span.setStatus({ code: otel.SpanStatusCode.ERROR, message: 'rolled back with its transaction; the message runs again' });
+      }
+      span.end();
+    },
+  };
+}

@@ -1,8 +1,11 @@
 import { randomUUID } from 'node:crypto';
+import { after } from 'node:test';
 import { Partitioners, type IHeaders } from 'kafkajs';
 import type pg from 'pg';
 import { HEADERS } from '../../src/shared/kafka.js';
-import type { BatchContext, ConsumedMessage, HandlerContext } from '../../src/consumer/types.js';
+import type { BatchContext, ConsumedMessage, ConsumerEvents, HandlerContext } from '../../src/consumer/types.js';
+import { createConsumer, type Consumer } from '../../src/consumer/consumer.js';
+import type { ConsumerOptions } from '../../src/consumer/options.js';
 import { testKafka } from './kafka.js';
 import { uniqueName } from './db.js';
 
@@ -156,4 +159,31 @@ export function testConsumerOptions(db: { pool: pg.Pool; schema: string }): {
     retryBaseDelayMs: 20,
     retryMaxDelayMs: 200,
   };
+}
+
+/**
+ * The consumers of one test file: each made of testConsumerOptions(db()), then
+ * `defaults`, then its own options; all stopped after the file's tests. `db` is a getter
+ * since the schema is made in the file's before().
+ */
+export function testConsumers(
+  db: () => { pool: pg.Pool; schema: string },
+  defaults: () => Partial<ConsumerOptions<any>> = () => ({}), // eslint-disable-line @typescript-eslint/no-explicit-any
+): <V = unknown>(options: Partial<ConsumerOptions<V>> & Pick<ConsumerOptions<V>, 'topics'>) => Consumer<V> {
+  const running: Array<Consumer<unknown>> = [];
+  after(async () => {
+    await Promise.all(running.map((c) => c.stop()));
+  });
+  return <V = unknown>(options: Partial<ConsumerOptions<V>> & Pick<ConsumerOptions<V>, 'topics'>): Consumer<V> => {
+    const c = createConsumer<V>({ ...testConsumerOptions(db()), ...defaults(), ...options } as ConsumerOptions<V>);
+    running.push(c as Consumer<unknown>);
+    return c;
+  };
+}
+
+/** Every payload of `event` the consumer emits from now on, in order. */
+export function collect<V, K extends keyof ConsumerEvents & string>(c: Consumer<V>, event: K): Array<ConsumerEvents[K]> {
+  const seen: Array<ConsumerEvents[K]> = [];
+  c.on(event, (payload) => void seen.push(payload));
+  return seen;
 }

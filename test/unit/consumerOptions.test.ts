@@ -42,6 +42,21 @@ test('createConsumer validates its options up front, naming the bad one', () => 
   rejects({ deadLetterTopic: 't' }, 'deadLetterTopic');
   rejects({ schema: 'bad-schema' }, 'schema');
   rejects({ kafkaBrokers: ['nohost'] }, 'kafkaBrokers');
+  // A deadLetterTopic function is held to the rules of a name given as a string, on what it returns.
+  for (const returned of ['t', 'bad name', '', undefined]) {
+    const resolved = resolveConsumerOptions({ ...base, deadLetterTopic: () => returned as string });
+    assert.throws(() => resolved.deadLetterTopic('t'), (e: unknown) => e instanceof ConfigError && e.setting === 'deadLetterTopic', `returned ${String(returned)}`);
+  }
+  assert.equal(resolveConsumerOptions({ ...base, deadLetterTopic: (t) => `${t}.dlq` }).deadLetterTopic('t'), 't.dlq');
+  rejects({ afterCommitTimeoutMs: 0 }, 'afterCommitTimeoutMs');
+  rejects({ afterCommitTimeoutMs: 600_001 }, 'afterCommitTimeoutMs');
+  rejects({ missingTopicTimeoutMs: -1 }, 'missingTopicTimeoutMs');
+  rejects({ missingTopicTimeoutMs: 3_600_001 }, 'missingTopicTimeoutMs');
+  // A typo is refused, not ignored (the default would stay in force without a word).
+  rejects({ shutdownTimeoutMS: 1_000 }, 'shutdownTimeoutMS');
+  rejects({ messagesPerTransation: 10 }, 'messagesPerTransation');
+  assert.throws(() => createConsumer({ ...base, messagesPerTransation: 10 } as ConsumerOptions), /did you mean messagesPerTransaction\?/);
+  assert.throws(() => createConsumer({ ...base, handlr: async () => undefined } as ConsumerOptions), /handlr: is not an option of createConsumer \(did you mean handler\?\)/);
   const o = resolveConsumerOptions(base);
   assert.equal(o.maxAttempts, 5);
   assert.equal(o.messagesPerTransaction, 100);
@@ -50,6 +65,9 @@ test('createConsumer validates its options up front, naming the bad one', () => 
   assert.deepEqual(o.topics, ['t']);
   assert.equal(o.batchesInFlight, 4);
   assert.equal(o.shutdownTimeoutMs, 15_000);
+  assert.equal(o.afterCommitTimeoutMs, 5_000);
+  assert.equal(o.missingTopicTimeoutMs, 60_000);
+  assert.equal(resolveConsumerOptions({ ...base, missingTopicTimeoutMs: 0 }).missingTopicTimeoutMs, 0, '0: do not wait');
 });
 
 test('deprecated option names: partitionsConcurrency and stopTimeoutMs still work, checked like the new names', () => {

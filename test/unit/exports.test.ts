@@ -6,7 +6,7 @@ import ts from 'typescript';
 // The public API is what README.md and docs/ document. Adding or removing a name is a
 // decision: change this list, the docs and the CHANGELOG together.
 const VALUES = [
-  'ConfigError', 'ConnectionError', 'Consumer', 'DEAD_LETTER_HEADERS', 'DeadLetterNotFoundError', 'DecodeError', 'EXIT', 'HEADERS',
+  'AfterCommitTimeout', 'ConfigError', 'ConnectionError', 'Consumer', 'DEAD_LETTER_HEADERS', 'MissingTopicError', 'DeadLetterNotFoundError', 'DecodeError', 'EXIT', 'HEADERS',
   'OutboxError', 'Relay', 'SchemaError', 'advanceEntityVersion', 'classifyError', 'cleanupOutbox', 'createConcurrencyLimit',
   'createConsumer', 'createDependencyLimit', 'createLogger', 'createRateLimit', 'createRelay', 'discardDeadLetters', 'enqueue',
   'formatStatus', 'getStatus', 'instrumentConsumer', 'instrumentHandler', 'listDeadLetters', 'lockEntity', 'migrate',
@@ -71,3 +71,12 @@ test(`${entry} exports exactly the documented types, and every export carries TS
   assert.deepEqual(undocumented, [], `exports without TSDoc: ${undocumented.join(', ')}`);
 });
 }
+
+test('DEAD_LETTER_HEADERS names exactly the headers docs/consumer.md documents', async () => {
+  const { DEAD_LETTER_HEADERS } = await import('../../src/index.js');
+  assert.deepEqual(Object.values(DEAD_LETTER_HEADERS).sort(), [
+    'dead-letter-at', 'dead-letter-attempts', 'dead-letter-consumer-group', 'dead-letter-error', 'dead-letter-error-code',
+    'dead-letter-error-constraint', 'dead-letter-error-name', 'dead-letter-original-offset', 'dead-letter-original-partition',
+    'dead-letter-original-timestamp', 'dead-letter-original-topic', 'dead-letter-reason',
+  ]);
+});
