@@ -305,42 +305,6 @@ function startConsumerSpan(otel: Api, message: TracedMessage, groupId: string, a
 }
 
 /**
- * Run a message's handler inside a CONSUMER span `process <topic>`, child of the context
- * in the message's headers (the relay's PRODUCER span), and active while the handler
- * runs so its own spans nest under it. A failure is recorded on the span (exception,
- * status ERROR) with what comes of it, from `outcomeOf` (asked only when recording).
- */
-export async function traceHandler<T>(
-  message: TracedMessage,
-  groupId: string,
-  attempt: number,
-  run: () => Promise<T>,
-  outcomeOf: (error: unknown) => HandlerFailureOutcome,
-): Promise<T> {
-  const otel = await api();
-  if (!otel) return run();
-  const { span, context } = startConsumerSpan(otel, message, groupId, attempt);
-  try {
-    const result = await otel.context.with(context, run);
-    span.end();
-    return result;
-  } catch (error) {
-    if (span.isRecording()) {
-      span.recordException(error instanceof Error ? error : String(error));
-      span.setStatus({ code: otel.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
-      try {
-        const outcome = outcomeOf(error);
-        span.addEvent(outcome.event, outcome.attributes);
-      } catch {
-        // The outcome is informational; a classifier that throws changes nothing here.
-      }
-    }
-    span.end();
-    throw error;
-  }
-}
-
-/**
  * A message its handler does not see: a dedup hit (`duplicate`, status unset) or one
  * that goes straight to the dead-letter topic (`dead_letter`, status ERROR), as a
  * CONSUMER span of its own, child of the producer's, with that event.
@@ -366,9 +330,13 @@ export async function traceSkipped(
 export type SettleHandlerRun = (rolledBack: boolean) => void;
 
 /**
- * As {@link traceHandler}, for a run whose transaction may still be rolled back after the
- * handler returned (a later message of the group fails, and this one runs again): the span
- * stays open until `settle` says what became of it. Rolled back, the span gets
+ * Run a message's handler inside a CONSUMER span `process <topic>`, child of the context
+ * in the message's headers (the relay's PRODUCER span), and active while the handler
+ * runs so its own spans nest under it. A failure is recorded on the span (exception,
+ * status ERROR) with what comes of it, from `outcomeOf` (asked only when recording).
+ * Since the run's transaction may still be rolled back after the handler returned (a
+ * later message of the group fails, and this one runs again), the span stays open until
+ * `settle` says what became of it. Rolled back, the span gets
  * `outbox.consumer.rolled_back=true`, a `rolled_back` event and status ERROR. `run` counts
  * the runs of the message's group for this attempt; from 2 on (a redo after a roll back),
  * the span has `outbox.consumer.run` and `outbox.consumer.redone=true`.
