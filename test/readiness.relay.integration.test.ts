@@ -138,7 +138,12 @@ test('integration: a relay that publishes nothing while rows wait is not ready, 
   const readiness = relayReadiness(relay, instrumentation, { notPublishingAfterMs: 1_000, timeoutMs: 300, kafkaCacheMs: 0 });
   await relay.start();
   try {
+    const askedAt = Date.now();
     const before = await readiness.check();
+    // Bounded by timeoutMs although the broker never answers (kafkajs' disconnect of the
+    // failed admin client would wait out its 30 s request timeout).
+    assert.ok(Date.now() - askedAt < 300 + 1_500, `readiness answered in ${Date.now() - askedAt} ms with a hung broker`);
+    assert.equal(before.checks.kafka?.ok, false);
     assert.deepEqual(before.checks.publishing, { ok: true, detail: 'nothing pending' });
     await schema.pool.query(`INSERT INTO "${schema.schema}".outbox (topic, key, payload) SELECT 'stalled', 'k' || i, '{}' FROM generate_series(1, 5) i`);
     const report = await waitFor('the publishing check to fail', async () => {

@@ -106,7 +106,9 @@ export function relayReadiness(
       );
       result = { ok: true, detail: `${cluster.brokers.length} broker(s)` };
     } catch (error) {
-      await admin?.disconnect().catch(() => undefined);
+      // Not awaited: against a broker that accepts and never answers, kafkajs' disconnect
+      // waits out its request timeout (30 s), and /readyz must answer within timeoutMs.
+      void admin?.disconnect().catch(() => undefined);
       admin = undefined;
       result = { ok: false, detail: errorLabel(error) };
     }
