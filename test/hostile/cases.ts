@@ -10,7 +10,11 @@
  * path, consumer); they are written the way the behaviour must be, and fail until then.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { RUN_SETTINGS } from '../../src/commands/run.js';
 import { ConfigError } from '../../src/shared/errors.js';
@@ -19,6 +23,14 @@ import { createTopic, readTopic, testBrokers, testKafka, type ReadMessage } from
 import { spawnCli } from '../helpers/processes.js';
 import { waitFor } from '../helpers/wait.js';
 import { finish, ownSchemas, runCli, snapshotSchema, topicSize, type CliOutcome } from './support.js';
+
+/** A readable PEM certificate (self-signed, made once), for cases about the key file beside it. */
+const readableCertificate = (() => {
+  const dir = mkdtempSync(join(tmpdir(), 'hostile-tls-'));
+  const cert = join(dir, 'cert.pem');
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', join(dir, 'key.pem'), '-out', cert, '-days', '1', '-subj', '/CN=outbox-hostile'], { stdio: 'ignore' });
+  return cert;
+})();
 
 export type CaseClass = 'config' | 'schema state' | 'odd rows' | 'operator' | 'consumer library' | 'secrets' | 'http' | 'signals';
 
@@ -126,7 +138,7 @@ function configCases(): HostileCase[] {
   out.push(
     cli({ class: 'config', name: '--kafka-ssl-ca-file that does not exist', args: ['run', '--kafka-ssl-ca-file', '/nonexistent/ca.pem'], code: 2, pattern: /^outbox-relay: --kafka-ssl-ca-file: cannot read \/nonexistent\/ca\.pem/ }),
     cli({ class: 'config', name: 'KAFKA_SSL_CERT_FILE and KAFKA_SSL_KEY_FILE that do not exist', args: ['run'], env: { KAFKA_SSL_CERT_FILE: '/nonexistent/c.pem', KAFKA_SSL_KEY_FILE: '/nonexistent/k.pem' }, code: 2, pattern: /^outbox-relay: KAFKA_SSL_CERT_FILE: cannot read/ }),
-    cli({ class: 'config', name: 'KAFKA_SSL_KEY_FILE that does not exist (the certificate readable)', args: ['run'], env: { KAFKA_SSL_CERT_FILE: '/etc/hostname', KAFKA_SSL_KEY_FILE: '/nonexistent/k.pem' }, code: 2, pattern: /^outbox-relay: KAFKA_SSL_KEY_FILE: cannot read \/nonexistent\/k\.pem/ }),
+    cli({ class: 'config', name: 'KAFKA_SSL_KEY_FILE that does not exist (the certificate readable)', args: ['run'], env: { KAFKA_SSL_CERT_FILE: readableCertificate, KAFKA_SSL_KEY_FILE: '/nonexistent/k.pem' }, code: 2, pattern: /^outbox-relay: KAFKA_SSL_KEY_FILE: cannot read \/nonexistent\/k\.pem/ }),
     cli({ class: 'config', name: 'KAFKA_SASL_PASSWORD without a mechanism', args: ['run'], env: { KAFKA_SASL_PASSWORD: 'hostile-sasl-pw' }, code: 2, pattern: /^outbox-relay: KAFKA_SASL_PASSWORD: is set but no SASL mechanism/, secrets: ['hostile-sasl-pw'] }),
     cli({ class: 'config', name: 'KAFKA_SASL_USERNAME without a mechanism', args: ['run'], env: { KAFKA_SASL_USERNAME: 'bob' }, code: 2, pattern: /^outbox-relay: KAFKA_SASL_USERNAME: / }),
     cli({ class: 'config', name: 'a duplicated topic in --dead-letter-policy-topics', args: ['run', '--dead-letter-policy-topics', 'orders=park,orders=skip'], code: 2, pattern: /^outbox-relay: --dead-letter-policy-topics: .*orders/ }),
@@ -397,9 +409,11 @@ function rowCases(): HostileCase[] {
       },
     ], { settleMs: 15_000 }),
     ...rowGroup('created_at', [
-      { name: "created_at = 'infinity'", insert: insertRow({ topic: '$1', key: `'inf'`, payload: `'{}'`, created_at: `'infinity'` }), expect: { outcome: 'dead-letter', reason: /created_at|timestamp/i } },
-      { name: "created_at = '-infinity'", insert: insertRow({ topic: '$1', key: `'ninf'`, payload: `'{}'`, created_at: `'-infinity'` }), expect: { outcome: 'dead-letter', reason: /created_at|timestamp/i } },
-      { name: "created_at in the year 290000 (past JavaScript's Date range)", insert: insertRow({ topic: '$1', key: `'y290k'`, payload: `'{}'`, created_at: `'290000-01-01'` }), expect: { outcome: 'dead-letter', reason: /created_at|timestamp/i } },
+      // Valid events whose created_at no Kafka timestamp can hold: published, stamped at send
+      // time, the original kept in the outbox-created-at header (README, schema).
+      { name: "created_at = 'infinity'", insert: insertRow({ topic: '$1', key: `'inf'`, payload: `'{}'`, created_at: `'infinity'` }), expect: { outcome: 'sent', check: (m) => assert.equal(m.headers['outbox-created-at'], 'infinity') } },
+      { name: "created_at = '-infinity'", insert: insertRow({ topic: '$1', key: `'ninf'`, payload: `'{}'`, created_at: `'-infinity'` }), expect: { outcome: 'sent', check: (m) => assert.equal(m.headers['outbox-created-at'], '-infinity') } },
+      { name: "created_at in the year 290000 (past JavaScript's Date range)", insert: insertRow({ topic: '$1', key: `'y290k'`, payload: `'{}'`, created_at: `'290000-01-01'` }), expect: { outcome: 'sent', check: (m) => assert.match(m.headers['outbox-created-at'] ?? '', /^290000-01-01 \d\d:00:00\+00$/) } },
     ], { settleMs: 20_000 }),
     ...rowGroup(
       'topics',
