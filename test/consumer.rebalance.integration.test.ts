@@ -50,26 +50,28 @@ test('integration: two consumers in one group, one leaving and one joining mid-s
   };
 
   try {
-    await publish(300, 0);
+    // A first backlog large enough that both members still have work once a joins.
+    await publish(600, 0);
     const a = member('a');
     const b = member('b');
     await Promise.all([a.start(), b.start()]);
-    await waitFor('a and b sharing the partitions, work under way', async () => assignments.some((x) => x.startsWith('b')) && (await handled()) >= 60);
+    // Both members hold partitions and have each handled messages: a leaves after it did some of the work.
+    await waitFor('a and b both handling messages', () => a.stats().processed > 0 && b.stats().processed > 0);
 
     // a leaves mid-stream while more messages arrive.
-    assert.ok((await handled()) < 300, 'a leaves while messages are still waiting');
+    assert.ok((await handled()) < 600, 'a leaves while messages are still waiting');
     const leaving = a.stop();
-    await publish(300, 300);
+    await publish(300, 600);
     await leaving;
-    await waitFor('b working alone', async () => (await handled()) >= 360);
+    await waitFor('b working alone', async () => (await handled()) >= 660);
 
     // c joins mid-stream.
     const c = member('c');
-    assert.ok((await handled()) < 600, 'c joins while messages are still waiting');
+    assert.ok((await handled()) < 900, 'c joins while messages are still waiting');
     await c.start();
-    await publish(300, 600);
+    await publish(300, 900);
     await waitFor('c took partitions', () => assignments.some((x) => x.startsWith('c') && x.length > 3));
-    await waitFor('all 900 messages handled', async () => (await handled()) === 900, { timeoutMs: 60_000 });
+    await waitFor('all 1200 messages handled', async () => (await handled()) === 1200, { timeoutMs: 60_000 });
     // Every delivery is accounted for: processed or skipped as a duplicate, never lost.
     const stats = members.map((m) => m.stats());
     process.stdout.write(`# member stats ${JSON.stringify(stats)} assignments ${JSON.stringify(assignments)}\n`);
@@ -78,17 +80,17 @@ test('integration: two consumers in one group, one leaving and one joining mid-s
     const counts = await effectCounts(db.pool, db.schema, topic);
     const wrong = ids.filter((id) => counts.get(id) !== 1);
     assert.deepEqual(wrong, [], 'each message handled exactly once');
-    assert.equal(stats.reduce((s, x) => s + x.processed, 0), 900, `processed across members (${JSON.stringify(stats)})`);
+    assert.equal(stats.reduce((s, x) => s + x.processed, 0), 1200, `processed across members (${JSON.stringify(stats)})`);
     assert.ok(stats.every((s) => s.processed > 0), 'every member did some of the work');
     const { rows } = await db.pool.query<{ total: string }>(`SELECT sum(total)::text AS total FROM "${db.schema}".balances WHERE entity LIKE 'e%'`);
-    assert.equal(rows[0]?.total, '900');
+    assert.equal(rows[0]?.total, '1200');
 
     const admin = testKafka().admin();
     await admin.connect();
     try {
       const [offsets] = await admin.fetchOffsets({ groupId, topics: [topic] });
       const committed = (offsets?.partitions ?? []).reduce((s, p) => s + Number(p.offset), 0);
-      assert.equal(committed, 900, 'offsets committed to the end of every partition');
+      assert.equal(committed, 1200, 'offsets committed to the end of every partition');
     } finally {
       await admin.disconnect();
     }
