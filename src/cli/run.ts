@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { createLogger, type LogLevel } from '../shared/logger.js';
 import { databaseUrl, schema } from '../shared/commonSettings.js';
-import { resolveRelayOptions, type RelayOptions } from '../relay/options.js';
+import type { RelayOptions } from '../relay/options.js';
 import { maxDatabaseConnections, outboxesFile } from '../relay/relayGroup.js';
 import { runRelay, runRelayGroup, RUN_SETTINGS, type RunRelayGroupOptions } from '../commands/run.js';
 import { addSettings, resolve } from './settings.js';
@@ -30,12 +30,10 @@ export function addRunCommand(program: Command): void {
     // Read although one outbox has no use for it: a bad value is refused either way.
     const o = resolve([...RUN_SETTINGS, maxDatabaseConnections], flags);
     const logger = createLogger(o.logLevel as LogLevel);
-    // Resolved here, at the boundary: every option checked and the TLS and SASL files read
-    // before anything starts. runRelay gets the resolved values (the relay keeps their
-    // kafkaSecurity instead of reading the files again) beside the raw settings it reads
-    // itself (metrics, the security summary it logs).
-    const relayOptions = resolveRelayOptions({ ...(o as unknown as RelayOptions), logger });
-    const code = await runRelay({ ...(o as unknown as RelayOptions), ...relayOptions, logger });
+    // The relay's options are resolved once, by createRelay inside runRelay, before anything
+    // connects (a bad value, an unreadable TLS file: ConfigError, exit 2); resolving them
+    // here as well would check and read everything twice.
+    const code = await runRelay({ ...(o as unknown as RelayOptions), logger });
     logger.flush();
     process.exit(code);
   });
