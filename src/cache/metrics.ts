@@ -7,14 +7,14 @@
 import { Counter, Histogram, type Registry } from 'prom-client';
 
 /** Results of outbox_cache_requests_total. */
-export const CACHE_REQUEST_RESULTS = ['hit', 'miss', 'stale'] as const;
+const CACHE_REQUEST_RESULTS = ['hit', 'miss', 'stale'] as const;
 /** Operations of outbox_cache_errors_total. */
-export const CACHE_ERROR_OPERATIONS = ['read', 'write', 'lock', 'unlock', 'invalidate', 'loader', 'version'] as const;
+const CACHE_ERROR_OPERATIONS = ['read', 'write', 'lock', 'unlock', 'invalidate', 'loader', 'version'] as const;
 
 type Table = Record<string, { type: 'counter' | 'histogram'; name: string; help: string; labelNames: string[]; buckets?: number[] }>;
 
 /** Every cache metric: name, help, labels. */
-export const CACHE_METRICS = {
+const CACHE_METRICS = {
   requests: {
     type: 'counter',
     name: 'outbox_cache_requests_total',

@@ -10,7 +10,7 @@ import { boolean, checkedText, choice, optionValue, type Setting, type SettingDe
 // objects, so both accept the same values.
 
 /** The placeholder of route.topic.replacement that the route-by column's value replaces. */
-export const ROUTED_BY_VALUE = '${routedByValue}';
+const ROUTED_BY_VALUE = '${routedByValue}';
 
 /** Name of the trigger `attach` puts on a Debezium-shaped table. */
 export const DEBEZIUM_TRIGGER = 'outbox_relay_debezium';
@@ -23,7 +23,7 @@ function column(d: SettingDescriptor & { defaultValue: string }): Setting<string
 }
 
 /** `schema.table`, or `table` in public, each part a plain identifier; the problem, or undefined. */
-export function tableNameProblem(value: unknown): string | undefined {
+function tableNameProblem(value: unknown): string | undefined {
   if (typeof value !== 'string' || value === '') return 'is required: the Debezium outbox table, as schema.table';
   const parts = value.split('.');
   if (parts.length > 2) return `${JSON.stringify(value)} is not schema.table`;
@@ -44,7 +44,7 @@ export const debeziumTable = checkedText({
   check: tableNameProblem,
 });
 
-export const debeziumRouteByColumn = column({
+const debeziumRouteByColumn = column({
   option: 'routeByColumn',
   flag: '--route-by-column',
   env: 'OUTBOX_DEBEZIUM_ROUTE_BY_COLUMN',
@@ -73,7 +73,7 @@ export const debeziumTopicPattern = checkedText({
   check: topicPatternProblem,
 });
 
-export const debeziumKeyColumn = column({
+const debeziumKeyColumn = column({
   option: 'keyColumn',
   flag: '--key-column',
   env: 'OUTBOX_DEBEZIUM_KEY_COLUMN',
@@ -81,7 +81,7 @@ export const debeziumKeyColumn = column({
   defaultValue: 'aggregateid',
 });
 
-export const debeziumIdColumn = column({
+const debeziumIdColumn = column({
   option: 'idColumn',
   flag: '--id-column',
   env: 'OUTBOX_DEBEZIUM_ID_COLUMN',
@@ -89,7 +89,7 @@ export const debeziumIdColumn = column({
   defaultValue: 'id',
 });
 
-export const debeziumPayloadColumn = column({
+const debeziumPayloadColumn = column({
   option: 'payloadColumn',
   flag: '--payload-column',
   env: 'OUTBOX_DEBEZIUM_PAYLOAD_COLUMN',
@@ -111,7 +111,7 @@ export const debeziumTypeColumn = checkedText({
   check: optionalColumn,
 });
 
-export const debeziumTimestampColumn = checkedText({
+const debeziumTimestampColumn = checkedText({
   option: 'timestampColumn',
   flag: '--timestamp-column',
   env: 'OUTBOX_DEBEZIUM_TIMESTAMP_COLUMN',
@@ -187,7 +187,7 @@ export const debeziumTombstoneOnEmptyPayload = boolean({
 /** Kafka Connect converters whose bytes the relay can reproduce. */
 export type DebeziumConverter = 'string' | 'json';
 
-export const debeziumKeyConverter = choice<DebeziumConverter>({
+const debeziumKeyConverter = choice<DebeziumConverter>({
   option: 'keyConverter',
   flag: '--key-converter',
   env: 'OUTBOX_DEBEZIUM_KEY_CONVERTER',
@@ -196,7 +196,7 @@ export const debeziumKeyConverter = choice<DebeziumConverter>({
   choices: ['string', 'json'],
 });
 
-export const debeziumValueConverter = choice<DebeziumConverter>({
+const debeziumValueConverter = choice<DebeziumConverter>({
   option: 'valueConverter',
   flag: '--value-converter',
   env: 'OUTBOX_DEBEZIUM_VALUE_CONVERTER',

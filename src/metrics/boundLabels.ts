@@ -12,7 +12,7 @@ type AnyMetric = Counter<string> | Gauge<string> | Histogram<string>;
 const RECORDING = new Set(['inc', 'dec', 'set', 'observe', 'startTimer']);
 
 /** `metric` with `fixed` added to the labels of every value recorded through it. */
-export function withFixedLabels<M extends AnyMetric>(metric: M, fixed: LabelValues<string>): M {
+function withFixedLabels<M extends AnyMetric>(metric: M, fixed: LabelValues<string>): M {
   return new Proxy(metric, {
     get(target, property, receiver) {
       const value = Reflect.get(target, property, receiver) as unknown;

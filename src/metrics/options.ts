@@ -22,7 +22,7 @@ export function parseMetricsAddress(raw: string): { value: MetricsAddress } | { 
 }
 
 /** `host:port` text of an address, IPv6 hosts in brackets. */
-export function formatMetricsAddress(address: MetricsAddress): string {
+function formatMetricsAddress(address: MetricsAddress): string {
   if (address === 'off') return 'off';
   return `${address.host.includes(':') ? `[${address.host}]` : address.host}:${address.port}`;
 }

@@ -164,7 +164,7 @@ export function relayReadiness(
  * read-only database (default_transaction_read_only, a standby: SQLSTATE 25006), for a
  * role without the privileges (42501), or on tables altered after migrate.
  */
-export function canClaimAndMarkStatements(q: string): Array<[what: string, sql: string]> {
+function canClaimAndMarkStatements(q: string): Array<[what: string, sql: string]> {
   return [
     ['lock outbox rows for a claim', `SELECT 1 FROM ${q}.outbox WHERE false FOR UPDATE`],
     ['mark outbox rows sent', `UPDATE ${q}.outbox SET sent_at = now(), attempts = attempts + 1, last_error = NULL WHERE false`],

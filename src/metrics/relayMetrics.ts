@@ -19,7 +19,7 @@ import { startBacklogSampler, type RelaySample } from './backlogSampler.js';
 import type { RelayStatusEvent, RelayStatusSource } from './relayStatusSource.js';
 
 /** The `outbox` label of a relay instrumented without a name (one outbox per process). */
-export const DEFAULT_OUTBOX_LABEL = 'default';
+const DEFAULT_OUTBOX_LABEL = 'default';
 
 /** Breaker states as the value of outbox_relay_breaker_state. */
 export const BREAKER_STATE = { closed: 0, open: 1 } as const satisfies Record<BreakerState, number>;

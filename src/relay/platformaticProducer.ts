@@ -28,7 +28,7 @@ export type PlatformaticModule = typeof import('@platformatic/kafka');
  * them that way). Loaded when the adapter is created, before the relay's loops start,
  * it blocks a relay that holds nothing yet.
  */
-export function requirePlatformatic(): PlatformaticModule {
+function requirePlatformatic(): PlatformaticModule {
   return createRequire(import.meta.url)(PLATFORMATIC_PACKAGE) as PlatformaticModule;
 }
 
@@ -138,7 +138,7 @@ export function timestampRuns(timestamps: readonly bigint[]): number[][] {
  * Kafka refused the SASL authentication of the platformatic client. Named so that its
  * metrics label (`kafka_sasl_authentication_error`) is the one kafkajs' failure has.
  */
-export class KafkaSASLAuthenticationError extends OutboxError {
+class KafkaSASLAuthenticationError extends OutboxError {
   constructor(cause: unknown) {
     super(`SASL authentication failed: ${(cause as Error)?.message ?? String(cause)}`, { retriable: true, cause });
   }

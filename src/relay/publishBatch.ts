@@ -92,7 +92,7 @@ const keyOf = (row: ClaimedRow): string => `${row.topic}\u0000${row.key}`;
  * @throws PublishError only when the producer itself fails (not per message).
  */
 /** Longest key (bytes) a parked key can have: outbox_parked_keys' primary key is a btree entry (at most ~2.7 kB with the topic). */
-export const MAX_PARKABLE_KEY_BYTES = 2_000;
+const MAX_PARKABLE_KEY_BYTES = 2_000;
 
 export async function publishBatch(rows: ClaimedRow[], o: PublishBatchOptions): Promise<BatchOutcome> {
   const now = o.now ?? Date.now;

@@ -71,7 +71,7 @@ export interface RelayGroupEvents {
  * the lease renewal and a spare, see Relay.start) and the horizon probe. The metrics
  * sampler and the readiness probe of `run` add one each.
  */
-export function connectionsPerOutbox(batchesInFlight: number, withMetrics = true): number {
+function connectionsPerOutbox(batchesInFlight: number, withMetrics = true): number {
   return batchesInFlight + 3 + (withMetrics ? 2 : 0);
 }
 

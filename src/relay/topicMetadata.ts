@@ -68,7 +68,7 @@ export class KafkajsPartitionCounts implements PartitionCountSource {
 }
 
 /** UNKNOWN_TOPIC_OR_PARTITION, also inside kafkajs' "retries exceeded" wrapper. */
-export function isUnknownTopic(error: unknown, depth = 0): boolean {
+function isUnknownTopic(error: unknown, depth = 0): boolean {
   if (!error || typeof error !== 'object' || depth > 5) return false;
   const e = error as { type?: unknown; originalError?: unknown; cause?: unknown };
   return e.type === 'UNKNOWN_TOPIC_OR_PARTITION' || isUnknownTopic(e.originalError, depth + 1) || isUnknownTopic(e.cause, depth + 1);

@@ -12,7 +12,7 @@ import { createSecureContext, type ConnectionOptions } from 'node:tls';
 import { ConfigError } from './errors.js';
 import { boolean, text, type Setting } from './settings.js';
 
-export const SASL_MECHANISMS = ['none', 'plain', 'scram-sha-256', 'scram-sha-512'] as const;
+const SASL_MECHANISMS = ['none', 'plain', 'scram-sha-256', 'scram-sha-512'] as const;
 /** SASL mechanisms the relay and the consumer speak to Kafka (`none` for no SASL). */
 export type SaslMechanism = (typeof SASL_MECHANISMS)[number];
 
@@ -33,7 +33,7 @@ export interface KafkaSecurityOptions {
   kafkaSaslPassword?: string;
 }
 
-export const kafkaSsl = boolean({
+const kafkaSsl = boolean({
   option: 'kafkaSsl',
   flag: '--kafka-ssl',
   env: 'KAFKA_SSL',

@@ -49,7 +49,7 @@ export interface TracedMessage {
 }
 
 /** Instrumentation scope of every span this package records. */
-export const TRACER_NAME = 'outbox-relay';
+const TRACER_NAME = 'outbox-relay';
 
 let loading: Promise<Api | undefined> | undefined;
 let loaded: Api | undefined;
