@@ -9,6 +9,7 @@ import { readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
 import { waitFor } from './helpers/wait.js';
 import { jsonConverter, type ProbeCase, type ProbeKind } from './helpers/jsonConverterProbe.js';
+import { mulberry32 } from './faults/schedule.js';
 
 // The Debezium trigger with --key-converter json --value-converter json against Kafka
 // Connect's own org.apache.kafka.connect.json.JsonConverter (schemas.enable=false) and
@@ -37,17 +38,8 @@ after(async () => {
   await db.drop();
 });
 
-/** mulberry32: the same cases on every run. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The fault suite's seeded generator (mulberry32): the same cases on every run. */
+const random = mulberry32;
 const rnd = random(SEED);
 const int = (n: number): number => Math.floor(rnd() * n);
 const pick = <T>(items: readonly T[]): T => items[int(items.length)]!;
