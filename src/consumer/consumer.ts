@@ -25,7 +25,8 @@ import type { CommittedHook, Failure, TransactOutcome } from './outcome.js';
 import { prepareChunk } from './prepare.js';
 import { reportCommitted, type EmitConsumerEvent } from './report.js';
 import { runAfterCommitHooks } from './afterCommitHooks.js';
-import { StopSignal, finishedWithin } from './stopSignal.js';
+import { StopSignal } from './stopSignal.js';
+import { settlesWithin } from '../shared/deadline.js';
 import { waitForTopics } from './topicWait.js';
 import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js';
 
@@ -215,7 +216,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     this.resumeTimers.clear();
     let hard = false;
     const consumer = this.consumer;
-    if (consumer && !(await finishedWithin(consumer.stop(), this.options.shutdownTimeoutMs))) {
+    if (consumer && !(await settlesWithin(consumer.stop(), this.options.shutdownTimeoutMs))) {
       hard = true;
       this.logger.warn({ shutdownTimeoutMs: this.options.shutdownTimeoutMs }, 'shutdown timeout: rolling back transactions in flight, no longer waiting for handlers and hooks');
       // Destroying the connection rolls its transaction back on the server; a handler or
@@ -226,7 +227,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     }
     // Leaving the group and closing the connections, together, in a bounded time whatever
     // still hangs: stop() resolves within shutdownTimeoutMs + STOP_GRACE_MS.
-    const closed = await finishedWithin(Promise.all([consumer?.disconnect(), this.producer?.disconnect(), this.closePool()]), STOP_GRACE_MS);
+    const closed = await settlesWithin(Promise.all([consumer?.disconnect(), this.producer?.disconnect(), this.closePool()]), STOP_GRACE_MS);
     if (!closed) {
       hard = true;
       this.logger.warn({ graceMs: STOP_GRACE_MS }, 'consumer stop: leaving the group or disconnecting did not finish in time; given up on');

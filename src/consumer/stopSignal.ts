@@ -34,20 +34,3 @@ export class StopSignal {
     return Promise.race([running, this.fired.then(() => Promise.reject(new ConsumerStopped(what)))]);
   }
 }
-
-/**
- * Wait for `promise` to settle, at most `ms`.
- * @returns true when it settled (fulfilled or rejected) in time, false when time ran out
- *   first; never rejects
- */
-export async function finishedWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), Math.max(0, ms));
-  });
-  try {
-    return await Promise.race([promise.then(() => true, () => true), timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}

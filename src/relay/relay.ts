@@ -11,7 +11,7 @@ import { TypedEmitter } from '../shared/events.js';
 import { Horizon } from './horizon.js';
 import { IdAudit } from './idAudit.js';
 import { WakeUp } from './wakeUp.js';
-import { settlesWithin } from './deadline.js';
+import { settlesWithin } from '../shared/deadline.js';
 import type { RelayRuntime } from './relayRuntime.js';
 import { runHorizonLoop } from './horizonLoop.js';
 import { runMembershipLoop } from './membershipLoop.js';
