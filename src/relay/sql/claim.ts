@@ -124,7 +124,7 @@ export interface ClaimArguments {
 }
 
 /** The claim's arguments as SQL literals, in parameter order ($1..$7 of {@link claimSql}). */
-function claimLiterals(a: ClaimArguments): string[] {
+export function claimLiterals(a: ClaimArguments): string[] {
   return [
     bigintLiteral(a.watermark),
     intArrayLiteral(a.shards, 'smallint'),
