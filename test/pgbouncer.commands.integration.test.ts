@@ -188,3 +188,40 @@ test('integration (PgBouncer, transaction pooling): the role script applies thro
     await consumer.end();
   }
 });
+
+test('integration (PgBouncer, transaction pooling): status counts a relay\'s batch in flight by its batch marker, not an application transaction that inherited the relay\'s application_name', async () => {
+  await direct.query(`TRUNCATE ${T('outbox')}, ${T('outbox_relays')}`);
+  const relayId = 'a1b2c3d4e5f6';
+  const applicationName = `outbox-relay:${relayId}`;
+  await direct.query(`INSERT INTO ${T('outbox_relays')} (relay_id, application_name, lease_ttl_ms) VALUES ($1, $2, 60000)`, [relayId, applicationName]);
+  await direct.query(`INSERT INTO ${T('outbox')} (topic, key) VALUES ('orders', 'inflight')`);
+  // One server connection: whatever the relay's client sets stays on it for the next client.
+  const single = await startPgBouncer({ mode: 'transaction', poolSize: 1 });
+  const relay = new pg.Client({ connectionString: single.url(), application_name: applicationName });
+  const app = new pg.Client({ connectionString: single.url() });
+  for (const c of [relay, app]) c.on('error', () => undefined);
+  try {
+    await relay.connect();
+    await app.connect();
+    await relay.query('SELECT 1');
+    // The application's transaction, holding a transaction id, on the backend named like the relay.
+    await app.query('BEGIN');
+    await app.query(`INSERT INTO ${T('outbox')} (topic, key) VALUES ('orders', 'app')`);
+    const name = await direct.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND backend_xid IS NOT NULL', [applicationName]);
+    assert.equal(name.rows[0]!.n, 1, 'the application transaction carries the relay\'s name');
+    assert.equal((await getStatus({ pool: pooled, schema })).inFlightBatches, 0, 'not a batch of the relay');
+    await app.query('COMMIT');
+
+    // A batch of that relay: its statements start with the relay's batch marker.
+    await relay.query(`/* outbox-relay batch ${relayId} */ BEGIN; SELECT id FROM ${T('outbox')} WHERE key = 'inflight' FOR UPDATE SKIP LOCKED`);
+    const during = await getStatus({ pool: pooled, schema });
+    assert.equal(during.inFlightBatches, 1);
+    assert.equal(during.relays.find((r) => r.relayId === relayId)?.inFlightBatches, 1);
+    await relay.query('COMMIT');
+  } finally {
+    await relay.end().catch(() => undefined);
+    await app.end().catch(() => undefined);
+    await single.stop();
+    await direct.query(`TRUNCATE ${T('outbox')}, ${T('outbox_relays')}`);
+  }
+});
