@@ -2,7 +2,8 @@
 // pool of two server connections so that the commands' transactions really share
 // backends: migrate (the CLI, three at once), status (the CLI and getStatus), cleanup,
 // purge-processed, dead-letters list/replay/discard, and the role script applied through
-// it, whose login roles then work through it.
+// it, whose login roles then work through it; debezium attach/detach; status's batches in
+// flight.
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
@@ -12,6 +13,7 @@ import { cleanupOutbox } from '../src/commands/cleanup.js';
 import { purgeProcessedMessages } from '../src/commands/purgeProcessed.js';
 import { listDeadLetters, replayDeadLetters, discardDeadLetters } from '../src/commands/deadLetters.js';
 import { roleScript } from '../src/commands/roles.js';
+import { attachDebeziumOutbox, detachDebeziumOutbox } from '../src/commands/debeziumOutbox.js';
 import { DATABASE_URL, uniqueName } from './helpers/db.js';
 import { startPgBouncer, type PgBouncer } from './helpers/pgbouncer.js';
 import { spawnCli } from './helpers/processes.js';
@@ -224,4 +226,22 @@ test('integration (PgBouncer, transaction pooling): status counts a relay\'s bat
     await single.stop();
     await direct.query(`TRUNCATE ${T('outbox')}, ${T('outbox_relays')}`);
   }
+});
+
+test('integration (PgBouncer, transaction pooling): debezium attach and detach through it; inserts into the attached table reach the outbox', async () => {
+  await direct.query(`TRUNCATE ${T('outbox')}`);
+  await direct.query(`CREATE TABLE ${T('outboxevent')} (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text, payload jsonb)`);
+  const base = { databaseUrl: bouncer.url(), schema, table: `${schema}.outboxevent`, topicPattern: '${routedByValue}' };
+  const attached = await attachDebeziumOutbox(base);
+  assert.equal(attached.replaced, false);
+  assert.equal((await attachDebeziumOutbox(base)).replaced, true, 'attaching again replaces its settings');
+  await pooled.query(
+    `INSERT INTO ${T('outboxevent')} (id, aggregatetype, aggregateid, type, payload) SELECT gen_random_uuid(), 'orders', 'order-' || g, 'OrderPlaced', '{}' FROM generate_series(1, 20) AS g`,
+  );
+  const rows = await direct.query<{ topic: string; n: number }>(`SELECT topic, count(*)::int AS n FROM ${T('outbox')} GROUP BY topic`);
+  assert.deepEqual(rows.rows, [{ topic: 'orders', n: 20 }]);
+  assert.equal((await detachDebeziumOutbox(base)).detached, true);
+  assert.equal((await detachDebeziumOutbox(base)).detached, false);
+  await pooled.query(`INSERT INTO ${T('outboxevent')} (id, aggregatetype, aggregateid) VALUES (gen_random_uuid(), 'orders', 'after')`);
+  assert.equal((await direct.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${T('outbox')}`)).rows[0]!.n, 20, 'detached: no more rows');
 });
