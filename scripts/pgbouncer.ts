@@ -118,23 +118,13 @@ function iniText(dir: string, s: Settings): string {
   ].join('\n');
 }
 
-function readSettings(dir: string): Settings {
+/** The port the ini in `dir` listens on: what restart keeps. */
+function readPort(dir: string): number {
   const ini = join(dir, INI);
   if (!existsSync(ini)) throw new Error(`no ${INI} in ${dir}: start it first`);
-  const text = readFileSync(ini, 'utf8');
-  const value = (name: string): string => {
-    const match = new RegExp(`^${name} = (.*)$`, 'm').exec(text);
-    if (!match?.[1]) throw new Error(`${ini} has no ${name}`);
-    return match[1];
-  };
-  const server = /^\* = host=(\S+) port=(\d+)$/m.exec(text);
-  return {
-    port: Number(value('listen_port')),
-    mode: value('pool_mode') as PoolMode,
-    pgHost: server?.[1] ?? '127.0.0.1',
-    pgPort: Number(server?.[2] ?? 5432),
-    poolSize: Number(value('default_pool_size')),
-  };
+  const match = /^listen_port = (\d+)$/m.exec(readFileSync(ini, 'utf8'));
+  if (!match?.[1]) throw new Error(`${ini} has no listen_port`);
+  return Number(match[1]);
 }
 
 function readPid(dir: string): number | undefined {
@@ -307,10 +297,10 @@ export async function startPgBouncer(options: PgBouncerOptions, { killOnExit = t
 
 /** Restart the daemon of `dir` on its port (the CLI's restart). */
 export async function restartPgBouncer(dir: string): Promise<number> {
-  const settings = readSettings(dir);
+  const port = readPort(dir);
   await stopDaemon(dir);
-  await startDaemon(dir, settings.port, 30_000);
-  return settings.port;
+  await startDaemon(dir, port, 30_000);
+  return port;
 }
 
 async function main(argv: string[]): Promise<void> {
