@@ -72,7 +72,7 @@ DELETE FROM ${s}.outbox_relays WHERE relay_id = $1`;
  * ./claim.ts: every statement of a batch does). Not by application_name or connection age:
  * behind a transaction-pooling proxy a server connection that last carried the owner's
  * name may be serving another client by now, and its idle connections hold nothing.
- * Returns how many are still there.
+ * Returns how many are still there, and the pids signalled.
  */
 export const terminateOwnerSql = `
 WITH targets AS (
@@ -83,4 +83,4 @@ WITH targets AS (
 ), terminated AS (
   SELECT pid, pg_terminate_backend(pid, $2) AS gone FROM targets
 )
-SELECT count(*) FILTER (WHERE NOT gone)::int AS survivors, count(*)::int AS terminated FROM terminated`;
+SELECT count(*) FILTER (WHERE NOT gone)::int AS survivors, coalesce(array_agg(pid), '{}') AS pids FROM terminated`;
