@@ -113,7 +113,6 @@ export function startWorkload(o: WorkloadOptions): Workload {
             client = new pg.Client({ connectionString: o.databaseUrl, application_name: `faults-writer-${index}`, connectionTimeoutMillis: 3_000 });
             client.on('error', () => undefined);
             await client.connect();
-            failuresInARow = 0;
           } catch {
             await client?.end().catch(() => undefined);
             client = undefined;
@@ -154,6 +153,11 @@ export function startWorkload(o: WorkloadOptions): Workload {
             for (const r of rows) stats.committed.push(r.messageId);
           }
           stats.lastWriteAt = Date.now();
+          // Only a transaction that went through ends a run of failures: behind PgBouncer
+          // the connection succeeds while Postgres is away and the first statement fails
+          // (`server login has been failing`), and backing off only on failed connects
+          // would spin.
+          failuresInARow = 0;
         } catch (error) {
           stats.failedTransactions++;
           stats.lastWriteAt = Date.now();
