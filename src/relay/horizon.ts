@@ -126,10 +126,17 @@ export class Horizon {
    */
   async probe(client: pg.ClientBase, prepared = true): Promise<boolean> {
     const waitingFor = this.pending.at(-1)?.xid ?? this.forced.at(-1)?.xid;
+    // Through a transaction pooler (not prepared) no others_xmin: a server connection's
+    // application_name is the last one a client set (PgBouncer 1.18 leaves it for the
+    // next client that sets none), so an application's transaction can carry a relay's
+    // name there, and skipping it would release its rows before they commit, out of key
+    // order (test/pgbouncer.relay.integration.test.ts). The relay's own transactions
+    // then hold the horizon back like everyone else's.
+    const othersBound = prepared && waitingFor !== undefined;
     const { rows } = await client.query<HorizonProbeRow>({
       ...(prepared ? { name: this.name } : {}),
       text: this.sql,
-      values: [this.pairedUpTo, waitingFor === undefined ? null : waitingFor.toString()],
+      values: [this.pairedUpTo, othersBound ? waitingFor.toString() : null],
     });
     const row = rows[0];
     if (!row) return false;
