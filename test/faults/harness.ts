@@ -242,6 +242,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
       rows: Math.ceil(p.rows / outboxes.length),
       writers: Math.max(1, Math.floor(p.writers / outboxes.length)),
       keyPrefix: outboxes.length > 1 ? `${o.name}-` : undefined,
+      unnamedWriters: bouncer !== undefined,
       keys: p.keys,
       hotKeys: p.hotKeys,
       hotShare: p.hotShare,
