@@ -144,6 +144,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   const adaptersSeen = Array.from({ length: p.relays }, () => new Map<string, number>());
   // Behind PgBouncer: the processes of each slot that said they found the pooler themselves.
   const poolerDetected = Array.from({ length: p.relays }, () => 0);
+  const relaysStarted = Array.from({ length: p.relays }, () => 0);
   const relaySlots = Array.from(
     { length: p.relays },
     (_, i) =>
@@ -176,6 +177,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
             adaptersSeen[i]!.set(line.producer, (adaptersSeen[i]!.get(line.producer) ?? 0) + 1);
           }
           if (typeof line.msg === 'string' && /transaction-pooling proxy/.test(line.msg) && line.level !== 50) poolerDetected[i]!++;
+          if (line.msg === 'relay started') relaysStarted[i]!++;
         },
       }),
   );
@@ -350,8 +352,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     'consumer-join': 'counted once the joining consumer was assigned partitions',
     'database-cut': outboxes.length > 1 ? `of ${outboxes.slice(1).map((o) => o.database).join(', ')}` : undefined,
     'pgbouncer-restart': injector.pgbouncerRestarts.map((r) => `${r.mode === 'kill' ? 'SIGKILL' : 'clean stop'} of pid ${r.fromPid}, pid ${r.toPid} serving after ${r.backMs} ms`).join('; ') || undefined,
-    'postgres-restart': bouncer ? `behind PgBouncer, which stayed up: ${injector.postgresRestartsBehindPooler.map((r) => `pid ${r.pgbouncerPid} before and after`).join('; ') || 'none'}` : undefined,
-    relaysThroughPooler: seenAs(relaySlots) && `${seenAs(relaySlots)}; OUTBOX_POOLER ${relaySlots.map((s, i) => `${s.o.name} ${relayPooler(i)}${relayPooler(i) === 'auto' ? ` (found the pooler itself in ${poolerDetected[i]} of ${s.starts} starts)` : ''}`).join(', ')}`,
+    'postgres-restart': injector.postgresRestartsBehindPooler.length > 0 ? `behind PgBouncer, which stayed up: ${injector.postgresRestartsBehindPooler.map((r) => `pid ${r.pgbouncerPid} before and after`).join('; ')}` : undefined,
+    relaysThroughPooler: seenAs(relaySlots) && `${seenAs(relaySlots)}; OUTBOX_POOLER ${relaySlots.map((s, i) => `${s.o.name} ${relayPooler(i)}${relayPooler(i) === 'auto' ? ` (found the pooler itself in ${poolerDetected[i]} of the ${relaysStarted[i]} processes that got as far as 'relay started', of ${s.starts} started)` : ''}`).join(', ')}`,
     consumersThroughPooler: seenAs(consumerSlots),
     directBackends: poolerSightings && `${poolerSightings.backendsSeen.size} backends of faults- processes seen in pg_stat_activity; not one of PgBouncer's server connections (SHOW SERVERS remote_pid) in two samples in a row: ${[...poolerSightings.direct.values()].slice(0, 5).join(', ') || 'none'}${poolerSightings.direct.size > 5 ? ` and ${poolerSightings.direct.size - 5} more` : ''}`,
     rowsCommitted: `seen to commit by the writers (${ws.unknown.length} of unknown outcome not counted); the last transactions may add up to ${rowsOvershoot(p)}`,
