@@ -2,7 +2,8 @@
 // pool of two server connections so that the commands' transactions really share
 // backends: migrate (the CLI, three at once), status (the CLI and getStatus), cleanup,
 // purge-processed, dead-letters list/replay/discard, and the role script applied through
-// it, whose login roles then work through it.
+// it, whose login roles then work through it; debezium attach/detach; status's batches in
+// flight.
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
@@ -12,6 +13,7 @@ import { cleanupOutbox } from '../src/commands/cleanup.js';
 import { purgeProcessedMessages } from '../src/commands/purgeProcessed.js';
 import { listDeadLetters, replayDeadLetters, discardDeadLetters } from '../src/commands/deadLetters.js';
 import { roleScript } from '../src/commands/roles.js';
+import { attachDebeziumOutbox, detachDebeziumOutbox } from '../src/commands/debeziumOutbox.js';
 import { DATABASE_URL, uniqueName } from './helpers/db.js';
 import { startPgBouncer, type PgBouncer } from './helpers/pgbouncer.js';
 import { spawnCli } from './helpers/processes.js';
@@ -187,4 +189,59 @@ test('integration (PgBouncer, transaction pooling): the role script applies thro
   } finally {
     await consumer.end();
   }
+});
+
+test('integration (PgBouncer, transaction pooling): status counts a relay\'s batch in flight by its batch marker, not an application transaction that inherited the relay\'s application_name', async () => {
+  await direct.query(`TRUNCATE ${T('outbox')}, ${T('outbox_relays')}`);
+  const relayId = 'a1b2c3d4e5f6';
+  const applicationName = `outbox-relay:${relayId}`;
+  await direct.query(`INSERT INTO ${T('outbox_relays')} (relay_id, application_name, lease_ttl_ms) VALUES ($1, $2, 60000)`, [relayId, applicationName]);
+  await direct.query(`INSERT INTO ${T('outbox')} (topic, key) VALUES ('orders', 'inflight')`);
+  // One server connection: whatever the relay's client sets stays on it for the next client.
+  const single = await startPgBouncer({ mode: 'transaction', poolSize: 1 });
+  const relay = new pg.Client({ connectionString: single.url(), application_name: applicationName });
+  const app = new pg.Client({ connectionString: single.url() });
+  for (const c of [relay, app]) c.on('error', () => undefined);
+  try {
+    await relay.connect();
+    await app.connect();
+    await relay.query('SELECT 1');
+    // The application's transaction, holding a transaction id, on the backend named like the relay.
+    await app.query('BEGIN');
+    await app.query(`INSERT INTO ${T('outbox')} (topic, key) VALUES ('orders', 'app')`);
+    const name = await direct.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND backend_xid IS NOT NULL', [applicationName]);
+    assert.equal(name.rows[0]!.n, 1, 'the application transaction carries the relay\'s name');
+    assert.equal((await getStatus({ pool: pooled, schema })).inFlightBatches, 0, 'not a batch of the relay');
+    await app.query('COMMIT');
+
+    // A batch of that relay: its statements start with the relay's batch marker.
+    await relay.query(`/* outbox-relay batch ${relayId} */ BEGIN; SELECT id FROM ${T('outbox')} WHERE key = 'inflight' FOR UPDATE SKIP LOCKED`);
+    const during = await getStatus({ pool: pooled, schema });
+    assert.equal(during.inFlightBatches, 1);
+    assert.equal(during.relays.find((r) => r.relayId === relayId)?.inFlightBatches, 1);
+    await relay.query('COMMIT');
+  } finally {
+    await relay.end().catch(() => undefined);
+    await app.end().catch(() => undefined);
+    await single.stop();
+    await direct.query(`TRUNCATE ${T('outbox')}, ${T('outbox_relays')}`);
+  }
+});
+
+test('integration (PgBouncer, transaction pooling): debezium attach and detach through it; inserts into the attached table reach the outbox', async () => {
+  await direct.query(`TRUNCATE ${T('outbox')}`);
+  await direct.query(`CREATE TABLE ${T('outboxevent')} (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text, payload jsonb)`);
+  const base = { databaseUrl: bouncer.url(), schema, table: `${schema}.outboxevent`, topicPattern: '${routedByValue}' };
+  const attached = await attachDebeziumOutbox(base);
+  assert.equal(attached.replaced, false);
+  assert.equal((await attachDebeziumOutbox(base)).replaced, true, 'attaching again replaces its settings');
+  await pooled.query(
+    `INSERT INTO ${T('outboxevent')} (id, aggregatetype, aggregateid, type, payload) SELECT gen_random_uuid(), 'orders', 'order-' || g, 'OrderPlaced', '{}' FROM generate_series(1, 20) AS g`,
+  );
+  const rows = await direct.query<{ topic: string; n: number }>(`SELECT topic, count(*)::int AS n FROM ${T('outbox')} GROUP BY topic`);
+  assert.deepEqual(rows.rows, [{ topic: 'orders', n: 20 }]);
+  assert.equal((await detachDebeziumOutbox(base)).detached, true);
+  assert.equal((await detachDebeziumOutbox(base)).detached, false);
+  await pooled.query(`INSERT INTO ${T('outboxevent')} (id, aggregatetype, aggregateid) VALUES (gen_random_uuid(), 'orders', 'after')`);
+  assert.equal((await direct.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${T('outbox')}`)).rows[0]!.n, 20, 'detached: no more rows');
 });
