@@ -60,7 +60,7 @@ export interface Tally {
   consumersThroughPooler: number;
   /**
    * Pooler profiles: Postgres backends of the relays, consumers or writers (by
-   * application_name) that are not one of PgBouncer's server connections (`SHOW SERVERS`
+   * application_name: the writers that set one) that are not one of PgBouncer's server connections (`SHOW SERVERS`
    * remote_pid), seen so in two samples in a row: connections that went around
    * PgBouncer. Must be 0.
    */
