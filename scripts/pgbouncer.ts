@@ -24,7 +24,8 @@ import pg from 'pg';
 import { freePort } from './localKafka.js';
 
 /** How PgBouncer hands server connections to clients. */
-export type PoolMode = 'transaction' | 'session';
+/** PgBouncer's pool_mode; `statement` only to show what refuses the relay. */
+export type PoolMode = 'transaction' | 'session' | 'statement';
 
 export interface PgBouncerOptions {
   mode: PoolMode;
@@ -229,7 +230,9 @@ const PORT_TAKEN = /Address already in use/;
  * The helper kills it when the process exits without stop().
  */
 export async function startPgBouncer(options: PgBouncerOptions, { killOnExit = true } = {}): Promise<PgBouncer> {
-  if (options.mode !== 'transaction' && options.mode !== 'session') throw new Error(`mode must be transaction or session, not ${String(options.mode)}`);
+  if (options.mode !== 'transaction' && options.mode !== 'session' && options.mode !== 'statement') {
+    throw new Error(`mode must be transaction, session or statement, not ${String(options.mode)}`);
+  }
   pgbouncerBinary();
   const madeDir = options.dir === undefined;
   const dir = resolve(options.dir ?? mkdtempSync('/tmp/outbox-pgbouncer-'));

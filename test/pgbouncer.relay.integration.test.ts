@@ -2,7 +2,8 @@
 // 8 server connections for every client): two relays, one told `pooler: 'transaction'`
 // and one left at the default `auto`, drain what concurrent writers (through the same
 // pooler) commit; a relay process SIGKILLed mid-stream leaves its shards to the survivor;
-// a relay told `pooler: 'none'` refuses to start, naming `--pooler transaction`.
+// a relay told `pooler: 'none'` refuses to start, naming `--pooler transaction`; so does any
+// relay behind statement pooling, naming `pool_mode`.
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
@@ -147,4 +148,22 @@ test('integration (PgBouncer, transaction pooling): a relay told `pooler: none` 
   assert.equal(lines.length, 1, `one line names the fix:\n${cli.output()}`);
   // It never claimed anything: no shard was taken.
   assert.equal((await getStatus({ client: db.pool as never, schema: db.schema })).unownedShards, '0-255');
+});
+
+test('integration (PgBouncer, statement pooling): the relay refuses to start, naming pool_mode, whatever --pooler says', async () => {
+  const statement = await startPgBouncer({ mode: 'statement', poolSize: 2 });
+  try {
+    for (const pooler of ['auto', 'none'] as const) {
+      const started = Date.now();
+      const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: statement.url(), kafkaBrokers: testBrokers(), schema: db.schema, pooler });
+      await assert.rejects(relay.start(), (error: Error) => {
+        assert.match(error.message, /^pool_mode: .*statement mode.*set pool_mode = transaction \(or session\)/);
+        return true;
+      });
+      await relay.stop();
+      assert.ok(Date.now() - started < 15_000, `${pooler}: rejected in ${Date.now() - started} ms`);
+    }
+  } finally {
+    await statement.stop();
+  }
 });

@@ -39,6 +39,7 @@ const ROUNDS = 3;
 export async function probePooler(pool: pg.Pool): Promise<PoolerProbeResult> {
   const a = await pool.connect();
   let b: pg.PoolClient | undefined;
+  let failed: Error | undefined;
   try {
     b = await pool.connect();
     await refuseStatementPooling(a);
@@ -51,11 +52,14 @@ export async function probePooler(pool: pg.Pool): Promise<PoolerProbeResult> {
       }
     }
     return { transactionPooling: false, evidence: `${ROUNDS * 2} statements on two client connections ran on two backends` };
+  } catch (error) {
+    failed = error as Error;
+    throw error;
   } finally {
     // Returned to the pool: on a direct connection they are ordinary sessions, and the
-    // probe left nothing on them.
-    a.release();
-    b?.release();
+    // probe left nothing on them. After a failure they are discarded.
+    a.release(failed);
+    b?.release(failed);
   }
 }
 
@@ -69,18 +73,30 @@ async function backendPid(client: pg.ClientBase): Promise<number> {
  * allowed in statement pooling mode"); a batch is one transaction from claim to mark, so
  * the relay cannot run there.
  */
-async function refuseStatementPooling(client: pg.ClientBase): Promise<void> {
+async function refuseStatementPooling(client: pg.PoolClient): Promise<void> {
+  // PgBouncer answers the BEGIN with that error and closes the connection: the error can
+  // come as the query's or as the client's 'error' event, which must not go unheard.
+  const seen: unknown[] = [];
+  const onError = (error: Error): void => void seen.push(error);
+  client.on('error', onError);
+  // Separate messages, as a batch sends them: one message holding a whole transaction
+  // ends outside it, and PgBouncer lets that through.
   try {
-    await client.query('BEGIN; SELECT 1; COMMIT');
+    await client.query('BEGIN');
+    await client.query('SELECT 1');
+    await client.query('COMMIT');
   } catch (error) {
-    const message = (error as { message?: unknown }).message;
-    if (typeof message === 'string' && /statement pooling/i.test(message)) {
+    seen.push(error);
+    await client.query('ROLLBACK').catch(() => undefined);
+    if (seen.some((e) => /statement pooling/i.test(String((e as { message?: unknown } | undefined)?.message)))) {
       throw new ConfigError(
         'pool_mode',
         'the connection pooler in front of Postgres runs in statement mode, which refuses the transactions every relay batch needs: set pool_mode = transaction (or session) for this database in its configuration (pgbouncer.ini)',
       );
     }
     throw error;
+  } finally {
+    client.off('error', onError);
   }
 }
 
