@@ -32,8 +32,9 @@ import { stampede } from './sections/stampede.js';
 import { relayCost } from './sections/relayCost.js';
 import { debezium } from './sections/debezium.js';
 import { multiOutbox } from './sections/multiOutbox.js';
+import { retention } from './sections/retention.js';
 
-const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox'] as const;
+const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
@@ -108,6 +109,8 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
   { name: 'debezium', title: '10. vs Debezium', run: (pool) => debezium(pool, { quick: args.quick }) },
   // N outboxes drained by one relay process against N relay processes (N = 4).
   { name: 'multioutbox', title: '11. many outboxes', run: (pool) => multiOutbox(pool, { quick: args.quick }) },
+  // Sustained load with mark + cleanup, delete mode and partition retention, and the writers alone, one after another on a private cluster.
+  { name: 'retention', title: '12. retention', run: (pool) => retention(pool, { rate: P.retentionRate, seconds: P.retentionSeconds, quick: args.quick }) },
 ];
 
 // The selected sections and those they need, in the order of the list.

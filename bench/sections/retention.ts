@@ -1,0 +1,178 @@
+/**
+ * 12. Retention under sustained load (issue 20): the same offered load (pgbench writers,
+ * 4 clients, Poisson arrivals, `rowsPerTransaction` rows per autocommit insert) for the
+ * same time, in arms run one after another on a Postgres cluster of the section's own
+ * (scripts/localPostgres.ts, so that its autovacuum workers work for the arm running and
+ * for nothing else), each on a fresh outbox in a schema of its own:
+ *
+ * - no relay: the writers alone (the baseline of their tps);
+ * - mark + cleanup: the relay at defaults (marks sent_at), `cleanupOutbox` every
+ *   `maintainEveryMs` on a connection of its own with the retention below;
+ * - delete mode: the relay with `onPublish: 'delete'`, nothing else;
+ *
+ * Measured per arm (bench/retentionArm.ts): table + index size and dead tuples over time,
+ * CPU-seconds of the relay process, its backends, the cleanup connection and the autovacuum
+ * workers (/proc), writers' tps and latency, relay throughput, commit → Kafka ack of probe
+ * rows. The load is compressed in time, so is autovacuum's wake-up: the cluster runs with
+ * autovacuum_naptime of `naptime` (default 60 s, which a two-minute arm would barely see);
+ * every other autovacuum setting is Postgres's default. The cluster has fsync off, as
+ * every private cluster of the bench.
+ *
+ * "Cleanup CPU" of an arm is what Postgres spends getting rid of rows: the cleanup
+ * connection's backend plus the autovacuum workers, and, in delete mode, where the relay
+ * deletes in its own statement, its backends' CPU beyond what mark mode's backends spend
+ * per row (the mark + cleanup arm's, same load); per 100,000 rows removed from the table.
+ */
+import pg from 'pg';
+import { cleanupOutbox } from '../../src/commands/cleanup.js';
+import { startLocalPostgres } from '../../scripts/localPostgres.js';
+import { runArm, type ArmResult, type ArmSpec, type Load } from '../retentionArm.js';
+import { atFractions, growth } from '../retentionSampler.js';
+import { row, type Row, type SectionResult } from '../report.js';
+import { fmt, log } from '../util.js';
+
+const S = '12. retention';
+
+export interface RetentionOptions {
+  /** Rows/s offered, and seconds of load per arm. */
+  rate: number;
+  seconds: number;
+  quick: boolean;
+}
+
+export interface RetentionData {
+  load: Load;
+  retention: string;
+  naptime: string;
+  arms: ArmResult[];
+}
+
+/** CPU-seconds per 100,000 rows. */
+const per100k = (cpu: number, rows: number): number => (rows > 0 ? (cpu * 100_000) / rows : NaN);
+
+/** Postgres CPU spent getting rid of rows, per 100,000 rows removed (see the header). */
+export function cleanupCpu(arm: ArmResult, markReference: ArmResult | undefined): number {
+  let cpu = arm.cpu.maintenance + arm.cpu.autovacuum;
+  if (arm.key === 'delete' && markReference) {
+    const markPerRow = markReference.cpu.relayBackends / markReference.rowsAcked;
+    cpu += Math.max(0, arm.cpu.relayBackends - markPerRow * arm.rowsAcked);
+  }
+  return per100k(cpu, arm.rowsRemoved);
+}
+
+/** Throws unless every arm ran with the rows it should have: the section checks itself. */
+function check(arms: ArmResult[], expected: string[], load: Load): void {
+  const problems: string[] = [];
+  const ran = arms.map((a) => a.key);
+  if (ran.join() !== expected.join()) problems.push(`arms run: ${ran.join(', ')}; expected ${expected.join(', ')}`);
+  for (const a of arms) {
+    const offered = load.rate * load.seconds;
+    if (a.writerRows < 0.5 * offered) problems.push(`${a.key}: the writers committed ${a.writerRows} rows of ${offered} offered`);
+    if (a.key !== 'baseline' && a.rowsAcked < a.rowsInserted) problems.push(`${a.key}: ${a.rowsAcked} of ${a.rowsInserted} rows acknowledged`);
+    if (a.key !== 'baseline' && a.probes < 10) problems.push(`${a.key}: only ${a.probes} probe rows`);
+  }
+  const arm = (key: string): ArmResult | undefined => arms.find((a) => a.key === key);
+  const baseline = arm('baseline');
+  if (baseline && baseline.rowsRemoved !== 0) problems.push(`baseline: ${baseline.rowsRemoved} rows removed without a relay or cleanup`);
+  const cleanup = arm('cleanup');
+  if (cleanup && (cleanup.maintenanceRuns < 2 || cleanup.rowsRemoved <= 0)) problems.push(`cleanup: ${cleanup.maintenanceRuns} runs removed ${cleanup.rowsRemoved} rows`);
+  const del = arm('delete');
+  if (del && del.rowsRemoved !== del.rowsInserted) problems.push(`delete: ${del.rowsRemoved} of ${del.rowsInserted} rows gone from the table`);
+  if (problems.length > 0) throw new Error(`${S}: the section did not run as its profile says: ${problems.join('; ')}`);
+}
+
+const mib = (bytes: number): string => fmt(bytes / 2 ** 20, 1);
+
+export async function retention(_pool: pg.Pool, o: RetentionOptions): Promise<SectionResult<RetentionData>> {
+  const load: Load = o.quick
+    ? { rate: o.rate, rowsPerTransaction: 10, seconds: o.seconds, sampleEveryMs: 1_000, maintainEveryMs: 2_000, probeEveryMs: 50 }
+    : { rate: o.rate, rowsPerTransaction: 10, seconds: o.seconds, sampleEveryMs: 2_000, maintainEveryMs: 5_000, probeEveryMs: 50 };
+  const retentionText = o.quick ? '5s' : '20s';
+  const naptime = o.quick ? '5s' : '10s';
+  const specs: ArmSpec[] = [
+    { key: 'baseline', label: 'no relay (baseline)' },
+    {
+      key: 'cleanup',
+      label: 'mark + cleanup',
+      relayOptions: {},
+      maintain: async ({ client, schema }) => void (await cleanupOutbox({ client, schema, retention: retentionText })),
+    },
+    { key: 'delete', label: 'delete mode', relayOptions: { onPublish: 'delete' } },
+  ];
+  const db = await startLocalPostgres({ settings: { autovacuum_naptime: naptime } });
+  const pool = new pg.Pool({ connectionString: db.url, max: 4, application_name: 'bench-retention-admin' });
+  const arms: ArmResult[] = [];
+  try {
+    for (const [i, spec] of specs.entries()) {
+      log(`${S}: arm ${i + 1} of ${specs.length}, ${spec.label}`);
+      arms.push(await runArm(pool, db.url, spec, load, i));
+    }
+  } finally {
+    await pool.end();
+    await db.destroy();
+  }
+  check(arms, specs.map((s) => s.key), load);
+  const rows: Row[] = [];
+  const byKey = (key: string): ArmResult | undefined => arms.find((a) => a.key === key);
+  const baseline = byKey('baseline')!;
+  const mark = byKey('cleanup');
+  const fractions = [0.25, 0.5, 0.75, 1];
+  for (const a of arms) {
+    const relayed = a.key !== 'baseline';
+    rows.push(
+      row(
+        S,
+        `${a.label}: writers (${fmt(load.rate)} rows/s offered for ${load.seconds} s, ${load.rowsPerTransaction} rows per transaction)${relayed ? '; relay; commit → ack' : ''}`,
+        `${fmt(a.writersTps)} tps (${fmt(a.writersRowsPerSecond)} rows/s), latency avg ${fmt(a.writersLatencyMs, 2)} ms` +
+          (relayed ? `; relay ${fmt(a.relayRowsPerSecond)} rows/s during the load, drained ${fmt(a.drainOutSeconds, 1)} s after it; p50 ${fmt(a.ack.p50, 1)} / p99 ${fmt(a.ack.p99, 1)} ms (${fmt(a.probes)} probes)` : ''),
+      ),
+    );
+    const at = atFractions(a.samples, load.seconds, fractions);
+    rows.push(
+      row(
+        S,
+        `${a.label}: table + indexes, MiB at 25 / 50 / 75 / 100 % of the load; growth (peak of the last quarter / of the second)`,
+        `${at.map((s) => mib(s.bytes)).join(' / ')}; ${fmt(growth(a.samples, load.seconds), 2)}`,
+      ),
+    );
+    rows.push(row(S, `${a.label}: dead tuples at 25 / 50 / 75 / 100 % of the load; peak`, `${at.map((s) => fmt(s.deadTuples)).join(' / ')}; ${fmt(Math.max(...a.samples.map((s) => s.deadTuples)))}`));
+    rows.push(
+      row(
+        S,
+        `${a.label}: CPU-s per 100k rows written: relay process, relay backends, cleanup connection, autovacuum`,
+        `${[a.cpu.relayProcess, a.cpu.relayBackends, a.cpu.maintenance, a.cpu.autovacuum].map((c) => fmt(per100k(c, a.rowsInserted), 2)).join(', ')}` +
+          (relayed ? `; cleanup CPU-s per 100k rows removed ${fmt(cleanupCpu(a, mark), 2)} (${fmt(a.rowsRemoved)} removed)` : ''),
+      ),
+    );
+  }
+  for (const a of arms.filter((x) => x.key !== 'baseline')) {
+    const ratio = a.writersTps / baseline.writersTps;
+    rows.push(row(S, `writers' tps, ${a.label} / no relay`, fmt(ratio, 2), '≥ 0.95', ratio >= 0.95));
+  }
+  const del = byKey('delete');
+  if (mark && del) rows.push(row(S, 'cleanup CPU per row, mark + cleanup / delete mode', fmt(cleanupCpu(mark, mark) / cleanupCpu(del, mark), 2)));
+  return { data: { load, retention: retentionText, naptime, arms }, rows, plots: plots(arms, load) };
+}
+
+function plots(arms: ArmResult[], load: Load): SectionResult['plots'] {
+  return [
+    {
+      file: 'retention-size.svg',
+      chart: {
+        title: `Outbox table + indexes at ${fmt(load.rate)} rows/s offered`,
+        xLabel: 'seconds since the load began',
+        yLabel: 'MiB',
+        series: arms.map((a) => ({ name: a.label, points: a.samples.map((s) => [s.t, s.bytes / 2 ** 20] as [number, number]) })),
+      },
+    },
+    {
+      file: 'retention-dead-tuples.svg',
+      chart: {
+        title: `Dead tuples at ${fmt(load.rate)} rows/s offered`,
+        xLabel: 'seconds since the load began',
+        yLabel: 'n_dead_tup',
+        series: arms.map((a) => ({ name: a.label, points: a.samples.map((s) => [s.t, s.deadTuples] as [number, number]) })),
+      },
+    },
+  ];
+}
