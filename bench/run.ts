@@ -33,8 +33,9 @@ import { relayCost } from './sections/relayCost.js';
 import { debezium } from './sections/debezium.js';
 import { multiOutbox } from './sections/multiOutbox.js';
 import { retention } from './sections/retention.js';
+import { pooler } from './sections/pooler.js';
 
-const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention'] as const;
+const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
@@ -111,6 +112,8 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
   { name: 'multioutbox', title: '11. many outboxes', run: (pool) => multiOutbox(pool, { quick: args.quick }) },
   // Sustained load with mark + cleanup, delete mode and partition retention, and the writers alone, one after another on a private cluster.
   { name: 'retention', title: '12. retention', run: (pool) => retention(pool, { rate: P.retentionRate, seconds: P.retentionSeconds, quick: args.quick }) },
+  // The relay direct against through PgBouncer in transaction pooling (pooler: 'transaction'): drain rows/s, Postgres CPU per row, pick-up latency.
+  { name: 'pooler', title: '13. pooled mode', run: (pool) => pooler(pool, { rows: P.poolerRows, rounds: P.poolerRounds, pickUpSeconds: P.poolerPickUpSeconds }) },
 ];
 
 // The selected sections and those they need, in the order of the list.

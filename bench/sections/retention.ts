@@ -136,14 +136,17 @@ export async function retention(_pool: pg.Pool, o: RetentionOptions): Promise<Se
       ),
     );
     rows.push(row(S, `${a.label}: dead tuples at 25 / 50 / 75 / 100 % of the load; peak`, `${at.map((s) => fmt(s.deadTuples)).join(' / ')}; ${fmt(Math.max(...a.samples.map((s) => s.deadTuples)))}`));
+    const c = a.cpu;
+    const postgresAll = per100k(c.relayBackends + c.maintenance + c.autovacuum, a.rowsInserted);
+    const extra = a.key === 'delete' && mark ? `; relay backends beyond mark mode's ${fmt(per100k(c.relayBackends - (mark.cpu.relayBackends / mark.rowsAcked) * a.rowsAcked, a.rowsRemoved), 2)}` : '';
     rows.push(
       row(
         S,
-        `${a.label}: CPU-s per 100k rows written: relay process, relay backends, cleanup connection, autovacuum`,
-        `${[a.cpu.relayProcess, a.cpu.relayBackends, a.cpu.maintenance, a.cpu.autovacuum].map((c) => fmt(per100k(c, a.rowsInserted), 2)).join(', ')}` +
-          (relayed ? `; cleanup CPU-s per 100k rows removed ${fmt(cleanupCpu(a, mark), 2)} (${fmt(a.rowsRemoved)} removed)` : ''),
+        `${a.label}: CPU-s per 100k rows written: relay process, relay backends, cleanup connection, autovacuum; Postgres in all (backends + cleanup + autovacuum)`,
+        `${[c.relayProcess, c.relayBackends, c.maintenance, c.autovacuum].map((x) => fmt(per100k(x, a.rowsInserted), 2)).join(', ')}; ${fmt(postgresAll, 2)}`,
       ),
     );
+    if (relayed) rows.push(row(S, `${a.label}: cleanup CPU-s per 100k rows removed (${fmt(a.rowsRemoved)} removed)`, `${fmt(cleanupCpu(a, mark), 2)}${extra}`));
   }
   for (const a of arms.filter((x) => x.key !== 'baseline')) {
     const ratio = a.writersTps / baseline.writersTps;
