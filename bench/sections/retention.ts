@@ -9,6 +9,10 @@
  * - mark + cleanup: the relay at defaults (marks sent_at), `cleanupOutbox` every
  *   `maintainEveryMs` on a connection of its own with the retention below;
  * - delete mode: the relay with `onPublish: 'delete'`, nothing else;
+ * - partition retention: the outbox converted by `partitionOutbox` (range partitions by
+ *   id, `partitionSizeIds` each) before the load, the relay at defaults, and
+ *   `maintainPartitions` (partitions ahead, and detach + drop of the fully sent ones past
+ *   the retention) every `maintainEveryMs` on a connection of its own.
  *
  * Measured per arm (bench/retentionArm.ts): table + index size and dead tuples over time,
  * CPU-seconds of the relay process, its backends, the cleanup connection and the autovacuum
@@ -25,6 +29,7 @@
  */
 import pg from 'pg';
 import { cleanupOutbox } from '../../src/commands/cleanup.js';
+import { maintainPartitions, partitionOutbox } from '../../src/commands/partitions.js';
 import { startLocalPostgres } from '../../scripts/localPostgres.js';
 import { runArm, type ArmResult, type ArmSpec, type Load } from '../retentionArm.js';
 import { atFractions, growth } from '../retentionSampler.js';
@@ -44,6 +49,9 @@ export interface RetentionData {
   load: Load;
   retention: string;
   naptime: string;
+  partitionSizeIds: number;
+  /** Partitions maintainPartitions created and dropped in the partition arm. */
+  partitions: { created: number; dropped: number };
   arms: ArmResult[];
 }
 
@@ -61,7 +69,7 @@ export function cleanupCpu(arm: ArmResult, markReference: ArmResult | undefined)
 }
 
 /** Throws unless every arm ran with the rows it should have: the section checks itself. */
-function check(arms: ArmResult[], expected: string[], load: Load): void {
+function check(arms: ArmResult[], expected: string[], load: Load, partitions: RetentionData['partitions']): void {
   const problems: string[] = [];
   const ran = arms.map((a) => a.key);
   if (ran.join() !== expected.join()) problems.push(`arms run: ${ran.join(', ')}; expected ${expected.join(', ')}`);
@@ -78,6 +86,8 @@ function check(arms: ArmResult[], expected: string[], load: Load): void {
   if (cleanup && (cleanup.maintenanceRuns < 2 || cleanup.rowsRemoved <= 0)) problems.push(`cleanup: ${cleanup.maintenanceRuns} runs removed ${cleanup.rowsRemoved} rows`);
   const del = arm('delete');
   if (del && del.rowsRemoved !== del.rowsInserted) problems.push(`delete: ${del.rowsRemoved} of ${del.rowsInserted} rows gone from the table`);
+  const part = arm('partitions');
+  if (part && (partitions.dropped < 2 || part.rowsRemoved <= 0)) problems.push(`partitions: ${partitions.dropped} partitions dropped, ${part.rowsRemoved} rows removed`);
   if (problems.length > 0) throw new Error(`${S}: the section did not run as its profile says: ${problems.join('; ')}`);
 }
 
@@ -89,6 +99,9 @@ export async function retention(_pool: pg.Pool, o: RetentionOptions): Promise<Se
     : { rate: o.rate, rowsPerTransaction: 10, seconds: o.seconds, sampleEveryMs: 2_000, maintainEveryMs: 5_000, probeEveryMs: 50 };
   const retentionText = o.quick ? '5s' : '20s';
   const naptime = o.quick ? '5s' : '10s';
+  // Several partitions' worth of ids per arm: about 5 s (quick) or 10 s of the offered load each.
+  const partitionSizeIds = o.quick ? 5_000 : 40_000;
+  const partitions = { created: 0, dropped: 0 };
   const specs: ArmSpec[] = [
     { key: 'baseline', label: 'no relay (baseline)' },
     {
@@ -98,6 +111,17 @@ export async function retention(_pool: pg.Pool, o: RetentionOptions): Promise<Se
       maintain: async ({ client, schema }) => void (await cleanupOutbox({ client, schema, retention: retentionText })),
     },
     { key: 'delete', label: 'delete mode', relayOptions: { onPublish: 'delete' } },
+    {
+      key: 'partitions',
+      label: 'partition retention',
+      relayOptions: {},
+      setup: async ({ databaseUrl, schema }) => void (await partitionOutbox({ databaseUrl, schema, partitionSizeIds })),
+      maintain: async ({ client, schema }) => {
+        const r = await maintainPartitions({ client, schema, retention: retentionText, partitionsAhead: 2 });
+        partitions.created += r.created.length;
+        partitions.dropped += r.dropped.length;
+      },
+    },
   ];
   const db = await startLocalPostgres({ settings: { autovacuum_naptime: naptime } });
   const pool = new pg.Pool({ connectionString: db.url, max: 4, application_name: 'bench-retention-admin' });
@@ -111,7 +135,6 @@ export async function retention(_pool: pg.Pool, o: RetentionOptions): Promise<Se
     await pool.end();
     await db.destroy();
   }
-  check(arms, specs.map((s) => s.key), load);
   const rows: Row[] = [];
   const byKey = (key: string): ArmResult | undefined => arms.find((a) => a.key === key);
   const baseline = byKey('baseline')!;
@@ -152,9 +175,18 @@ export async function retention(_pool: pg.Pool, o: RetentionOptions): Promise<Se
     const ratio = a.writersTps / baseline.writersTps;
     rows.push(row(S, `writers' tps, ${a.label} / no relay`, fmt(ratio, 2), '≥ 0.95', ratio >= 0.95));
   }
-  const del = byKey('delete');
-  if (mark && del) rows.push(row(S, 'cleanup CPU per row, mark + cleanup / delete mode', fmt(cleanupCpu(mark, mark) / cleanupCpu(del, mark), 2)));
-  return { data: { load, retention: retentionText, naptime, arms }, rows, plots: plots(arms, load) };
+  const del = byKey('delete')!;
+  const part = byKey('partitions')!;
+  const flat = growth(part.samples, load.seconds);
+  rows.push(row(S, `partition retention: table + indexes flat (growth; ${fmt(partitions.dropped)} partitions of ${fmt(partitionSizeIds)} ids dropped, ${fmt(partitions.created)} created)`, fmt(flat, 2), '≤ 1.10', flat <= 1.1));
+  const delCleanup = cleanupCpu(del, mark);
+  const ratio = cleanupCpu(part, mark) / delCleanup;
+  // When delete mode's cleanup costs nothing measurable, the ratio has no finite value: say so rather than fail the run.
+  rows.push(row(S, 'cleanup CPU per row, partition retention / delete mode', delCleanup > 0 ? fmt(ratio, 2) : `delete mode's is 0, partition retention's ${fmt(cleanupCpu(part, mark), 2)}`, '≤ 0.2', delCleanup > 0 && ratio <= 0.2));
+  rows.push(row(S, 'cleanup CPU per row, mark + cleanup / delete mode', delCleanup > 0 ? fmt(cleanupCpu(mark!, mark) / delCleanup, 2) : `delete mode's is 0, mark + cleanup's ${fmt(cleanupCpu(mark!, mark), 2)}`));
+  // After the rows (logged as they are made, for a reader of a failed run): the self-check.
+  check(arms, specs.map((s) => s.key), load, partitions);
+  return { data: { load, retention: retentionText, naptime, partitionSizeIds, partitions, arms }, rows, plots: plots(arms, load) };
 }
 
 function plots(arms: ArmResult[], load: Load): SectionResult['plots'] {
