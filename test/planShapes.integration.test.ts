@@ -1,7 +1,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type pg from 'pg';
-import { BATCH_SETTINGS_SQL, CLAIM_STATEMENT, claimSql, executeClaimSql, prepareClaimSql } from '../src/relay/sql/claim.js';
+import { BATCH_SETTINGS_SQL, CLAIM_STATEMENT, bindLiterals, claimLiterals, claimSql, executeClaimSql, prepareClaimSql } from '../src/relay/sql/claim.js';
 import { MARK_STATEMENT, executeMarkSql, markSentSql, prepareMarkSql } from '../src/relay/sql/markSent.js';
 import { intArrayLiteral, textLiteral } from '../src/relay/sql/literals.js';
 import { deadLetterSql } from '../src/relay/sql/deadLetter.js';
@@ -12,7 +12,9 @@ import { createTestSchema, type TestSchema } from './helpers/db.js';
 // planner: never analyzed, small and analyzed, large and analyzed. EXPLAIN (FORMAT JSON)
 // in a transaction with the relay's batch settings (BATCH_SETTINGS_SQL), of the plan
 // the relay runs (the generic plan of its prepared claim and mark, and of the dead-letter
-// move, which plan_cache_mode makes generic too) and of the plan for the values at hand.
+// move, which plan_cache_mode makes generic too), of the plan for the values at hand, and
+// of the statements with their values written in (what the relay runs behind a
+// transaction pooler: pooler 'transaction', beginClaimInlineSql).
 
 const RELAY = 'plan-relay';
 const schemas: TestSchema[] = [];
@@ -86,7 +88,8 @@ async function explainPrepared(client: pg.ClientBase, prepare: string, name: str
   }
 }
 
-async function shapesOf(db: TestSchema, generic: boolean): Promise<Shapes> {
+async function shapesOf(db: TestSchema, mode: 'generic' | 'values' | 'inline'): Promise<Shapes> {
+  const generic = mode === 'generic';
   const s = `"${db.schema}"`;
   const client = await db.pool.connect();
   try {
@@ -98,14 +101,25 @@ async function shapesOf(db: TestSchema, generic: boolean): Promise<Shapes> {
     const claimParams = Object.values(claimArgs);
     const claim = generic
       ? await explainPrepared(client, prepareClaimSql(s), CLAIM_STATEMENT, executeClaimSql(claimArgs).replace(/^EXECUTE \w+\((.*)\)$/s, '$1'))
-      : await explain(client, claimSql(s), claimParams);
+      : mode === 'inline'
+        ? await explain(client, bindLiterals(claimSql(s), claimLiterals(claimArgs)), [])
+        : await explain(client, claimSql(s), claimParams);
     // The rows a claim would return, for the statements that follow it.
     const { rows: claimed } = await client.query<{ id: string }>(claimSql(s), claimParams);
     assert.equal(claimed.length, 500);
     const ids = claimed.map((r) => Number(r.id));
     const markArgs = executeMarkSql(ids, RELAY).replace(/^EXECUTE \w+\((.*)\)$/s, '$1');
-    const mark = generic ? await explainPrepared(client, prepareMarkSql(s, 'mark'), MARK_STATEMENT, markArgs) : await explain(client, markSentSql(s, 'mark'), [ids, RELAY]);
-    const del = generic ? await explainPrepared(client, prepareMarkSql(s, 'delete'), MARK_STATEMENT, markArgs) : await explain(client, markSentSql(s, 'delete'), [ids, RELAY]);
+    const inlineMark = [intArrayLiteral(ids, 'bigint'), textLiteral(RELAY)];
+    const mark = generic
+      ? await explainPrepared(client, prepareMarkSql(s, 'mark'), MARK_STATEMENT, markArgs)
+      : mode === 'inline'
+        ? await explain(client, bindLiterals(markSentSql(s, 'mark'), inlineMark), [])
+        : await explain(client, markSentSql(s, 'mark'), [ids, RELAY]);
+    const del = generic
+      ? await explainPrepared(client, prepareMarkSql(s, 'delete'), MARK_STATEMENT, markArgs)
+      : mode === 'inline'
+        ? await explain(client, bindLiterals(markSentSql(s, 'delete'), inlineMark), [])
+        : await explain(client, markSentSql(s, 'delete'), [ids, RELAY]);
     const few = ids.slice(0, 3);
     const texts = (xs: string[]): string => `ARRAY[${xs.map(textLiteral).join(', ')}]::text[]`;
     const deadLetter = generic
@@ -145,7 +159,7 @@ function assertIndexOnly(what: string, list: PlanNode[], index: string): void {
   assert.ok(!list.some((n) => /Join/.test(n['Node Type']) && nodes(n).some(onOutbox) && !/Anti/.test(JSON.stringify(n['Node Type']))), `${what}: the outbox is not joined`);
 }
 
-test('integration: plan shapes: the claim, mark, delete and dead-letter statements take the same index plans on a never-analyzed, a small and a large outbox (generic plans as the relay runs them, and plans for the values)', async () => {
+test('integration: plan shapes: the claim, mark, delete and dead-letter statements take the same index plans on a never-analyzed, a small and a large outbox (generic plans as the relay runs them, plans for the values, and the statements with their values written in, as it runs them behind a transaction pooler)', async () => {
   const cases = {
     'never analyzed, 200,000 rows': await outboxOf(200_000, { analyze: false }),
     'analyzed, 10,000 rows': await outboxOf(10_000, { analyze: true }),
@@ -153,8 +167,9 @@ test('integration: plan shapes: the claim, mark, delete and dead-letter statemen
   };
   const shapes: Record<string, Shapes> = {};
   for (const [name, db] of Object.entries(cases)) {
-    shapes[`${name}, generic`] = await shapesOf(db, true);
-    shapes[`${name}, for the values`] = await shapesOf(db, false);
+    shapes[`${name}, generic`] = await shapesOf(db, 'generic');
+    shapes[`${name}, for the values`] = await shapesOf(db, 'values');
+    shapes[`${name}, values written in`] = await shapesOf(db, 'inline');
   }
 
   for (const [name, s] of Object.entries(shapes)) {
@@ -168,7 +183,8 @@ test('integration: plan shapes: the claim, mark, delete and dead-letter statemen
     assertIndexOnly(`delete (${name})`, s.deleteNodes, 'outbox_pkey');
     assertIndexOnly(`dead letter (${name})`, s.deadLetterNodes, 'outbox_pkey');
   }
-  for (const kind of ['generic', 'for the values']) {
+  assert.equal(Object.keys(shapes).length, 9, 'three outboxes, three ways each');
+  for (const kind of ['generic', 'for the values', 'values written in']) {
     const [first, ...rest] = Object.entries(shapes).filter(([name]) => name.endsWith(kind));
     for (const [name, s] of rest) {
       for (const statement of ['claim', 'mark', 'delete', 'deadLetter'] as const) {

@@ -21,8 +21,11 @@ export function statementName(prefix: string, text: string): string {
  * for its values at every call (a custom plan costs it nothing more to run: the probe's
  * plan does not depend on them).
  */
-export async function openProbeConnection(databaseUrl: string, applicationName: string): Promise<pg.Client> {
+export async function openProbeConnection(databaseUrl: string, applicationName: string, prepared = true): Promise<pg.Client> {
   const client = await connect(databaseUrl, applicationName);
+  // A session setting would stay on whatever server connection a transaction pooler
+  // handed out; without prepared statements there is no generic plan to choose anyway.
+  if (!prepared) return client;
   try {
     await client.query('SET plan_cache_mode = force_generic_plan');
   } catch (error) {
@@ -116,14 +119,15 @@ export class Horizon {
 
   /**
    * Run one probe on `client` in a transaction of its own and advance the watermark
-   * (on a connection from {@link openProbeConnection}).
+   * (on a connection from {@link openProbeConnection}). `prepared` false: as an unnamed
+   * statement, for a connection through a transaction-pooling proxy (poolerProbe.ts).
    *
    * @returns true when the watermark moved
    */
-  async probe(client: pg.ClientBase): Promise<boolean> {
+  async probe(client: pg.ClientBase, prepared = true): Promise<boolean> {
     const waitingFor = this.pending.at(-1)?.xid ?? this.forced.at(-1)?.xid;
     const { rows } = await client.query<HorizonProbeRow>({
-      name: this.name,
+      ...(prepared ? { name: this.name } : {}),
       text: this.sql,
       values: [this.pairedUpTo, waitingFor === undefined ? null : waitingFor.toString()],
     });

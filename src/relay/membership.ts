@@ -113,12 +113,8 @@ export class Membership {
       if (!known || known.takenAt < takenAt) owners.set(from, { applicationName, takenAt });
     }
     const fenced = new Set<string>();
-    for (const [from, { applicationName, takenAt }] of owners) {
-      if (!applicationName) {
-        fenced.add(from); // no membership row, so no connections we could find
-        continue;
-      }
-      const { rows } = await client.query<{ survivors: number; terminated: number }>(terminateOwnerSql, [applicationName, TERMINATE_WAIT_MS, takenAt]);
+    for (const [from, { takenAt }] of owners) {
+      const { rows } = await client.query<{ survivors: number; terminated: number }>(terminateOwnerSql, [from, TERMINATE_WAIT_MS, takenAt]);
       if (rows[0]!.survivors === 0) {
         fenced.add(from);
         this.logger.warn({ staleRelay: from, connectionsTerminated: rows[0]!.terminated }, 'took over shards of a relay whose lease expired');

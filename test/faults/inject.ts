@@ -181,7 +181,10 @@ export class Injector {
         log(`FAULT ${slot.o.name}: joins the group for ${f.stayMs} ms`);
         slot.start();
         // Counted once it is in the group (partitions assigned), and it stays from then on:
-        // a process that had not got that far before it left would rebalance nothing.
+        // a process that had not got that far before it left would rebalance nothing. A
+        // broker or Postgres restart in progress holds every join up (on a loaded machine
+        // the broker took 70 s to come back): the 30 s count from its end.
+        await this.infra.catch(() => undefined);
         const joined = await waitFor(`${slot.o.name} assigned partitions`, () => (slot.events.assigned ?? 0) > 0, { timeoutMs: 30_000, intervalMs: 50 }).catch(() => false);
         if (joined) this.mark(f.kind);
         else log(`${slot.o.name}: no partitions assigned within 30 s; not counted`);
