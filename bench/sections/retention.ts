@@ -183,6 +183,10 @@ export async function retention(_pool: pg.Pool, o: RetentionOptions): Promise<Se
   const ratio = cleanupCpu(part, mark) / delCleanup;
   // When delete mode's cleanup costs nothing measurable, the ratio has no finite value: say so rather than fail the run.
   rows.push(row(S, 'cleanup CPU per row, partition retention / delete mode', delCleanup > 0 ? fmt(ratio, 2) : `delete mode's is 0, partition retention's ${fmt(cleanupCpu(part, mark), 2)}`, '≤ 0.2', delCleanup > 0 && ratio <= 0.2));
+  const postgresAll = (a: ArmResult): number => per100k(a.cpu.relayBackends + a.cpu.maintenance + a.cpu.autovacuum, a.rowsInserted);
+  rows.push(
+    row(S, 'Postgres CPU per row in all (relay backends + cleanup connection + autovacuum), partition retention / delete mode; mark + cleanup / delete mode', `${fmt(postgresAll(part) / postgresAll(del), 2)}; ${fmt(postgresAll(mark!) / postgresAll(del), 2)}`),
+  );
   rows.push(row(S, 'cleanup CPU per row, mark + cleanup / delete mode', delCleanup > 0 ? fmt(cleanupCpu(mark!, mark) / delCleanup, 2) : `delete mode's is 0, mark + cleanup's ${fmt(cleanupCpu(mark!, mark), 2)}`));
   // After the rows (logged as they are made, for a reader of a failed run): the self-check.
   check(arms, specs.map((s) => s.key), load, partitions);
