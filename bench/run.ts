@@ -1,8 +1,8 @@
 /**
  * The benchmark suite (issue 7): one command, real servers, one run, one table.
  *
- *   npm run bench                 # full profile (~15 minutes on the 2-core machine)
- *   npm run bench -- --quick      # small sizes, for trying things (~4 minutes)
+ *   npm run bench                 # full profile (~35 minutes on the 2-core machine)
+ *   npm run bench -- --quick      # small sizes, for trying things (~7 minutes)
  *   npm run bench -- --only consumer,peer
  *   npm run bench -- --quick --out /tmp/bench   # results and summary in /tmp/bench, not bench/results/<stamp>/ and bench/committed/
  *
