@@ -122,7 +122,7 @@ export class AutovacuumMeter {
 }
 
 /** The postmaster's pid: the parent of one of our backends. */
-export async function postmasterPid(pool: pg.Pool): Promise<number> {
+export async function postmasterPid(pool: pg.Pool | pg.ClientBase): Promise<number> {
   const pid = (await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
