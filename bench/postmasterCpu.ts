@@ -13,14 +13,18 @@
  *   − (its ticks at the start, or 0 when it was born in the window),
  *
  * exact for every child whatever its life, provided each reaping is told apart from the
- * others. The meter polls the postmaster every `pollMs`: the jump of cutime + cstime
- * since the last poll belongs to the children that left its children list since then. A
- * jump with no child gone belongs to a child born and reaped between two polls: the
- * caller arranges that only autovacuum workers can be that short (every connection of
- * the window is kept open, parallel query is off), and the meter counts those jumps as
- * `unseen`. A jump shared by children of different kinds is split by their last polled
- * ticks (then up to `pollMs` of one child is charged to another kind): `mixed` counts
- * those polls.
+ * others. The meter polls the postmaster every `pollMs` (its reaped ticks and children
+ * list, read again until they agree): the jump of cutime + cstime since the last poll
+ * belongs to the children that left its children list since then.
+ *
+ * A child's kind comes from its process title (`autovacuum worker`, `parallel worker`),
+ * else from name() (a backend, by the caller's pg_stat_activity), else `other`. Two kinds
+ * are children too short-lived to be identified: `unseen`, a jump with no child gone (born
+ * and reaped between two polls), and `untitled`, a child seen only before it set its title
+ * or only as a zombie. The caller arranges that only autovacuum workers can be that short
+ * (bench/retentionArm.ts). A jump shared by children of different kinds is split by their
+ * last polled ticks (then up to `pollMs` of one child's CPU may be charged to another
+ * kind): `mixed` counts those polls.
  */
 import { readFileSync } from 'node:fs';
 import { TICKS_PER_SECOND, cpuTicks } from './procCpu.js';
@@ -50,6 +54,8 @@ export interface PostmasterCpu {
   exits: Record<string, number>;
   /** Polls whose jump was shared by children of different kinds (split by their last polled ticks). */
   mixed: number;
+  /** Titles of the children of kind `other` or `untitled` that exited: what they were. */
+  otherTitles: string[];
 }
 
 export class PostmasterCpuMeter {
@@ -58,6 +64,8 @@ export class PostmasterCpuMeter {
   /** Kinds settled from the process title (workers) or given by the caller (backends). */
   private readonly titled = new Map<number, string | undefined>();
   private readonly named = new Map<number, string>();
+  private readonly titles = new Map<number, string>();
+  private readonly goneOthers: string[] = [];
   private readonly ticks = new Map<string, number>();
   private readonly exits = new Map<string, number>();
   private mixed = 0;
@@ -80,7 +88,8 @@ export class PostmasterCpuMeter {
   }
 
   private kind(pid: number): string {
-    return this.titled.get(pid) ?? this.named.get(pid) ?? 'other';
+    // A child seen only before it set its title or after its exit: `untitled`.
+    return this.titled.get(pid) ?? this.named.get(pid) ?? (this.titled.has(pid) ? 'other' : 'untitled');
   }
 
   private add(map: Map<string, number>, kind: string, n: number): void {
@@ -99,9 +108,13 @@ export class PostmasterCpuMeter {
         const t = cpuTicks(pid);
         if (t !== undefined) this.lastTicks.set(pid, t);
         if (!this.titled.has(pid)) {
-          // A child just forked still shows the postmaster's title: look again next poll.
+          // A child just forked still shows the postmaster's title, and one that has exited
+          // (a zombie until reaped) shows none: look again next poll.
           const title = cmdline(pid);
-          if (title !== undefined && title !== this.postmasterTitle) this.titled.set(pid, this.kindOfTitle(title));
+          if (title !== undefined && title !== '' && title !== this.postmasterTitle) {
+            this.titled.set(pid, this.kindOfTitle(title));
+            this.titles.set(pid, title);
+          }
         }
       }
       if (reapedTicks(this.postmasterPid) === before) return { reaped: before, children: new Set(list) };
@@ -127,6 +140,7 @@ export class PostmasterCpuMeter {
     }
     const kinds = [...new Set(gone.map((pid) => this.kind(pid)))];
     for (const pid of gone) this.add(this.exits, this.kind(pid), 1);
+    for (const pid of gone.filter((p) => this.kind(p) === 'other' || this.kind(p) === 'untitled')) this.goneOthers.push(this.titles.get(pid) ?? '(untitled)');
     const start = (pid: number): number => this.startTicks.get(pid) ?? 0;
     if (kinds.length > 1) this.mixed++;
     // One kind: the whole jump is its children's. Several: every kind but the first by its
@@ -155,7 +169,7 @@ export class PostmasterCpuMeter {
     for (const pid of this.previous!.children) this.add(this.ticks, this.kind(pid), (this.lastTicks.get(pid) ?? 0) - (this.startTicks.get(pid) ?? 0));
     const seconds: Record<string, number> = {};
     for (const [k, t] of this.ticks) seconds[k] = t / TICKS_PER_SECOND;
-    return { seconds, exits: Object.fromEntries(this.exits), mixed: this.mixed };
+    return { seconds, exits: Object.fromEntries(this.exits), mixed: this.mixed, otherTitles: this.goneOthers };
   }
 }
 

@@ -4,16 +4,24 @@
  * rate for a fixed time, a relay process (or none, for the baseline), the arm's periodic
  * maintenance on a connection of its own (cleanup, or partition maintenance), and what the
  * arm costs and leaves behind: size and dead tuples over time (bench/retentionSampler.ts),
- * CPU of the relay, its backends, the maintenance connection and autovacuum (/proc), commit
- * → Kafka ack of probe rows, and the writers' throughput and latency.
+ * CPU of the relay process and, exactly, of the cluster's processes by kind (the relay's
+ * backends, the maintenance connection, autovacuum workers: bench/postmasterCpu.ts),
+ * commit → Kafka ack of probe rows, and the writers' throughput and latency.
+ *
+ * Every connection of the window stays open through it (the writers' until the load
+ * ends), so that the only children of the postmaster that come and go unseen are
+ * autovacuum workers: the section's pool keeps its idle connections and the cluster
+ * runs no parallel query; the window starts once pgbench's clients are connected (its
+ * first, short connection gone).
  */
 import pg from 'pg';
 import { migrate } from '../src/commands/migrate.js';
 import { startChild, type Child } from './children.js';
 import { KEYS, PARTITIONS, PAYLOAD, createTopic } from './common.js';
 import { pgbench, tps } from './pgbench.js';
-import { CpuMeter, backendPids } from './procCpu.js';
-import { AutovacuumMeter, postmasterPid, startSampler, type Sample } from './retentionSampler.js';
+import { CpuMeter } from './procCpu.js';
+import { PostmasterCpuMeter, type PostmasterCpu } from './postmasterCpu.js';
+import { postmasterPid, startSampler, type Sample } from './retentionSampler.js';
 import { fmt, log, percentiles, sleep, until, type Percentiles } from './util.js';
 
 /** What an arm does besides the writers. */
@@ -59,8 +67,18 @@ export interface ArmResult {
   probes: number;
   samples: Sample[];
   maintenanceRuns: number;
-  /** CPU-seconds over the load and the drain-out. */
+  /**
+   * CPU-seconds over the load and the drain-out: the relay process (/proc of its pid), and
+   * from the postmaster meter its backends, the maintenance connection's, the autovacuum
+   * workers (those identified, and the children too short-lived to be: born and reaped
+   * between two polls, `unseen`, or seen only untitled, `untitled`).
+   */
   cpu: { relayProcess: number; relayBackends: number; maintenance: number; autovacuum: number };
+  /** The postmaster meter's whole result (every kind, exits per kind). */
+  postgres: PostmasterCpu;
+  /** Autovacuum runs on the outbox's tables (pg_stat_user_tables.autovacuum_count), and n_dead_tup at the end of the window. */
+  autovacuums: number;
+  deadTuplesAtEnd: number;
   /** Seconds from the start of the load to the end of the CPU window. */
   windowSeconds: number;
 }
@@ -97,8 +115,9 @@ export async function runArm(pool: pg.Pool, databaseUrl: string, spec: ArmSpec, 
   await migrate({ databaseUrl, schema });
   const maintenance = new pg.Client({ connectionString: databaseUrl, application_name: 'bench-retention-maintenance' });
   let relay: Child | undefined;
-  const meters: CpuMeter[] = [];
-  let autovacuum: AutovacuumMeter | undefined;
+  let relayProcessCpu: CpuMeter | undefined;
+  let postgresCpu: PostmasterCpuMeter | undefined;
+  let naming: { stop(): Promise<void> } | undefined;
   try {
     const topic = await createTopic(PARTITIONS);
     await spec.setup?.({ databaseUrl, schema });
@@ -112,16 +131,40 @@ export async function runArm(pool: pg.Pool, databaseUrl: string, spec: ArmSpec, 
       await until(`${section}: the warm-up row through`, () => r.acks.length > 0, 60_000, 10);
     }
     const r = relay;
-    const cpu = {
-      relayProcess: new CpuMeter(() => (r?.process.pid ? [r.process.pid] : [])),
-      relayBackends: new CpuMeter(() => (r ? backendPids(pool, clientId) : [])),
-      maintenance: new CpuMeter(() => [maintenancePid]),
+    postgresCpu = new PostmasterCpuMeter(await postmasterPid(pool));
+    const meter = postgresCpu;
+    meter.name(maintenancePid, 'maintenance');
+    // Backends by application_name, named to the meter before they exit (all live long).
+    const nameBackends = async (): Promise<number> => {
+      const { rows } = await pool.query<{ pid: number; name: string }>(`SELECT pid, application_name AS name FROM pg_stat_activity WHERE backend_type = 'client backend'`);
+      for (const b of rows) meter.name(b.pid, b.name === 'pgbench' ? 'pgbench' : b.name.startsWith(`${clientId}:`) || b.name === clientId ? 'relay' : b.name === 'bench-retention-maintenance' ? 'maintenance' : 'bench');
+      return rows.filter((b) => b.name === 'pgbench').length;
     };
-    meters.push(...Object.values(cpu));
-    autovacuum = new AutovacuumMeter(await postmasterPid(pool));
+    log(`${section}: ${fmt(load.rate)} rows/s offered for ${load.seconds} s`);
+    const k = load.rowsPerTransaction;
+    const script = `\\set k random(1, ${KEYS})\nINSERT INTO "${schema}".outbox (topic, key, payload, created_at) SELECT '${topic}', 'key-' || ((:k + g) % ${KEYS}), '${PAYLOAD}', clock_timestamp() FROM generate_series(1, ${k}) AS g;\n`;
+    const writers = pgbench(script, ['-c', '4', '-j', '2', '-R', String(load.rate / k), '-T', String(load.seconds)], databaseUrl);
+    let writersDone = false;
+    writers.then(
+      () => (writersDone = true),
+      () => (writersDone = true),
+    );
+    // The window opens once the four clients are connected: pgbench's first connection
+    // (its checks) is gone by then, and the clients stay until the load ends.
+    await until(`${section}: pgbench's clients connected`, async () => writersDone || (await nameBackends()) >= 4, 30_000, 5);
+    relayProcessCpu = new CpuMeter(() => (r?.process.pid ? [r.process.pid] : []));
     const t0 = Date.now();
-    await Promise.all(meters.map((m) => m.start()));
-    autovacuum.start();
+    await relayProcessCpu.start();
+    meter.start();
+    let naming_ = true;
+    const namer = (async () => {
+      while (naming_) {
+        await nameBackends();
+        await sleep(250); // pacing of the naming: a backend lives far longer
+      }
+    })();
+    namer.catch(() => undefined); // its error surfaces in stop()
+    naming = { stop: async () => ((naming_ = false), await namer) };
     const sampler = startSampler(pool, schema, load.sampleEveryMs, t0);
     const maintain = spec.maintain;
     const loop = maintain ? periodically(() => maintain({ client: maintenance, schema }), load.maintainEveryMs) : undefined;
@@ -140,10 +183,7 @@ export async function runArm(pool: pg.Pool, databaseUrl: string, spec: ArmSpec, 
       }
     })();
     prober.catch(() => undefined); // its error surfaces below, when awaited
-    log(`${section}: ${fmt(load.rate)} rows/s offered for ${load.seconds} s`);
-    const k = load.rowsPerTransaction;
-    const script = `\\set k random(1, ${KEYS})\nINSERT INTO "${schema}".outbox (topic, key, payload, created_at) SELECT '${topic}', 'key-' || ((:k + g) % ${KEYS}), '${PAYLOAD}', clock_timestamp() FROM generate_series(1, ${k}) AS g;\n`;
-    const out = await pgbench(script, ['-c', '4', '-j', '2', '-R', String(load.rate / k), '-T', String(load.seconds)], databaseUrl);
+    const out = await writers;
     const loadEnd = Date.now();
     probing = false;
     await prober;
@@ -165,9 +205,13 @@ export async function runArm(pool: pg.Pool, databaseUrl: string, spec: ArmSpec, 
         lastAck = Math.max(lastAck, t);
       }
     }
-    const [relayProcess, relayBackends, maintenanceCpu] = await Promise.all([cpu.relayProcess.stop(), cpu.relayBackends.stop(), cpu.maintenance.stop()]);
-    const autovacuumCpu = autovacuum.stop();
-    meters.length = 0;
+    await nameBackends();
+    await naming.stop();
+    naming = undefined;
+    const relayProcess = await relayProcessCpu.stop();
+    relayProcessCpu = undefined;
+    const postgres = meter.stop();
+    postgresCpu = undefined;
     const windowSeconds = (Date.now() - t0) / 1000;
     await loop?.stop();
     const samples = await sampler.stop();
@@ -198,12 +242,22 @@ export async function runArm(pool: pg.Pool, databaseUrl: string, spec: ArmSpec, 
       probes: probes.size,
       samples,
       maintenanceRuns: loop?.runs() ?? 0,
-      cpu: { relayProcess, relayBackends, maintenance: maintenanceCpu, autovacuum: autovacuumCpu },
+      cpu: {
+        relayProcess,
+        relayBackends: postgres.seconds.relay ?? 0,
+        maintenance: postgres.seconds.maintenance ?? 0,
+        // Children too short-lived to be identified are autovacuum workers here: every other child of the window lives long (the header).
+        autovacuum: (postgres.seconds.autovacuum ?? 0) + (postgres.seconds.unseen ?? 0) + (postgres.seconds.untitled ?? 0),
+      },
+      postgres,
+      autovacuums: samples.at(-1)!.autovacuums,
+      deadTuplesAtEnd: samples.at(-1)!.deadTuples,
       windowSeconds,
     };
   } finally {
-    autovacuum?.stop();
-    await Promise.all(meters.map((m) => m.stop().catch(() => undefined)));
+    await naming?.stop().catch(() => undefined);
+    await relayProcessCpu?.stop().catch(() => undefined);
+    postgresCpu?.stop();
     await relay?.stop();
     await maintenance.end().catch(() => undefined);
     await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);

@@ -1,8 +1,8 @@
 /**
  * What the retention section watches while an arm runs: the outbox's size (table, indexes
  * and TOAST, summed over its partitions: pg_partition_tree), its dead tuples
- * (pg_stat_user_tables.n_dead_tup, summed the same way), its rows not yet sent, sampled
- * every `everyMs`; and the CPU-seconds of Postgres's autovacuum workers (from /proc).
+ * (pg_stat_user_tables.n_dead_tup, summed the same way), the autovacuum runs on its tables
+ * (autovacuum_count), its rows not yet sent, sampled every `everyMs`.
  */
 import type pg from 'pg';
 import { readFileSync } from 'node:fs';
@@ -15,6 +15,12 @@ export interface Sample {
   bytes: number;
   deadTuples: number;
   pending: number;
+  /**
+   * Autovacuum runs on the outbox's tables since the arm began: each table's
+   * autovacuum_count, the largest seen, summed over every table seen (a dropped
+   * partition's runs stay counted).
+   */
+  autovacuums: number;
 }
 
 /**
@@ -23,23 +29,28 @@ export interface Sample {
  */
 const tree = (s: string): string => `(SELECT relid FROM pg_partition_tree('"${s}".outbox'::regclass) UNION SELECT '"${s}".outbox'::regclass)`;
 
-export async function sampleOnce(pool: pg.Pool, schema: string, t: number): Promise<Sample> {
-  const { rows } = await pool.query<{ bytes: string; dead: string; pending: string }>(
+/** One sample; `vacuums` (table → its largest autovacuum_count yet) is updated. */
+export async function sampleOnce(pool: pg.Pool, schema: string, t: number, vacuums: Map<number, number>): Promise<Sample> {
+  const { rows } = await pool.query<{ bytes: string; dead: string; pending: string; vacuums: Record<string, number> | null }>(
     `SELECT (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM ${tree(schema)} AS t) AS bytes,
             (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relid IN ${tree(schema)}) AS dead,
+            (SELECT json_object_agg(relid::int8, autovacuum_count) FROM pg_stat_user_tables WHERE relid IN ${tree(schema)}) AS vacuums,
             (SELECT count(*) FROM "${schema}".outbox WHERE sent_at IS NULL) AS pending`,
   );
   const r = rows[0]!;
-  return { t, bytes: Number(r.bytes), deadTuples: Number(r.dead), pending: Number(r.pending) };
+  for (const [relid, n] of Object.entries(r.vacuums ?? {})) vacuums.set(Number(relid), Math.max(vacuums.get(Number(relid)) ?? 0, Number(n)));
+  const autovacuums = [...vacuums.values()].reduce((a, b) => a + b, 0);
+  return { t, bytes: Number(r.bytes), deadTuples: Number(r.dead), pending: Number(r.pending), autovacuums };
 }
 
 /** Samples every `everyMs` until stop(), which resolves with them all (one last sample included). */
 export function startSampler(pool: pg.Pool, schema: string, everyMs: number, t0: number): { stop(): Promise<Sample[]> } {
   const samples: Sample[] = [];
+  const vacuums = new Map<number, number>();
   let stopped = false;
   const loop = (async () => {
     while (!stopped) {
-      samples.push(await sampleOnce(pool, schema, (Date.now() - t0) / 1000));
+      samples.push(await sampleOnce(pool, schema, (Date.now() - t0) / 1000, vacuums));
       // Pacing of the sampling, not a wait for a condition.
       await sleep(everyMs);
     }
@@ -49,20 +60,19 @@ export function startSampler(pool: pg.Pool, schema: string, everyMs: number, t0:
     stop: async () => {
       stopped = true;
       await loop;
-      samples.push(await sampleOnce(pool, schema, (Date.now() - t0) / 1000));
+      samples.push(await sampleOnce(pool, schema, (Date.now() - t0) / 1000, vacuums));
       return samples;
     },
   };
 }
 
 /**
- * CPU of the cluster's autovacuum workers, from /proc: the postmaster's children whose
- * process title says `autovacuum worker`, every 50 ms (a vacuum of a small table takes a
- * few milliseconds, so the relay's backends' 250 ms sampling would miss most of them). The
- * retention section runs on a Postgres cluster of its own, one arm at a time, so every
- * autovacuum worker in an arm's window works for that arm. A worker loses its CPU between
- * its last sample and its exit: the figure is a lower bound, short by at most 50 ms of one
- * core per worker.
+ * CPU of the cluster's autovacuum workers sampled from /proc every 50 ms: the postmaster's
+ * children whose process title says `autovacuum worker`. A worker loses its CPU between its
+ * last sample and its exit, and a worker that lives less than 50 ms may not be seen at all:
+ * a lower bound. The retention section measures autovacuum exactly instead
+ * (bench/postmasterCpu.ts); this is kept for test/postmasterCpu.integration.test.ts, which
+ * shows the difference.
  */
 export class AutovacuumMeter {
   private readonly first = new Map<number, number>();

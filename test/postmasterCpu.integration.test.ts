@@ -46,11 +46,12 @@ test('integration: the postmaster CPU meter charges a backend that exits in the 
     const work = Math.round(result.seconds.work! * 100);
     assert.equal(result.exits.work, 1, JSON.stringify(result));
     assert.ok(work >= idle - 1 && work <= idle + 4, `the exited backend: ${work} ticks charged, ${idle} read while it idled (${JSON.stringify(result)})`);
-    const autovacuum = (result.seconds.autovacuum ?? 0) + (result.seconds.unseen ?? 0);
+    // Children too short-lived to be identified: here, with no other connection coming and going, autovacuum workers.
+    const autovacuum = (result.seconds.autovacuum ?? 0) + (result.seconds.unseen ?? 0) + (result.seconds.untitled ?? 0);
     assert.ok(autovacuum > 0, `autovacuum ran ${await runs()} times and the meter charged it nothing: ${JSON.stringify(result)}`);
     // The sampled figure is a lower bound of the exact one (both count whole ticks).
     assert.ok(sampledSeconds <= autovacuum + 0.02, `sampled ${sampledSeconds} s, exact ${autovacuum} s`);
-    assert.deepEqual(Object.keys(result.exits).sort(), ['autovacuum', 'work'].filter((k) => k in result.exits).sort(), `no other child exited: ${JSON.stringify(result)}`);
+    assert.deepEqual(Object.keys(result.exits).sort(), ['autovacuum', 'untitled', 'work'].filter((k) => k in result.exits).sort(), `no other child exited: ${JSON.stringify(result)}`);
     console.log(`autovacuum runs ${await runs()}; exact ${autovacuum.toFixed(2)} s (${JSON.stringify(result)}); sampled every 50 ms ${sampledSeconds.toFixed(2)} s; exited backend ${work} ticks, ${idle} before its exit`);
   } finally {
     await admin.end().catch(() => undefined);

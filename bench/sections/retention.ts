@@ -14,18 +14,24 @@
  *   `maintainPartitions` (partitions ahead, and detach + drop of the fully sent ones past
  *   the retention) every `maintainEveryMs` on a connection of its own.
  *
- * Measured per arm (bench/retentionArm.ts): table + index size and dead tuples over time,
- * CPU-seconds of the relay process, its backends, the cleanup connection and the autovacuum
- * workers (/proc), writers' tps and latency, relay throughput, commit → Kafka ack of probe
- * rows. The load is compressed in time, so is autovacuum's wake-up: the cluster runs with
- * autovacuum_naptime of `naptime` (default 60 s, which a two-minute arm would barely see);
- * every other autovacuum setting is Postgres's default. The cluster has fsync off, as
- * every private cluster of the bench.
+ * Measured per arm (bench/retentionArm.ts): table + index size, dead tuples and autovacuum
+ * runs over time, CPU-seconds of the relay process (/proc) and, exactly, of the cluster's
+ * processes by kind: the relay's backends, the cleanup connection, the autovacuum workers
+ * (bench/postmasterCpu.ts: what the postmaster reaped plus its live children); writers' tps
+ * and latency, relay throughput, commit → Kafka ack of probe rows. The load is compressed
+ * in time, so is autovacuum's wake-up: the cluster runs with autovacuum_naptime of
+ * `naptime` (default 60 s, which a two-minute arm would barely see); every other
+ * autovacuum setting is Postgres's default. The cluster has fsync off, as every private
+ * cluster of the bench, and no parallel query (max_parallel_workers_per_gather 0), so
+ * that no short-lived child but autovacuum workers comes and goes; the section's pool
+ * keeps its connections open.
  *
- * "Cleanup CPU" of an arm is what Postgres spends getting rid of rows: the cleanup
- * connection's backend plus the autovacuum workers, and, in delete mode, where the relay
- * deletes in its own statement, its backends' CPU beyond what mark mode's backends spend
- * per row (the mark + cleanup arm's, same load); per 100,000 rows removed from the table.
+ * "Cleanup CPU" of an arm is what Postgres spends getting rid of rows that are done, the
+ * same parts in every arm: the connection that removes them (cleanupOutbox's DELETEs, or
+ * maintainPartitions' detach, drop and create; none in delete mode) plus every autovacuum
+ * worker of the arm; and, in delete mode, where the relay removes rows in its own
+ * statement, its backends' CPU beyond what mark mode's backends spend per row (the
+ * mark + cleanup arm's, same load; counted when positive); per 100,000 rows removed.
  */
 import pg from 'pg';
 import { cleanupOutbox } from '../../src/commands/cleanup.js';
@@ -58,14 +64,15 @@ export interface RetentionData {
 /** CPU-seconds per 100,000 rows. */
 const per100k = (cpu: number, rows: number): number => (rows > 0 ? (cpu * 100_000) / rows : NaN);
 
+/** In delete mode, the relay backends' CPU-seconds beyond mark mode's per row (signed); 0 in the other arms. */
+export function deleteExtra(arm: ArmResult, markReference: ArmResult | undefined): number {
+  if (arm.key !== 'delete' || !markReference) return 0;
+  return arm.cpu.relayBackends - (markReference.cpu.relayBackends / markReference.rowsAcked) * arm.rowsAcked;
+}
+
 /** Postgres CPU spent getting rid of rows, per 100,000 rows removed (see the header). */
 export function cleanupCpu(arm: ArmResult, markReference: ArmResult | undefined): number {
-  let cpu = arm.cpu.maintenance + arm.cpu.autovacuum;
-  if (arm.key === 'delete' && markReference) {
-    const markPerRow = markReference.cpu.relayBackends / markReference.rowsAcked;
-    cpu += Math.max(0, arm.cpu.relayBackends - markPerRow * arm.rowsAcked);
-  }
-  return per100k(cpu, arm.rowsRemoved);
+  return per100k(arm.cpu.maintenance + arm.cpu.autovacuum + Math.max(0, deleteExtra(arm, markReference)), arm.rowsRemoved);
 }
 
 /** Throws unless every arm ran with the rows it should have: the section checks itself. */
@@ -123,8 +130,9 @@ export async function retention(_pool: pg.Pool, o: RetentionOptions): Promise<Se
       },
     },
   ];
-  const db = await startLocalPostgres({ settings: { autovacuum_naptime: naptime } });
-  const pool = new pg.Pool({ connectionString: db.url, max: 4, application_name: 'bench-retention-admin' });
+  const db = await startLocalPostgres({ settings: { autovacuum_naptime: naptime, max_parallel_workers_per_gather: 0 } });
+  // Idle connections kept (idleTimeoutMillis 0): a backend that exits is CPU the postmaster meter must tell apart from autovacuum's.
+  const pool = new pg.Pool({ connectionString: db.url, max: 4, application_name: 'bench-retention-admin', idleTimeoutMillis: 0 });
   const arms: ArmResult[] = [];
   try {
     for (const [i, spec] of specs.entries()) {
@@ -161,7 +169,17 @@ export async function retention(_pool: pg.Pool, o: RetentionOptions): Promise<Se
     rows.push(row(S, `${a.label}: dead tuples at 25 / 50 / 75 / 100 % of the load; peak`, `${at.map((s) => fmt(s.deadTuples)).join(' / ')}; ${fmt(Math.max(...a.samples.map((s) => s.deadTuples)))}`));
     const c = a.cpu;
     const postgresAll = per100k(c.relayBackends + c.maintenance + c.autovacuum, a.rowsInserted);
-    const extra = a.key === 'delete' && mark ? `; relay backends beyond mark mode's ${fmt(per100k(c.relayBackends - (mark.cpu.relayBackends / mark.rowsAcked) * a.rowsAcked, a.rowsRemoved), 2)}` : '';
+    const workers = (a.postgres.exits.autovacuum ?? 0) + (a.postgres.exits.untitled ?? 0);
+    const known = new Set(['autovacuum', 'untitled', 'pgbench', 'relay', 'maintenance']);
+    const others = Object.entries(a.postgres.exits).filter(([k]) => !known.has(k));
+    const shared = (others.length > 0 ? `; other children exited: ${others.map(([k, n]) => `${k} ${fmt(n)}`).join(', ')}` : '') + (a.postgres.mixed > 0 ? ` (${fmt(a.postgres.mixed)} polls where workers of different kinds exited together, split by their last ticks)` : '');
+    rows.push(
+      row(
+        S,
+        `${a.label}: autovacuum: CPU-s (exact: reaped + running workers), workers exited; runs on the outbox's tables (autovacuum_count); dead tuples at the end`,
+        `${fmt(c.autovacuum, 2)} s, ${fmt(workers)} workers${shared}; ${fmt(a.autovacuums)} runs; ${fmt(a.deadTuplesAtEnd)}`,
+      ),
+    );
     rows.push(
       row(
         S,
@@ -169,7 +187,16 @@ export async function retention(_pool: pg.Pool, o: RetentionOptions): Promise<Se
         `${[c.relayProcess, c.relayBackends, c.maintenance, c.autovacuum].map((x) => fmt(per100k(x, a.rowsInserted), 2)).join(', ')}; ${fmt(postgresAll, 2)}`,
       ),
     );
-    if (relayed) rows.push(row(S, `${a.label}: cleanup CPU-s per 100k rows removed (${fmt(a.rowsRemoved)} removed)`, `${fmt(cleanupCpu(a, mark), 2)}${extra}`));
+    if (relayed) {
+      const extra = a.key === 'delete' ? `, relay backends beyond mark mode's ${fmt(per100k(deleteExtra(a, mark), a.rowsRemoved), 2)} (counted when positive)` : '';
+      rows.push(
+        row(
+          S,
+          `${a.label}: cleanup CPU-s per 100k rows removed (${fmt(a.rowsRemoved)} removed): removing connection, autovacuum${a.key === 'delete' ? ', relay backends beyond mark mode' : ''}; in all`,
+          `${fmt(per100k(c.maintenance, a.rowsRemoved), 2)}, ${fmt(per100k(c.autovacuum, a.rowsRemoved), 2)}${extra}; ${fmt(cleanupCpu(a, mark), 2)}`,
+        ),
+      );
+    }
   }
   for (const a of arms.filter((x) => x.key !== 'baseline')) {
     const ratio = a.writersTps / baseline.writersTps;
