@@ -172,7 +172,7 @@ export async function retention(_pool: pg.Pool, o: RetentionOptions): Promise<Se
     const workers = (a.postgres.exits.autovacuum ?? 0) + (a.postgres.exits.untitled ?? 0);
     const known = new Set(['autovacuum', 'untitled', 'pgbench', 'relay', 'maintenance']);
     const others = Object.entries(a.postgres.exits).filter(([k]) => !known.has(k));
-    const shared = (others.length > 0 ? `; other children exited: ${others.map(([k, n]) => `${k} ${fmt(n)}`).join(', ')}` : '') + (a.postgres.mixed > 0 ? ` (${fmt(a.postgres.mixed)} polls where workers of different kinds exited together, split by their last ticks)` : '');
+    const shared = (others.length > 0 ? `; other children exited: ${others.map(([k, n]) => `${k} ${fmt(n)}`).join(', ')}` : '') + (a.postgres.mixed > 0 ? ` (${fmt(a.postgres.mixed)} polls where children of different kinds exited together, split by their last ticks)` : '');
     rows.push(
       row(
         S,
