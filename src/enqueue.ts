@@ -120,13 +120,26 @@ export async function enqueue(
   // (the first one wins), so the statement never meets its own rows.
   const keep = list.map((_, i) => !sameCallDuplicate[i]);
   const pick = <T>(a: T[]): T[] => a.filter((_, i) => keep[i]);
-  const { rows } = await client.query<{ id: number; message_id: string }>(
-    `INSERT INTO ${schema}.outbox (message_id, topic, key, payload, payload_bytes, headers, dedup_key)
+  // Without a dedup key nothing can conflict: no ON CONFLICT, which a partitioned outbox
+  // (docs/partitioning.md) has no unique dedup index for.
+  const onConflict = firstWithKey.size > 0 ? 'ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING' : '';
+  const { rows } = await client
+    .query<{ id: number; message_id: string }>(
+      `INSERT INTO ${schema}.outbox (message_id, topic, key, payload, payload_bytes, headers, dedup_key)
      SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[], $6::jsonb[], $7::text[])
-         ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+         ${onConflict}
      RETURNING id, message_id`,
-    [pick(messageIds), pick(topics), pick(keys), pick(payloads), pick(bytes), pick(headers), pick(dedupKeys)],
-  );
+      [pick(messageIds), pick(topics), pick(keys), pick(payloads), pick(bytes), pick(headers), pick(dedupKeys)],
+    )
+    .catch((error: unknown) => {
+      if ((error as { code?: string }).code === '42P10') {
+        throw new OutboxError(
+          `enqueue: dedupKey needs the outbox's unique dedup index, which a partitioned outbox cannot have (docs/partitioning.md): enqueue without dedupKey there`,
+          { retriable: false, cause: error },
+        );
+      }
+      throw error;
+    });
   const inserted = new Map(rows.map((r) => [r.message_id, Number(r.id)]));
   // Which row holds each dedup key: the one just inserted, or (for duplicates) one that
   // was there before, looked up in one query and only when there are any.

@@ -53,6 +53,8 @@ export type { DeadLetter, DeadLetterFilter } from './commands/deadLetterSelectio
 export type { ListDeadLettersOptions, ListDeadLettersResult, ReplayDeadLettersOptions, ReplayProgress, ReplayResult, DiscardDeadLettersOptions, DiscardResult } from './commands/deadLetters.js';
 export { cleanupOutbox } from './commands/cleanup.js';
 export type { CleanupOptions, CleanupResult } from './commands/cleanup.js';
+export { partitionOutbox, maintainPartitions } from './commands/partitions.js';
+export type { PartitionOutboxOptions, PartitionOutboxResult, MaintainPartitionsOptions, PartitionMaintenance } from './commands/partitions.js';
 export { purgeProcessedMessages } from './commands/purgeProcessed.js';
 export type { PurgeProcessedOptions, PurgeProcessedResult } from './commands/purgeProcessed.js';
 export { roleScript } from './commands/roles.js';

@@ -14,11 +14,13 @@ const VALUES = [
   'serveRelayMetrics', 'startMetricsServer',
   'RelayGroup', 'createRelayGroup', 'instrumentRelayGroup', 'runRelayGroup', 'serveRelayGroupMetrics',
   'attachDebeziumOutbox', 'debeziumAttachScript', 'detachDebeziumOutbox',
+  'maintainPartitions', 'partitionOutbox',
 ];
 
 const TYPES = [
   'BatchContext', 'BatchHandler',
   'AttachDebeziumResult', 'DebeziumOutboxOptions', 'DetachDebeziumResult',
+  'MaintainPartitionsOptions', 'PartitionMaintenance', 'PartitionOutboxOptions', 'PartitionOutboxResult',
   'OutboxDefinition', 'OutboxState', 'RelayGroupEvents', 'RelayGroupInstrumentation', 'RelayGroupMetricsService', 'RelayGroupOptions', 'RelayGroupOutbox', 'RunRelayGroupOptions',
   'AdvanceVersionOptions', 'CleanupOptions', 'CleanupResult', 'ConcurrencyLimit', 'ConsumedMessage', 'ConsumerEvents',
   'ConsumerInstrumentation', 'ConsumerOptions', 'ConsumerStats', 'DatabaseOptions', 'DeadLetter', 'DeadLetterFilter',

@@ -1,0 +1,266 @@
+import pg from 'pg';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import { OutboxError, SchemaError } from '../shared/errors.js';
+
+// The partitioned outbox (docs/partitioning.md): reading its partitions, creating the
+// ones ahead of the sequence and dropping the old ones whose rows are all sent. The relay
+// runs this from its partition loop (partitionLoop.ts); `outbox-relay maintain-partitions`
+// (src/commands/partitions.ts) runs the same function.
+//
+// Every step is one autocommit statement or one short transaction, with no session
+// state, so it works through a transaction-pooling proxy. Maintainers running at once
+// are not serialised: each step tolerates the other having done it first (a partition
+// that already exists, a detach already under way), see maintain() below.
+
+/** Something that runs a query: a client, or a pool that lends one per query. */
+export type Queryable = pg.ClientBase | pg.Pool;
+
+/** One partition of the outbox: the ids from `lower` (inclusive; null for MINVALUE) to `upper` (exclusive). */
+export interface OutboxPartition {
+  name: string;
+  lower: number | null;
+  upper: number;
+  /** Left half-detached by a `DETACH ... CONCURRENTLY` that did not finish. */
+  detachPending: boolean;
+}
+
+/** Partition names are the outbox's name and the first id they hold; the first one holds everything below. */
+export function partitionName(lower: number | null): string {
+  return lower === null ? 'outbox_p0' : `outbox_p${lower}`;
+}
+
+/** Whether the outbox of the schema is a partitioned table (false for a plain one; throws when it is missing). */
+export async function isPartitioned(db: Queryable, schema: string): Promise<boolean> {
+  const { rows } = await db.query<{ relkind: string }>(
+    `SELECT c.relkind FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+      WHERE n.nspname = $1 AND c.relname = 'outbox'`,
+    [schema],
+  );
+  if (rows.length === 0) {
+    throw new SchemaError(`schema ${quoteIdentifier(schema, 'schema')} has no outbox table: run \`outbox-relay migrate\` first`, { schema });
+  }
+  return rows[0]!.relkind === 'p';
+}
+
+/** The outbox's partitions, lowest ids first. */
+export async function listPartitions(db: Queryable, schema: string): Promise<OutboxPartition[]> {
+  const { rows } = await db.query<{ name: string; bound: string; pending: boolean }>(
+    `SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS bound, i.inhdetachpending AS pending
+       FROM pg_catalog.pg_inherits AS i
+       JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
+       JOIN pg_catalog.pg_class AS p ON p.oid = i.inhparent
+       JOIN pg_catalog.pg_namespace AS n ON n.oid = p.relnamespace
+      WHERE n.nspname = $1 AND p.relname = 'outbox'`,
+    [schema],
+  );
+  const parts = rows.map((r) => {
+    const m = /FROM \((.+?)\) TO \((.+?)\)/.exec(r.bound);
+    if (!m) throw new SchemaError(`partition ${r.name} of the outbox has a bound outbox-relay does not read: ${r.bound}`, { schema });
+    const value = (text: string): number | null => (text === 'MINVALUE' ? null : Number(text.replaceAll("'", '')));
+    const upper = value(m[2]!);
+    if (upper === null) throw new SchemaError(`partition ${r.name} of the outbox has no upper bound: ${r.bound}`, { schema });
+    return { name: r.name, lower: value(m[1]!), upper, detachPending: r.pending };
+  });
+  return parts.sort((a, b) => (a.lower ?? -Infinity) - (b.lower ?? -Infinity));
+}
+
+/** The highest id the outbox sequence handed out (0 before the first). */
+export async function sequenceLastId(db: Queryable, quotedSchema: string): Promise<number> {
+  const { rows } = await db.query<{ last: string }>(
+    `SELECT (CASE WHEN is_called THEN last_value ELSE last_value - 1 END)::text AS last FROM ${quotedSchema}.outbox_id_seq`,
+  );
+  return Number(rows[0]!.last);
+}
+
+/** Ids per partition: the span of the newest partition (the first one, from MINVALUE, has none). */
+export function partitionSize(parts: readonly OutboxPartition[]): number | undefined {
+  for (let i = parts.length - 1; i >= 0; i--) {
+    const p = parts[i]!;
+    if (p.lower !== null) return p.upper - p.lower;
+  }
+  return undefined;
+}
+
+/** Ids the writers can still take before the last partition is full (negative: they are failing). */
+export function headroomIds(parts: readonly OutboxPartition[], lastId: number): number {
+  const top = parts.length ? parts[parts.length - 1]!.upper : 0;
+  return top - 1 - lastId;
+}
+
+/**
+ * Create and attach one partition for the ids [lower, upper), in one short transaction:
+ * CREATE TABLE (LIKE ...) then ATTACH PARTITION, which takes SHARE UPDATE EXCLUSIVE on the
+ * outbox (writers and claims go on; `CREATE TABLE ... PARTITION OF` would take ACCESS
+ * EXCLUSIVE). The table is empty, so the bound check and its indexes cost nothing.
+ * Returns false when another maintainer created it first.
+ */
+export async function createPartition(db: Queryable, quotedSchema: string, lower: number, upper: number): Promise<boolean> {
+  const name = quoteIdentifier(partitionName(lower));
+  const client = db instanceof pg.Pool ? await db.connect() : db;
+  try {
+    await client.query('BEGIN');
+    try {
+      await client.query("SET LOCAL lock_timeout = '5s'");
+      await client.query(
+        `CREATE TABLE ${quotedSchema}.${name} (LIKE ${quotedSchema}.outbox INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS)`,
+      );
+      await client.query(`ALTER TABLE ${quotedSchema}.outbox ATTACH PARTITION ${quotedSchema}.${name} FOR VALUES FROM (${lower}) TO (${upper})`);
+      await client.query('COMMIT');
+      return true;
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      // 42P07: the table exists; 42P17: it would overlap one that does. Both mean another
+      // maintainer got there first.
+      const code = (error as { code?: string }).code;
+      if (code === '42P07' || code === '42P17') return false;
+      throw error;
+    }
+  } finally {
+    if (db instanceof pg.Pool) (client as pg.PoolClient).release();
+  }
+}
+
+/** Why {@link maintain} left a partition in place. */
+export type KeptReason = 'unsent rows' | 'dead letters' | 'retention' | 'late commit' | 'busy';
+
+/** What one {@link maintain} pass did. */
+export interface PartitionMaintenance {
+  /** Partitions created (their names). */
+  created: string[];
+  /** Partitions detached and dropped. */
+  dropped: string[];
+  /** Partitions wholly below the sequence that stay, and why. `late commit`: detached, found holding a row committed late, attached again. */
+  kept: Array<{ partition: string; reason: KeptReason }>;
+  /** Ids the writers can take before the last partition is full, after this pass. */
+  headroomIds: number;
+}
+
+/** Settings of one {@link maintain} pass (checked by the caller). */
+export interface MaintainSettings {
+  partitionsAhead: number;
+  retentionMs: number;
+}
+
+/**
+ * One maintenance pass over a partitioned outbox: finish detaches a crash left pending,
+ * create partitions until `partitionsAhead` whole ones lie above the sequence, and drop
+ * the partitions whose ids are all below the sequence, whose rows are all sent, whose
+ * range holds no dead letter (a replay puts it back under its id) and whose newest
+ * sent_at is older than the retention. Never a DEFAULT partition: it would
+ * make DETACH ... CONCURRENTLY impossible.
+ *
+ * Dropping: `DETACH PARTITION ... CONCURRENTLY` (no lock that writers or claims wait
+ * on; it waits for every transaction using the outbox to end, so afterwards nobody can
+ * still be inserting into it), then the partition is checked again: a row committed
+ * late by a writer that took its id before the check leaves it attached again, and the
+ * claim floors' generation is bumped, so relays whose floor passed that id while it was
+ * detached scan from the start again (src/relay/floor.ts).
+ *
+ * @throws SchemaError when the outbox is not partitioned
+ */
+export async function maintain(db: Queryable, schema: string, settings: MaintainSettings): Promise<PartitionMaintenance> {
+  const quoted = quoteIdentifier(schema, 'schema');
+  if (!(await isPartitioned(db, schema))) {
+    throw new SchemaError(`the outbox of schema ${quoted} is not partitioned: run \`outbox-relay partition-outbox\` first`, { schema });
+  }
+  const result: PartitionMaintenance = { created: [], dropped: [], kept: [], headroomIds: 0 };
+  let parts = await listPartitions(db, schema);
+  for (const p of parts.filter((x) => x.detachPending)) {
+    await db.query(`ALTER TABLE ${quoted}.outbox DETACH PARTITION ${quoted}.${quoteIdentifier(p.name)} FINALIZE`);
+    await dropOrReattach(db, quoted, p, result);
+  }
+  parts = parts.filter((x) => !x.detachPending);
+  const size = partitionSize(parts);
+  if (size === undefined) throw new SchemaError(`the outbox of schema ${quoted} has no partition with a lower bound: run \`outbox-relay partition-outbox\` again`, { schema });
+
+  let last = await sequenceLastId(db, quoted);
+  let top = parts.length ? parts[parts.length - 1]!.upper : 0;
+  // Enough whole partitions above the sequence; read it again after each creation, as
+  // writers move it meanwhile.
+  while (parts.filter((p) => p.lower !== null && p.lower > last).length < settings.partitionsAhead) {
+    if (await createPartition(db, quoted, top, top + size)) result.created.push(partitionName(top));
+    parts = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
+    top = parts[parts.length - 1]!.upper;
+    last = await sequenceLastId(db, quoted);
+  }
+
+  for (const p of parts) {
+    if (p.upper > last) break; // the sequence is in it, or it is ahead
+    const name = `${quoted}.${quoteIdentifier(p.name)}`;
+    if (await hasUnsent(db, name)) {
+      result.kept.push({ partition: p.name, reason: 'unsent rows' });
+      continue;
+    }
+    // A dead letter goes back into the outbox under its own id when replayed, which
+    // needs its partition: one with dead letters in its range stays until they are
+    // replayed or discarded.
+    const { rows: dead } = await db.query<{ dead: boolean }>(
+      `SELECT EXISTS (SELECT 1 FROM ${quoted}.outbox_dead_letters WHERE id >= $1 AND id < $2) AS dead`,
+      [p.lower ?? Number.MIN_SAFE_INTEGER, p.upper],
+    );
+    if (dead[0]!.dead) {
+      result.kept.push({ partition: p.name, reason: 'dead letters' });
+      continue;
+    }
+    if (settings.retentionMs > 0) {
+      const { rows } = await db.query<{ old: boolean | null }>(
+        `SELECT max(sent_at) < now() - make_interval(secs => $1) AS old FROM ${name}`,
+        [settings.retentionMs / 1000],
+      );
+      // A partition sent later than the retention: the ones above it were sent later
+      // still, as relays publish in id order, so none of them is read.
+      if (rows[0]?.old === false) {
+        result.kept.push({ partition: p.name, reason: 'retention' });
+        break;
+      }
+    }
+    try {
+      await db.query(`ALTER TABLE ${quoted}.outbox DETACH PARTITION ${name} CONCURRENTLY`);
+    } catch (error) {
+      // Another maintainer is detaching it (55000: already pending) or did (42P01, 42P16).
+      const code = (error as { code?: string }).code;
+      if (code === '55000' || code === '42P01' || code === '42P16' || code === '55006') {
+        result.kept.push({ partition: p.name, reason: 'busy' });
+        continue;
+      }
+      throw error;
+    }
+    await dropOrReattach(db, quoted, p, result);
+  }
+  const after = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
+  result.headroomIds = headroomIds(after, await sequenceLastId(db, quoted));
+  return result;
+}
+
+async function hasUnsent(db: Queryable, table: string): Promise<boolean> {
+  const { rows } = await db.query<{ unsent: boolean }>(`SELECT EXISTS (SELECT 1 FROM ${table} WHERE sent_at IS NULL) AS unsent`);
+  return rows[0]!.unsent;
+}
+
+/** After a detach: drop the partition, or attach it again when a late commit put an unsent row in it. */
+async function dropOrReattach(db: Queryable, quoted: string, p: OutboxPartition, result: PartitionMaintenance): Promise<void> {
+  const name = `${quoted}.${quoteIdentifier(p.name)}`;
+  if (!(await hasUnsent(db, name))) {
+    await db.query(`DROP TABLE ${name}`);
+    result.dropped.push(p.name);
+    return;
+  }
+  // The detach left a CHECK constraint equal to the bound, so this attach reads nothing.
+  const from = p.lower === null ? 'MINVALUE' : String(p.lower);
+  const client = db instanceof pg.Pool ? await db.connect() : db;
+  try {
+    await client.query('BEGIN');
+    await client.query(`ALTER TABLE ${quoted}.outbox ATTACH PARTITION ${name} FOR VALUES FROM (${from}) TO (${p.upper})`);
+    await client.query(`UPDATE ${quoted}.outbox_claim_floors SET generation = generation + 1`);
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw new OutboxError(
+      `partition ${p.name} holds unsent rows committed during its detach and could not be attached again: ${(error as Error).message}; attach it by hand (ALTER TABLE ${quoted}.outbox ATTACH PARTITION ${name} FOR VALUES FROM (${from}) TO (${p.upper}))`,
+      { retriable: true, context: { partition: p.name }, cause: error },
+    );
+  } finally {
+    if (db instanceof pg.Pool) (client as pg.PoolClient).release();
+  }
+  result.kept.push({ partition: p.name, reason: 'late commit' });
+}
