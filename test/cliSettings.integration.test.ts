@@ -200,6 +200,7 @@ test('integration: every setting refuses a bad value from its flag and from its 
     { env: 'OUTBOX_DEAD_LETTER_POLICY_TOPICS', value: 'audit=maybe', command: ['run'] },
     { env: 'OUTBOX_ON_PUBLISH', value: 'keep', command: ['run'] },
     { env: 'OUTBOX_BREAKER_FAILURES', value: '0', command: ['run'] },
+    { env: 'OUTBOX_POOLER', value: 'pgbouncer', command: ['run'] },
     { env: 'OUTBOX_CLIENT_ID', value: 'has space', command: ['run'] },
     { env: 'OUTBOX_COMPRESSION', value: 'zstd', command: ['run'], pattern: /is not one of none, gzip/ },
     { env: 'OUTBOX_PRODUCER', value: 'rdkafka', command: ['run'] },
