@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { DEFAULT_SCHEMA, quoteIdentifier } from '../shared/identifiers.js';
-import type { DatabaseOptions } from '../shared/database.js';
+import { connectionError, createPool, type DatabaseOptions } from '../shared/database.js';
 import { OutboxError } from '../shared/errors.js';
 import { optionValue } from '../shared/settings.js';
 import { parseDuration } from '../shared/durations.js';
@@ -256,14 +256,31 @@ export async function maintainPartitions(options: MaintainPartitionsOptions = {}
   const retentionMs = (parseDuration(retention) as { value: number }).value;
   const schema = options.schema ?? DEFAULT_SCHEMA;
   const logger = options.logger ?? silentLogger();
-  const { db, close } = await openDatabase(options, 'outbox-relay:maintain-partitions');
+  // From a URL, a pool of two: the pass runs beside the transaction that holds the
+  // maintainers' lock (see maintain()).
+  const own = !options.client && !options.pool && options.databaseUrl ? createPool(options.databaseUrl, 'outbox-relay:maintain-partitions', 2, logger) : undefined;
   try {
-    const result = await maintain(db, schema, { partitionsAhead: ahead, retentionMs });
-    logger.info({ ...result, schema, retention }, 'maintained outbox partitions');
-    return result;
+    const { db, close } = await openDatabase(own ? { pool: own, schema } : options, 'outbox-relay:maintain-partitions');
+    try {
+      const result = await maintain(db, schema, { partitionsAhead: ahead, retentionMs });
+      logger.info({ ...result, schema, retention }, 'maintained outbox partitions');
+      return result;
+    } finally {
+      await close();
+    }
+  } catch (error) {
+    throw connectionFailure(error, options);
   } finally {
-    await close();
+    await own?.end();
   }
 }
 
 export type { PartitionMaintenance } from '../relay/partitions.js';
+
+/** A pool's failure to connect as the one-line ConnectionError `connect()` gives; other errors as they are. */
+function connectionFailure(error: unknown, options: DatabaseOptions): unknown {
+  if (error instanceof OutboxError || !options.databaseUrl || options.client || options.pool) return error;
+  const code = (error as { code?: string }).code ?? '';
+  const connecting = /^(E[A-Z]+|28\w{3}|3D000|57P03)$/.test(code) || /connect|Connection terminated/i.test((error as Error).message ?? '');
+  return connecting ? connectionError(options.databaseUrl, error) : error;
+}
