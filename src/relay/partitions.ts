@@ -148,7 +148,7 @@ export interface PartitionMaintenance {
   kept: Array<{ partition: string; reason: KeptReason }>;
   /** Ids the writers can take before the last partition is full, after this pass. */
   headroomIds: number;
-  /** True when another maintainer was at work (on a pool only): this pass did nothing. */
+  /** True when another maintainer was at work (on a pool only): this pass did nothing (but finish a crashed detach). */
   skipped?: boolean;
 }
 
@@ -189,11 +189,26 @@ export async function maintain(db: Queryable, schema: string, settings: Maintain
   try {
     await holder.query('BEGIN');
     const { rows } = await holder.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock(hashtext($1)) AS locked', [`outbox-relay:partitions:${schema}`]);
-    if (!rows[0]!.locked) {
+    const skipped = async (done: PartitionMaintenance): Promise<PartitionMaintenance> => {
       const parts = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
-      return { created: [], dropped: [], kept: [], headroomIds: headroomIds(parts, await sequenceLastId(db, quoted)), skipped: true };
+      return { ...done, headroomIds: headroomIds(parts, await sequenceLastId(db, quoted)), skipped: true };
+    };
+    if (!rows[0]!.locked) return await skipped({ created: [], dropped: [], kept: [], headroomIds: 0 });
+    // A detach a crash left pending: FINALIZE waits for every snapshot older than it,
+    // this transaction's too, so it runs in this transaction, which then ends and takes
+    // the lock again. Nobody else holds the lock: no other maintainer is detaching.
+    const pending = (await listPartitions(db, schema)).filter((x) => x.detachPending);
+    const finished: PartitionMaintenance = { created: [], dropped: [], kept: [], headroomIds: 0 };
+    if (pending.length) {
+      for (const p of pending) await holder.query(`ALTER TABLE ${quoted}.outbox DETACH PARTITION ${quoted}.${quoteIdentifier(p.name)} FINALIZE`);
+      await holder.query('COMMIT');
+      for (const p of pending) await dropOrReattach(db, quoted, p, finished);
+      await holder.query('BEGIN');
+      const again = await holder.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock(hashtext($1)) AS locked', [`outbox-relay:partitions:${schema}`]);
+      if (!again.rows[0]!.locked) return await skipped(finished);
     }
-    return await maintainLocked(db, schema, quoted, settings);
+    const result = await maintainLocked(db, schema, quoted, settings);
+    return { ...result, dropped: [...finished.dropped, ...result.dropped], kept: [...finished.kept, ...result.kept] };
   } finally {
     await holder.query('COMMIT').catch(() => undefined);
     holder.release();
