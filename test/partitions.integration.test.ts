@@ -100,6 +100,12 @@ test('integration: the converted outbox keeps its sequence, defaults, generated 
   );
   assert.deepEqual(grants.rows, [{ sel: true, del: true, upd: true, upd_topic: false }]);
   await db.pool.query(`REVOKE ALL ON "${db.schema}".outbox FROM outbox_part_probe`);
+  // Producer-side dedup needs a unique index on dedup_key alone, which a partitioned table
+  // cannot have: refused with the reason, not Postgres's ON CONFLICT error.
+  await assert.rejects(writeCommitted(db, [{ topic: 't', key: 'k', payload: {}, dedupKey: 'd1' }]), {
+    name: 'OutboxError',
+    message: /dedupKey needs the outbox's unique dedup index, which a partitioned outbox cannot have \(docs\/partitioning\.md\)/,
+  });
 });
 
 test('integration: maintain-partitions with writers and a relay running: partitions created ahead, fully sent ones dropped, a parked key\'s partition and its dead letter kept, per-key order across boundaries and detaches', async () => {
