@@ -34,7 +34,7 @@ async function relkind(db: TestSchema): Promise<string> {
   return rows[0]!.k;
 }
 
-test('integration: partition-outbox converts a live outbox (writers and a relay running): no row lost, per-key order kept, no writer blocked long; again it does nothing', async () => {
+test('integration: partition-outbox converts a live outbox (writers and a relay running): no row lost, per-key order kept, no writer blocked long; again it does nothing', async (t) => {
   const db = await schema('partconv');
   const topic = await createTopic(4);
   const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 100 });
@@ -49,6 +49,7 @@ test('integration: partition-outbox converts a live outbox (writers and a relay 
     const afterConversion = writers.rows;
     await waitFor('rows after the conversion', () => writers.rows >= afterConversion + 1_500);
     await writers.stop();
+    t.diagnostic(`conversion: ${result.lockRetries} lock retries; longest writer transaction ${writers.longestTransactionMs.toFixed(0)} ms; ${writers.rows} rows`);
     assert.ok(writers.longestTransactionMs < 2_000, `longest writer transaction ${writers.longestTransactionMs.toFixed(0)} ms`);
 
     assert.equal(await relkind(db), 'p');

@@ -175,3 +175,57 @@ test('integration: partition-outbox and maintain-partitions refuse bad input wit
   const maintained = await run(['maintain-partitions', '--retention', '0s']);
   assert.deepEqual([maintained.code, maintained.out], [0, 'created none; dropped none; kept none; headroom 14999 ids']);
 });
+
+test('integration: the conversion waits for its lock no longer than its lock timeout per try: a transaction holding the outbox makes it try again, then gives up at maxWaitMs with a retriable error', async () => {
+  const plain = await createTestSchema('partlock');
+  schemas.push(plain);
+  const holder = await plain.pool.connect();
+  const waiting = async (): Promise<boolean> => {
+    const r = await plain.pool.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = 'outbox-relay:partition-outbox' AND wait_event_type = 'Lock'`);
+    return r.rowCount === 1;
+  };
+  try {
+    // A writer's open transaction: its lock on the outbox outlasts every try.
+    await holder.query('BEGIN');
+    await holder.query(`INSERT INTO "${plain.schema}".outbox (topic, key, payload) VALUES ('t', 'k', '{}')`);
+    const started = performance.now();
+    await assert.rejects(partitionOutbox({ databaseUrl: plain.databaseUrl, schema: plain.schema, partitionSizeIds: 1_000, maxWaitMs: 1_000 }), (error: Error & { retriable?: boolean }) => {
+      assert.match(error.message, /could not lock the outbox for 200 ms in a row before its deadline/);
+      assert.equal(error.retriable, true);
+      return true;
+    });
+    assert.ok(performance.now() - started < 5_000);
+    // Again, and the writer commits once a try has timed out (seen waiting, then not).
+    const conversion = partitionOutbox({ databaseUrl: plain.databaseUrl, schema: plain.schema, partitionSizeIds: 1_000 });
+    await waitFor('a try waiting for its lock', waiting, { intervalMs: 5 });
+    await waitFor('that try timing out', async () => !(await waiting()), { intervalMs: 5 });
+    await holder.query('COMMIT');
+    const result = await conversion;
+    assert.equal(result.converted, true);
+    assert.ok(result.lockRetries >= 1, `${result.lockRetries} retries`);
+    const { rows } = await plain.pool.query(`SELECT count(*)::int AS n FROM "${plain.schema}".outbox`);
+    assert.equal(rows[0].n, 1, "the writer's row is in the partitioned outbox");
+  } finally {
+    await holder.query('ROLLBACK').catch(() => undefined);
+    holder.release();
+  }
+});
+
+test('integration: one maintenance pass at a time per outbox: a pass that finds the maintainers\' lock taken does nothing and says so', async () => {
+  const db = await partitioned('partturn');
+  await db.pool.query(`SELECT setval($1, 1500)`, [`"${db.schema}".outbox_id_seq`]);
+  const other = await db.pool.connect();
+  try {
+    await other.query('BEGIN');
+    await other.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`outbox-relay:partitions:${db.schema}`]);
+    const skipped = await maintainPartitions({ pool: db.pool, schema: db.schema, retention: '0s' });
+    assert.deepEqual(skipped, { created: [], dropped: [], kept: [], headroomIds: 1_499, skipped: true });
+    await other.query('COMMIT');
+    const pass = await maintainPartitions({ pool: db.pool, schema: db.schema, retention: '0s' });
+    assert.deepEqual(pass.created, ['outbox_p3000']);
+    assert.equal(pass.skipped, undefined);
+  } finally {
+    await other.query('ROLLBACK').catch(() => undefined);
+    other.release();
+  }
+});

@@ -30,7 +30,7 @@ export interface PartitionOutboxResult {
   firstBoundId: number;
   /** Ids per partition. */
   partitionSizeIds: number;
-  /** How many times the swap gave up on its lock (writers or relays held the table) and tried again. */
+  /** How many times a step gave up on its lock (writers or relays held the table) and tried again. */
   lockRetries: number;
 }
 
@@ -83,7 +83,8 @@ export async function partitionOutbox(options: PartitionOutboxOptions = {}): Pro
     const deadline = Date.now() + maxWaitMs;
     let lockRetries = 0;
     for (;;) {
-      const bound = await addBoundCheck(client, q, size, deadline);
+      const { bound, retries } = await addBoundCheck(client, q, size, deadline);
+      lockRetries += retries;
       await buildDedupTwin(client, q);
       const outcome = await swap(client, q, bound, size, deadline);
       lockRetries += outcome.retries;
@@ -133,18 +134,18 @@ async function withLockRetries<T>(client: pg.ClientBase, deadline: number, fn: (
   }
 }
 
-/** Step 1: the check that lets the attach skip its scan. Returns B. */
-async function addBoundCheck(client: pg.ClientBase, q: string, size: number, deadline: number): Promise<number> {
+/** Step 1: the check that lets the attach skip its scan. Returns B, and how often its lock was tried again. */
+async function addBoundCheck(client: pg.ClientBase, q: string, size: number, deadline: number): Promise<{ bound: number; retries: number }> {
   const last = await sequenceLastId(client, q);
   const bound = Math.ceil((last + size) / size) * size;
-  await withLockRetries(client, deadline, () =>
+  const { retries } = await withLockRetries(client, deadline, () =>
     client.query(
       `ALTER TABLE ${q}.outbox DROP CONSTRAINT IF EXISTS ${BOUND_CHECK}, ADD CONSTRAINT ${BOUND_CHECK} CHECK (id < ${bound}) NOT VALID`,
     ),
   );
   // SHARE UPDATE EXCLUSIVE: reads the table while writers and relays go on.
   await client.query(`ALTER TABLE ${q}.outbox VALIDATE CONSTRAINT ${BOUND_CHECK}`);
-  return bound;
+  return { bound, retries };
 }
 
 /**
