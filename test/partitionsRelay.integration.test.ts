@@ -1,5 +1,6 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
+import pg from 'pg';
 import { Registry } from 'prom-client';
 import { createRelay } from '../src/relay/relay.js';
 import { listPartitions } from '../src/relay/partitions.js';
@@ -224,6 +225,13 @@ test('integration: one maintenance pass at a time per outbox: a pass that finds 
     const pass = await maintainPartitions({ pool: db.pool, schema: db.schema, retention: '0s' });
     assert.deepEqual(pass.created, ['outbox_p3000']);
     assert.equal(pass.skipped, undefined);
+    // A pool of one would deadlock (the lock's transaction holds its only connection).
+    const one = new pg.Pool({ connectionString: db.databaseUrl, max: 1 });
+    try {
+      await assert.rejects(maintainPartitions({ pool: one, schema: db.schema }), { name: 'ConfigError', message: /pool of at least 2 connections/ });
+    } finally {
+      await one.end();
+    }
   } finally {
     await other.query('ROLLBACK').catch(() => undefined);
     other.release();

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { quoteIdentifier } from '../shared/identifiers.js';
-import { OutboxError, SchemaError } from '../shared/errors.js';
+import { ConfigError, OutboxError, SchemaError } from '../shared/errors.js';
 
 // The partitioned outbox (docs/partitioning.md): reading its partitions, creating the
 // ones ahead of the sequence and dropping the old ones whose rows are all sent. The relay
@@ -181,6 +181,8 @@ export async function maintain(db: Queryable, schema: string, settings: Maintain
     throw new SchemaError(`the outbox of schema ${quoted} is not partitioned: run \`outbox-relay partition-outbox\` first`, { schema });
   }
   if (!(db instanceof pg.Pool)) return await maintainLocked(db, schema, quoted, settings);
+  // The lock's transaction holds one connection while the pass needs another.
+  if ((db.options.max ?? 10) < 2) throw new ConfigError('pool', 'partition maintenance needs a pool of at least 2 connections (one holds the maintainers\' lock)');
   // One maintainer at a time: a transaction-level advisory lock, held by a transaction
   // of its own (no session state: it works through a transaction pooler) while the pass
   // runs on other connections. That transaction touches no table, so the detaches, which
