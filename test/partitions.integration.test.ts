@@ -1,6 +1,7 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRelay } from '../src/relay/relay.js';
+import { migrate } from '../src/commands/migrate.js';
 import { listPartitions } from '../src/relay/partitions.js';
 import { maintainPartitions, partitionOutbox, type PartitionMaintenance } from '../src/commands/partitions.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
@@ -73,7 +74,7 @@ test('integration: partition-outbox converts a live outbox (writers and a relay 
   }
 });
 
-test('integration: the converted outbox keeps its sequence, defaults, generated shard, checks and the relay role grants', async () => {
+test('integration: the converted outbox keeps its sequence, defaults, generated shard, checks and the relay role grants; migrate stays a no-op on it', async () => {
   const db = await schema('partshape');
   await db.pool.query(`DO $$ BEGIN IF to_regrole('outbox_part_probe') IS NULL THEN CREATE ROLE outbox_part_probe NOLOGIN; END IF; END $$`);
   await db.pool.query(`GRANT SELECT, DELETE ON "${db.schema}".outbox TO outbox_part_probe`);
@@ -82,6 +83,9 @@ test('integration: the converted outbox keeps its sequence, defaults, generated 
   const result = await partitionOutbox({ pool: db.pool, schema: db.schema, partitionSizeIds: 1_000 });
   assert.ok(performance.now() - started < 5_000, 'an empty outbox converts at once');
   assert.deepEqual([result.converted, result.firstBoundId], [true, 1_000]);
+  // migrate stays a no-op, and its schema check accepts the partitioned table.
+  const again = await migrate({ databaseUrl: db.databaseUrl, schema: db.schema });
+  assert.deepEqual(again.applied, []);
   const [id] = await writeCommitted(db, [{ topic: 't', key: 'k', payload: { a: 1 } }]);
   const { rows } = await db.pool.query(`SELECT shard, attempts, message_id IS NOT NULL AS has_message_id FROM "${db.schema}".outbox WHERE id = $1`, [id]);
   assert.deepEqual(rows, [{ shard: (await db.pool.query(`SELECT (hashtext('k') & 255)::smallint AS s`)).rows[0].s, attempts: 0, has_message_id: true }]);
