@@ -40,9 +40,12 @@ test('integration: a relay SIGKILLed mid-detach on a partitioned outbox, writers
     // A transaction on the outbox held open makes the relay's next detach wait for it.
     await holder.query('BEGIN');
     const { rows } = await holder.query<{ message_id: string }>(`INSERT INTO "${db.schema}".outbox (topic, key, payload) VALUES ($1, 'holder', '{}') RETURNING message_id`, [topic]);
+    // Its second phase, which waits for the transactions using the outbox (virtualxid),
+    // after the first has committed the pending state; the first phase may wait for a
+    // lock too (autovacuum on the partition), and a crash there leaves nothing pending.
     const detach = await waitFor('a detach waiting for the held transaction', async () => {
       const r = await db.pool.query<{ pid: number }>(
-        `SELECT pid FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE%DETACH PARTITION%CONCURRENTLY' AND wait_event_type = 'Lock'`,
+        `SELECT pid FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE%DETACH PARTITION%CONCURRENTLY' AND wait_event = 'virtualxid'`,
       );
       return r.rows[0]?.pid;
     }, { timeoutMs: 60_000 });

@@ -128,7 +128,7 @@ test('integration: a row committed while its partition is being detached is kept
     // The partition looks empty of unsent rows to the pass, so it detaches it: the detach
     // waits for the writer's transaction.
     await waitFor('the detach waiting for the writer', async () => {
-      const r = await db.pool.query(`SELECT 1 FROM pg_stat_activity WHERE query LIKE '%DETACH PARTITION%CONCURRENTLY%' AND wait_event_type = 'Lock'`);
+      const r = await db.pool.query(`SELECT 1 FROM pg_stat_activity WHERE query LIKE '%DETACH PARTITION%CONCURRENTLY%' AND wait_event = 'virtualxid'`);
       return r.rowCount === 1;
     });
     await writer.query('COMMIT');
