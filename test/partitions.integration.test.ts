@@ -134,7 +134,7 @@ test('integration: maintain-partitions with writers and a relay running: partiti
   let maintaining = true;
   const maintainer = (async () => {
     while (maintaining) {
-      passes.push(await maintainPartitions({ pool: db.pool, schema: db.schema, retention: '0s', partitionsAhead: 2 }));
+      passes.push(await maintainPartitions({ pool: db.pool, schema: db.schema, retention: '0s', partitionsAhead: 4 }));
       await new Promise((r) => setTimeout(r, 100)); // the cadence of a maintenance loop
     }
   })();

@@ -30,7 +30,9 @@ test('integration: a relay SIGKILLed mid-detach on a partitioned outbox, writers
     OUTBOX_LOG_LEVEL: 'warn',
     OUTBOX_PRODUCER: TEST_PRODUCER,
   };
-  const args = ['run', '--batch-size', '100', '--partition-maintenance-interval-ms', '200', '--partition-retention', '0s'];
+  // Partitions far enough ahead for the writers to outlast the crash: no maintainer runs
+  // between the kill and the next relay's first pass.
+  const args = ['run', '--batch-size', '100', '--partition-maintenance-interval-ms', '200', '--partition-retention', '0s', '--partitions-ahead', '20'];
   const writers = startWriters(db.pool, db.schema, topic, 3, 30);
   const first = spawnCli(args, env);
   const holder = await db.pool.connect();

@@ -41,7 +41,7 @@ test('integration: the relay maintains its partitioned outbox itself (created ah
   const topic = await createTopic(4);
   const relay = createRelay({
     producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema,
-    batchSize: 100, partitionMaintenanceIntervalMs: 200, partitionRetention: '0s', partitionsAhead: 2,
+    batchSize: 100, partitionMaintenanceIntervalMs: 200, partitionRetention: '0s', partitionsAhead: 4,
   });
   const registry = new Registry();
   const metrics = instrumentRelay(relay, { registry, sampleIntervalMs: 100, processMetrics: false });
