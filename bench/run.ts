@@ -1,8 +1,8 @@
 /**
  * The benchmark suite (issue 7): one command, real servers, one run, one table.
  *
- *   npm run bench                 # full profile (~15 minutes on the 2-core machine)
- *   npm run bench -- --quick      # small sizes, for trying things (~4 minutes)
+ *   npm run bench                 # full profile (~35 minutes on the 2-core machine)
+ *   npm run bench -- --quick      # small sizes, for trying things (~7 minutes)
  *   npm run bench -- --only consumer,peer
  *   npm run bench -- --quick --out /tmp/bench   # results and summary in /tmp/bench, not bench/results/<stamp>/ and bench/committed/
  *
@@ -32,8 +32,10 @@ import { stampede } from './sections/stampede.js';
 import { relayCost } from './sections/relayCost.js';
 import { debezium } from './sections/debezium.js';
 import { multiOutbox } from './sections/multiOutbox.js';
+import { retention } from './sections/retention.js';
+import { pooler } from './sections/pooler.js';
 
-const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox'] as const;
+const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
@@ -108,6 +110,10 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
   { name: 'debezium', title: '10. vs Debezium', run: (pool) => debezium(pool, { quick: args.quick }) },
   // N outboxes drained by one relay process against N relay processes (N = 4).
   { name: 'multioutbox', title: '11. many outboxes', run: (pool) => multiOutbox(pool, { quick: args.quick }) },
+  // Sustained load with mark + cleanup, delete mode and partition retention, and the writers alone, one after another on a private cluster.
+  { name: 'retention', title: '12. retention', run: (pool) => retention(pool, { rate: P.retentionRate, seconds: P.retentionSeconds, quick: args.quick }) },
+  // The relay direct against through PgBouncer in transaction pooling (pooler: 'transaction'): drain rows/s, Postgres CPU per row, pick-up latency.
+  { name: 'pooler', title: '13. pooled mode', run: (pool) => pooler(pool, { rows: P.poolerRows, rounds: P.poolerRounds, pickUpSeconds: P.poolerPickUpSeconds }) },
 ];
 
 // The selected sections and those they need, in the order of the list.

@@ -18,8 +18,15 @@ import type { RunSummary } from './summary.js';
 /** The files with tables, relative to the repository root. */
 export const TABLE_FILES = ['README.md', 'docs/benchmarks.md'] as const;
 
-export const KINDS = ['readme', 'docs'] as const;
+export const KINDS = ['readme', 'docs', 'retention', 'pooler'] as const;
 export type Kind = (typeof KINDS)[number];
+
+/**
+ * Kinds that render one section's rows (the section label their rows carry), for a page
+ * that explains that section: each names its own summary, so a run of that section alone
+ * (`--only retention`) can feed it while the other tables keep theirs.
+ */
+export const SECTION_KINDS: Partial<Record<Kind, string>> = { retention: '12. retention', pooler: '13. pooled mode' };
 
 /**
  * Rows without a target that README shows for context, by section and the start of their
@@ -80,6 +87,15 @@ export function readmeRows(rows: Row[]): Row[] {
 
 /** What goes between a block's markers (without the markers). */
 export function renderBlock(kind: Kind, s: RunSummary, from: string): string {
+  const sectionLabel = SECTION_KINDS[kind];
+  if (sectionLabel !== undefined) {
+    const rows = s.rows.filter((r) => r.section === sectionLabel);
+    if (rows.length === 0) return `The run in \`${from}\` has no rows of section "${sectionLabel}" (its sections: ${s.sectionsSelected.join(', ')}).`;
+    const out = [describeRun(s, from), '', '| what | result | target | met | load |', '|---|---|---|---|---:|'];
+    for (const r of rows) out.push(`| ${cell(r.what)} | ${cell(r.value)} | ${cell(r.target ?? '')} | ${met(r)} | ${r.load1} |`);
+    out.push('', notMet({ ...s, rows }));
+    return out.join('\n');
+  }
   const out = [describeRun(s, from), ''];
   if (kind === 'readme') {
     out.push('| figure | result | target | met |', '|---|---|---|---|');
@@ -126,13 +142,13 @@ export function findBlocks(text: string, file: string): Block[] {
 
 /**
  * The file with every block rewritten from the summary it names (or from `from`, which
- * then becomes the name in every marker).
+ * then becomes the name in every marker, or in those of the `kinds` given).
  */
-export function regenerate(text: string, file: string, load: (from: string) => RunSummary, from?: string): string {
+export function regenerate(text: string, file: string, load: (from: string) => RunSummary, from?: string, kinds?: readonly Kind[]): string {
   let out = '';
   let at = 0;
   for (const b of findBlocks(text, file)) {
-    const source = from ?? b.from;
+    const source = from !== undefined && (kinds === undefined || kinds.includes(b.kind)) ? from : b.from;
     const head = text.slice(at, b.start).replace(/(<!-- bench:table:\S+? from=)\S+( -->\n)$/, `$1${source}$2`);
     out += `${head}${renderBlock(b.kind, load(source), source)}\n`;
     at = b.end;

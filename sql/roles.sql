@@ -52,5 +52,7 @@ GRANT USAGE ON SCHEMA :"schema" TO :"consumer_role";
 GRANT SELECT ON :"schema".outbox_migrations TO :"consumer_role";
 -- Records idempotency keys; takes back the keys of failed messages; the retention purge.
 GRANT SELECT, INSERT, DELETE ON :"schema".processed_messages TO :"consumer_role";
+-- The purge picks its batch FOR UPDATE SKIP LOCKED, which needs UPDATE on some column.
+GRANT UPDATE (processed_at) ON :"schema".processed_messages TO :"consumer_role";
 -- The version gate.
 GRANT SELECT, INSERT, UPDATE ON :"schema".entity_versions TO :"consumer_role";

@@ -84,7 +84,7 @@ test('integration: /healthz, /readyz and /metrics of a running relay; not ready 
   assert.equal(ready.type, 'application/json');
   const report = JSON.parse(ready.body) as { ready: boolean; checks: Record<string, { ok: boolean; detail: string }> };
   assert.equal(report.ready, true);
-  assert.deepEqual(Object.keys(report.checks).sort(), ['claim', 'database', 'kafka', 'publishing', 'schema', 'shards']);
+  assert.deepEqual(Object.keys(report.checks).sort(), ['batches', 'claim', 'database', 'kafka', 'publishing', 'schema', 'shards']);
   assert.ok(Object.values(report.checks).every((c) => c.ok));
   assert.match(report.checks.shards?.detail ?? '', /^(owns \d+ shard\(s\)|waiting for shards)$/);
 

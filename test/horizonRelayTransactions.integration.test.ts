@@ -9,9 +9,10 @@ import { createTopic, readTopic, testBrokers } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
 import { pausableBroker } from './helpers/pausableBroker.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
+import { batchMarker } from '../src/relay/sql/claim.js';
 
-// The horizon ignores the relay's own transactions (they never insert outbox rows), and
-// only those: src/relay/horizon.ts has the argument.
+// The horizon ignores the relay's own batches (they never insert outbox rows), and only
+// those: src/relay/horizon.ts has the argument.
 
 let db: TestSchema;
 before(async () => {
@@ -33,10 +34,10 @@ async function insertRow(key: string, topic = 'horizon-relay'): Promise<number> 
   }
 }
 
-async function relayBatchXid(applicationName: string): Promise<string | null> {
+async function relayBatchXid(relayId: string): Promise<string | null> {
   const { rows } = await db.pool.query<{ xid: string | null }>(
-    `SELECT backend_xid::text AS xid FROM pg_stat_activity WHERE application_name = $1 AND backend_xid IS NOT NULL AND state = 'idle in transaction'`,
-    [applicationName],
+    `SELECT backend_xid::text AS xid FROM pg_stat_activity WHERE starts_with(query, $1) AND backend_xid IS NOT NULL AND state = 'idle in transaction'`,
+    [batchMarker(relayId)],
   );
   return rows[0]?.xid ?? null;
 }
@@ -54,11 +55,11 @@ test('integration: a relay batch held open (its Kafka send stalled) does not hol
     sockets.pause();
     const stalled = await insertRow('stalled', topic);
     // The relay claimed it (FOR UPDATE: its transaction has an xid) and waits for Kafka.
-    const xid = await waitFor('the relay batch holding a transaction id', () => relayBatchXid(relay.applicationName));
+    const xid = await waitFor('the relay batch holding a transaction id', () => relayBatchXid(relay.instanceId));
     const later = await insertRow('later', topic);
     assert.ok(later > stalled);
     await waitFor(`the watermark passes ${later} while the relay batch is open`, () => relay.watermark >= later);
-    assert.equal(await relayBatchXid(relay.applicationName), xid, 'the batch was still open when the horizon passed it');
+    assert.equal(await relayBatchXid(relay.instanceId), xid, 'the batch was still open when the horizon passed it');
     sockets.resume();
     const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.key)).size >= 3);
     assert.deepEqual([...new Set(messages.map((m) => m.key))].sort(), ['later', 'stalled', 'warm-up']);
@@ -68,37 +69,44 @@ test('integration: a relay batch held open (its Kafka send stalled) does not hol
   }
 });
 
-test('integration: an open transaction that is not a relay backend still holds the horizon back, even under a name that starts like a relay\'s (outbox-relay:dead-letters-replay)', async () => {
+test("integration: an open transaction that is not a relay batch still holds the horizon back, even under a relay's application_name (what a transaction pooler hands the next client) or a name that starts like one (outbox-relay:dead-letters-replay)", async () => {
   // A relay of this outbox registered under the default client id.
   const relayName = 'outbox-relay:0123456789ab';
   await db.pool.query(`INSERT INTO "${db.schema}".outbox_relays (relay_id, application_name, lease_ttl_ms) VALUES ('0123456789ab', $1, 10000)`, [relayName]);
   const probe = await openProbeConnection(db.databaseUrl, 'test:horizon');
-  const open = async (applicationName: string): Promise<pg.Client> => {
+  /** An open transaction holding an xid, whose last statement is `statement`. */
+  const open = async (applicationName: string, statement: string): Promise<pg.Client> => {
     const c = await openProbeConnection(db.databaseUrl, applicationName);
     await c.query('BEGIN');
-    await c.query('SELECT pg_current_xact_id()');
+    await c.query(statement);
     return c;
   };
   const h = new Horizon(`"${db.schema}"`, 60_000);
+  const held = async (tx: pg.Client, key: string, what: string): Promise<void> => {
+    const id = await insertRow(key);
+    for (let i = 0; i < 5; i++) await h.probe(probe);
+    assert.ok(h.watermark < id, `watermark ${h.watermark} stays below ${id} while ${what} is open`);
+    await tx.query('COMMIT');
+    await tx.end();
+    await waitFor(`released past ${id} once ${what} committed`, async () => {
+      await h.probe(probe);
+      return h.watermark >= id;
+    });
+  };
   try {
-    // A transaction on that relay's connection is ignored...
-    const relayTx = await open(relayName);
+    // A transaction running that relay's batch (its statement carries the batch marker) is ignored...
+    const relayTx = await open('anything', `${batchMarker('0123456789ab')} SELECT pg_current_xact_id()`);
     const a = await insertRow('a');
-    await waitFor(`released past ${a} with the relay's transaction open`, async () => {
+    await waitFor(`released past ${a} with the relay's batch open`, async () => {
       await h.probe(probe);
       return h.watermark >= a;
     });
-    // ...one under the replay command's name (it inserts outbox rows) is not.
-    const replayTx = await open('outbox-relay:dead-letters-replay');
-    const b = await insertRow('b');
-    for (let i = 0; i < 5; i++) await h.probe(probe);
-    assert.ok(h.watermark < b, `watermark ${h.watermark} stays below ${b} while the replay's transaction is open`);
-    await replayTx.query('COMMIT');
-    await replayTx.end();
-    await waitFor(`released past ${b} once it committed`, async () => {
-      await h.probe(probe);
-      return h.watermark >= b;
-    });
+    // ...one under the relay's application_name without the marker is not (behind PgBouncer
+    // 1.18 an application's insert may run under the name a relay set last)...
+    await held(await open(relayName, 'SELECT pg_current_xact_id()'), 'b', "a transaction under the relay's name");
+    // ...nor one under the replay command's name (it inserts outbox rows), nor another relay's marker.
+    await held(await open('outbox-relay:dead-letters-replay', 'SELECT pg_current_xact_id()'), 'c', "the replay's transaction");
+    await held(await open('x', `${batchMarker('ffffffffffff')} SELECT pg_current_xact_id()`), 'd', 'a batch of a relay not registered here');
     await relayTx.query('COMMIT');
     await relayTx.end();
   } finally {

@@ -8,7 +8,8 @@ import { maintainPartitions, partitionOutbox } from '../src/commands/partitions.
 // they take on a plain one, partition by partition: the claim walks each partition's
 // unsent-row index in id order, the partitions in order (an ordered Append: no sort, no
 // Merge Append of unordered inputs), partitions above the horizon pruned; mark, delete
-// and dead-letter move are primary-key lookups. Same plan whether analyzed or not.
+// and dead-letter move are primary-key lookups. Same plan whether analyzed or not, for the
+// relay's generic plans, for the values, and with the values written in (pooled mode).
 
 const schemas: TestSchema[] = [];
 after(async () => {
@@ -59,9 +60,10 @@ test('integration: plan shapes on a partitioned outbox: the claim walks the part
   for (const [name, db] of Object.entries(cases)) {
     const unsentIdx = await indexPartitions(db, 'outbox_unsent_idx');
     const pkey = await indexPartitions(db, 'outbox_pkey');
-    for (const generic of [true, false]) {
-      const label = `${name}, ${generic ? 'generic' : 'for the values'}`;
-      const s = (shapes[label] = await shapesOf(db, generic));
+    for (const mode of ['generic', 'values', 'inline'] as const) {
+      const generic = mode === 'generic';
+      const label = `${name}, ${{ generic: 'generic', values: 'for the values', inline: 'values written in' }[mode]}`;
+      const s = (shapes[label] = await shapesOf(db, mode));
       t.diagnostic(`${label}: claim ${s.claim}`);
       assertIndexOnly(`claim (${label})`, s.claimNodes, (n) => unsentIdx.has(n['Index Name'] ?? ''), partitionScan);
       assert.ok(!s.claimNodes.some((n) => n['Node Type'] === 'Sort' || n['Node Type'].startsWith('Bitmap')), `claim (${label}): no sort or bitmap scan: ${s.claim}`);
@@ -78,7 +80,7 @@ test('integration: plan shapes on a partitioned outbox: the claim walks the part
       }
     }
   }
-  for (const kind of ['generic', 'for the values']) {
+  for (const kind of ['generic', 'for the values', 'values written in']) {
     const [first, ...rest] = Object.entries(shapes).filter(([name]) => name.endsWith(kind));
     for (const [name, s] of rest) {
       for (const statement of ['claim', 'mark', 'delete', 'deadLetter'] as const) {

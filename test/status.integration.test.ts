@@ -86,13 +86,13 @@ test('integration: a relay transaction holding claimed rows counts as a batch in
   const applicationName = `outbox-relay:${relayId}`;
   await db.pool.query(`INSERT INTO ${T('outbox_relays')} (relay_id, application_name, lease_ttl_ms) VALUES ($1, $2, 60000)`, [relayId, applicationName]);
   await db.pool.query(`INSERT INTO ${T('outbox')} (topic, key) VALUES ('orders', 'inflight')`);
-  // A connection named like the relay's pool, in the middle of a batch: rows claimed
-  // (locked), not yet marked sent.
+  // A connection of the relay in the middle of a batch: rows claimed (locked), not yet
+  // marked sent, by a statement with the relay's batch marker, as every batch statement has.
   const relayConnection = new pg.Client({ connectionString: db.databaseUrl, application_name: applicationName });
   await relayConnection.connect();
   try {
     await relayConnection.query('BEGIN');
-    await relayConnection.query(`SELECT id FROM ${T('outbox')} WHERE key = 'inflight' AND sent_at IS NULL FOR UPDATE SKIP LOCKED`);
+    await relayConnection.query(`/* outbox-relay batch ${relayId} */ SELECT id FROM ${T('outbox')} WHERE key = 'inflight' AND sent_at IS NULL FOR UPDATE SKIP LOCKED`);
     const during = await getStatus({ client: db.pool as never, schema: db.schema });
     assert.equal(during.inFlightBatches, 1);
     assert.equal(during.relays.find((r) => r.relayId === relayId)?.inFlightBatches, 1);

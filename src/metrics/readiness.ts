@@ -59,7 +59,8 @@ export interface RelayReadiness {
  */
 export function relayReadiness(
   relay: RelayStatusSource,
-  instrumentation: Pick<RelayInstrumentation, 'pingDatabase' | 'stopped' | 'lastSample' | 'lastPublishAtMs'>,
+  instrumentation: Pick<RelayInstrumentation, 'pingDatabase' | 'stopped' | 'lastSample' | 'lastPublishAtMs'> &
+    Partial<Pick<RelayInstrumentation, 'failingBatches'>>,
   options: RelayReadinessOptions = {},
 ): RelayReadiness {
   const timeoutMs = options.timeoutMs ?? 2_000;
@@ -130,6 +131,18 @@ export function relayReadiness(
     return stalled ? { ok: false, detail: `not publishing although rows are pending: ${detail}` } : { ok: true, detail };
   };
 
+  /**
+   * Batches failing one after another: within seconds, where `publishing` waits for rows
+   * to age. A statement Postgres refuses on every batch (prepared statements lost behind a
+   * transaction pooler, a privilege revoked) otherwise looked like a relay that merely
+   * retries.
+   */
+  const batches = (): ReadinessCheck => {
+    const failing = instrumentation.failingBatches;
+    if (!failing || failing.inARow < FAILING_BATCHES) return { ok: true, detail: failing ? `${failing.inARow} failed in a row` : 'none failing' };
+    return { ok: false, detail: `${failing.inARow} batches in a row failed: ${errorLabel(failing.error)}${batchFailureHint(failing.error)}` };
+  };
+
   const probeDatabase = async (): Promise<ReadinessCheck> => {
     try {
       await instrumentation.pingDatabase(timeoutMs);
@@ -146,7 +159,7 @@ export function relayReadiness(
       const shards: ReadinessCheck = instrumentation.stopped
         ? { ok: false, detail: 'relay stopped' }
         : { ok: true, detail: count > 0 ? `owns ${count} shard(s)` : 'waiting for shards' };
-      const checks = { database, claim, schema, kafka: kafkaCheck, shards, publishing: publishing() };
+      const checks = { database, claim, schema, kafka: kafkaCheck, shards, publishing: publishing(), batches: batches() };
       return { ready: Object.values(checks).every((c) => c.ok), checks };
     },
     async close() {
@@ -157,6 +170,20 @@ export function relayReadiness(
     },
   };
 }
+/** Batches failed in a row (by one worker) that make the relay not ready. */
+const FAILING_BATCHES = 5;
+
+/** What to change, for the failures whose fix is known. */
+function batchFailureHint(error: Error): string {
+  const code = (error as { code?: unknown }).code;
+  if (code === '26000' || code === '42P05') {
+    return ' (prepared statements vanished between transactions: the connections go through a transaction-pooling proxy; start the relay with --pooler transaction)';
+  }
+  if (code === '42501') return ' (permission denied: grant the relay role what sql/roles.sql grants)';
+  if (code === '25006') return ' (the database is read-only)';
+  return '';
+}
+
 /**
  * Whether the relay can claim and mark here, not just connect: the statements of a batch
  * (claim lock, mark sent, delete, dead letter, park, lease renewal, sequence read), each

@@ -56,6 +56,8 @@ export interface RelayInstrumentation {
   readonly stopped: boolean;
   /** When the relay last published a batch (ms since epoch), or when it was instrumented. */
   readonly lastPublishAtMs: number;
+  /** The most batches in a row any worker failed, with the last error of that worker (undefined: none failed since its last success). */
+  readonly failingBatches: { inARow: number; error: Error } | undefined;
   /** Take a sample that starts no earlier than this call (the timer also takes them). */
   sample(): Promise<RelaySample>;
   /** `SELECT 1` on the sampler's pool. */
@@ -87,6 +89,7 @@ export function instrumentRelay(relay: RelayStatusSource, options: InstrumentRel
   let lastPublishAtMs = Date.now();
   m.lastPublish.set(lastPublishAtMs / 1000);
   const failures = new Map<number, number>();
+  const lastErrors = new Map<number, Error>();
   const updateFailures = (): void => m.consecutiveFailures.set(Math.max(0, ...failures.values()));
 
   let stopped = false;
@@ -118,12 +121,14 @@ export function instrumentRelay(relay: RelayStatusSource, options: InstrumentRel
       const topic = topics.length === 1 ? (topics[0] as string) : '';
       for (const created of e.createdAtMs) m.commitToAck.observe({ topic }, Math.max(0, e.ackedAtMs - created) / 1000);
       failures.set(e.worker, 0);
+      lastErrors.delete(e.worker);
       updateFailures();
     },
     batchError: (e) => {
       m.publishErrors.inc({ error_class: errorLabel(e.error) });
       m.retries.inc();
       failures.set(e.worker, e.attempt);
+      lastErrors.set(e.worker, e.error);
       updateFailures();
     },
     horizon: (e) => {
@@ -160,6 +165,14 @@ export function instrumentRelay(relay: RelayStatusSource, options: InstrumentRel
     },
     get lastPublishAtMs() {
       return lastPublishAtMs;
+    },
+    get failingBatches() {
+      let worst: { inARow: number; error: Error } | undefined;
+      for (const [worker, inARow] of failures) {
+        const error = lastErrors.get(worker);
+        if (inARow > 0 && error && (!worst || inARow > worst.inARow)) worst = { inARow, error };
+      }
+      return worst;
     },
     sample: sampler.sample,
     async pingDatabase(timeoutMs = 2_000) {

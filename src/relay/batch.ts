@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { OutboxError, describeError } from '../shared/errors.js';
-import { beginClaimSql, prepareClaimSql, type ClaimedRow } from './sql/claim.js';
-import { leaseLostCounts, markAndCommitSql, prepareMarkSql } from './sql/markSent.js';
+import { batchMarker, beginClaimInlineSql, beginClaimSql, prepareClaimSql, type ClaimArguments, type ClaimedRow } from './sql/claim.js';
+import { leaseLostCounts, markAndCommitInlineSql, markAndCommitSql, prepareMarkSql } from './sql/markSent.js';
 import { deadLetterSql, recordAttemptSql } from './sql/deadLetter.js';
 import { publishBatch, PublishError, TopicWaitError, type DeadLetterPlan } from './publishBatch.js';
 import type { RelayMessage } from './message.js';
@@ -29,6 +29,9 @@ import type { ResolvedRelayOptions } from './options.js';
 // lost a shard while publishing is inside the prepared mark (sql/markSent.ts): a count
 // short of what was published fails the statement, Postgres skips the COMMIT that
 // follows it in the message, and the batch rolls back as before.
+//
+// Behind a transaction-pooling proxy (ctx.inline) a connection is not a session: the same
+// two messages go with the statements' full text instead of EXECUTE (sql/claim.ts).
 
 /** One of the relay's concurrent batch runners and the shards it handles. */
 export interface Worker {
@@ -61,6 +64,11 @@ export interface BatchContext {
   send(messages: RelayMessage[]): Promise<SendResult[]>;
   /** True once a hard stop began: a batch acknowledged by Kafka is then not marked. */
   aborted(): boolean;
+  /**
+   * True when connections go through a transaction-pooling proxy: no prepared statements,
+   * the statements' text in every batch (./poolerProbe.ts decides; read at each batch).
+   */
+  inline(): boolean;
 }
 
 /** A committed batch. */
@@ -114,22 +122,23 @@ export async function runBatch(
   };
   client.on('error', onError);
   try {
+    const claim: ClaimArguments = {
+      watermark,
+      shards,
+      batchSize: ctx.options.batchSize,
+      relayId: ctx.instanceId,
+      incarnation: incarnation ?? '-infinity',
+      floor: from.floor,
+      generation: from.generation,
+    };
+    const inline = ctx.inline();
     // First batch on this connection: prepare the claim and the mark, outside the
     // transaction, in the same message.
-    fresh = !prepared.has(client);
+    fresh = !inline && !prepared.has(client);
     const prepare = fresh ? `${prepareClaimSql(ctx.quotedSchema)}; ${prepareMarkSql(ctx.quotedSchema, ctx.options.onPublish)}; ` : '';
     const claimStarted = Date.now();
     const results = (await client.query(
-      prepare +
-        beginClaimSql({
-          watermark,
-          shards,
-          batchSize: ctx.options.batchSize,
-          relayId: ctx.instanceId,
-          incarnation: incarnation ?? '-infinity',
-          floor: from.floor,
-          generation: from.generation,
-        }),
+      inline ? beginClaimInlineSql(ctx.quotedSchema, claim) : beginClaimSql(claim, prepare),
     )) as unknown as Array<pg.QueryResult<ClaimedRow>>;
     if (fresh) prepared.add(client);
     const { rows } = results[results.length - 1]!;
@@ -166,7 +175,7 @@ export async function runBatch(
       throw outcome.unsentError ?? new OutboxError('no row of the batch was acknowledged', { retriable: true });
     }
     if (deadLetters.length > 0) {
-      const { rows: moved } = await client.query<{ moved: number }>(deadLetterSql(ctx.quotedSchema), [
+      const { rows: moved } = await client.query<{ moved: number }>(`${batchMarker(ctx.instanceId)} ${deadLetterSql(ctx.quotedSchema)}`, [
         deadLetters.map((d) => d.row.id),
         deadLetters.map((d) => d.reason),
         deadLetters.map((d) => d.errorName),
@@ -177,7 +186,8 @@ export async function runBatch(
     }
     if (published.length > 0) {
       try {
-        await client.query(markAndCommitSql(published.map((r) => r.id), ctx.instanceId));
+        const ids = published.map((r) => r.id);
+        await client.query(inline ? markAndCommitInlineSql(ctx.quotedSchema, ctx.options.onPublish, ids, ctx.instanceId) : markAndCommitSql(ids, ctx.instanceId));
       } catch (error) {
         const lost = leaseLostCounts(error);
         throw lost ? leaseLost(lost.expected, lost.changed) : error;

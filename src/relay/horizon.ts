@@ -21,8 +21,11 @@ export function statementName(prefix: string, text: string): string {
  * for its values at every call (a custom plan costs it nothing more to run: the probe's
  * plan does not depend on them).
  */
-export async function openProbeConnection(databaseUrl: string, applicationName: string): Promise<pg.Client> {
+export async function openProbeConnection(databaseUrl: string, applicationName: string, prepared = true): Promise<pg.Client> {
   const client = await connect(databaseUrl, applicationName);
+  // A session setting would stay on whatever server connection a transaction pooler
+  // handed out; without prepared statements there is no generic plan to choose anyway.
+  if (!prepared) return client;
   try {
     await client.query('SET plan_cache_mode = force_generic_plan');
   } catch (error) {
@@ -47,23 +50,28 @@ export async function openProbeConnection(databaseUrl: string, applicationName: 
  *
  * The probe reads; it takes no transaction id and writes no WAL.
  *
- * The relay's own transactions do not count. Its batches (claim FOR UPDATE, mark,
- * delete, dead-letter move), lease rounds and attempt counts take transaction ids, and
- * with the rule above each held the horizon back for everyone by a batch's duration
- * (p99 commit-to-ack 29.5 ms at 1,000 rows/s). None of them ever inserts an outbox row:
- * a relay has no INSERT on the outbox (sql/roles.sql) and its code has no such statement,
- * so none holds an outbox id. The probe therefore computes a second bound, others_xmin:
- * the lowest id in its snapshot's running list that no relay backend runs, or the
- * snapshot's xmax when there is none. Every transaction below others_xmin that is not a
- * relay backend's has finished (below xmax and not running means finished). A running
- * xid is ignored only when pg_stat_activity shows it as the backend_xid of a connection
- * whose application_name is, or starts with `<name>:`, the name a relay of this outbox
- * registered in outbox_relays (`<clientId>:<instanceId>`; instance ids are 12 hex
- * digits): xids are unique, so that transaction is that relay backend's. What is not
- * ignored: the dead-letter replay (`outbox-relay:dead-letters-replay` does insert outbox
- * rows, under their old ids, and matches no relay name), the consumer, the applications;
- * a backend whose xid the probe's role may not see (pg_stat_activity shows it as NULL)
- * counts as running, which only waits longer.
+ * The relay's own batches do not count. A batch (claim FOR UPDATE, mark, delete,
+ * dead-letter move) takes a transaction id, and with the rule above each held the horizon
+ * back for everyone by a batch's duration (p99 commit-to-ack 29.5 ms at 1,000 rows/s).
+ * None of them ever inserts an outbox row: a relay has no INSERT on the outbox
+ * (sql/roles.sql) and its code has no such statement, so none holds an outbox id. The
+ * probe therefore computes a second bound, others_xmin: the lowest id in its snapshot's
+ * running list that no relay batch runs, or the snapshot's xmax when there is none. Every
+ * transaction below others_xmin that is not a relay batch has finished (below xmax and not
+ * running means finished). A running xid is ignored only when pg_stat_activity shows it as
+ * the backend_xid of a backend whose statement starts with the batch marker of a relay
+ * registered in outbox_relays (the comment `outbox-relay batch <relay id>`, sql/claim.ts
+ * batchMarker: every statement of a batch starts with it, and a backend inside a
+ * transaction shows a statement of that transaction): xids are unique, so that transaction
+ * is that relay's batch. Not by application_name: behind a transaction pooler a server
+ * connection keeps the name of whichever client set one last (PgBouncer 1.18 leaves it for
+ * the next client that sets none), so an application's insert could run under a relay's
+ * name, and ignoring it released its rows before they committed
+ * (test/pgbouncer.relay.integration.test.ts, writers without an application_name). What is
+ * not ignored: the relay's lease rounds and attempt counts (a few ms each, every few
+ * seconds), the dead-letter replay (it does insert outbox rows, under their old ids), the
+ * consumer, the applications; a backend whose xid or statement the probe's role may not see
+ * (pg_stat_activity shows NULL) counts as running, which only waits longer.
  *
  * A long transaction anywhere in the database holds xmin back and so the horizon. A pair
  * older than `maxWaitMs` is released anyway (counted in `forcedAdvances`): order may
@@ -116,14 +124,15 @@ export class Horizon {
 
   /**
    * Run one probe on `client` in a transaction of its own and advance the watermark
-   * (on a connection from {@link openProbeConnection}).
+   * (on a connection from {@link openProbeConnection}). `prepared` false: as an unnamed
+   * statement, for a connection through a transaction-pooling proxy (poolerProbe.ts).
    *
    * @returns true when the watermark moved
    */
-  async probe(client: pg.ClientBase): Promise<boolean> {
+  async probe(client: pg.ClientBase, prepared = true): Promise<boolean> {
     const waitingFor = this.pending.at(-1)?.xid ?? this.forced.at(-1)?.xid;
     const { rows } = await client.query<HorizonProbeRow>({
-      name: this.name,
+      ...(prepared ? { name: this.name } : {}),
       text: this.sql,
       values: [this.pairedUpTo, waitingFor === undefined ? null : waitingFor.toString()],
     });

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { describeError } from '../shared/errors.js';
 import { openProbeConnection } from './horizon.js';
+import { preparedStatementsLost } from './poolerProbe.js';
 import type { RelayRuntime } from './relayRuntime.js';
 
 /** How often the horizon probe tries the database again while it does not answer. */
@@ -28,6 +29,7 @@ const IDLE_PROBE_MAX_MS = 100;
 export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
   let failures = 0;
   let client: pg.Client | undefined;
+  let prepared = true;
   let idleProbes = 0;
   while (!rt.stopping) {
     const poll = rt.options.pollIntervalMs;
@@ -36,14 +38,19 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
         ? poll
         : Math.max(poll, Math.min(IDLE_PROBE_MAX_MS, poll * 2 ** Math.min(10, idleProbes - IDLE_PROBES_BEFORE_BACKOFF + 1)));
     try {
-      client ??= await openProbeConnection(rt.options.databaseUrl, `${rt.applicationName}:horizon`);
+      // Whether statements are prepared is read once per connection: a switch to inline
+      // statements (relay.ts) takes effect with the next connection, after an error.
+      if (!client) {
+        prepared = !rt.inlineStatements;
+        client = await openProbeConnection(rt.options.databaseUrl, `${rt.applicationName}:horizon`, prepared);
+      }
       const forcedBefore = rt.horizon.forcedAdvances;
       const resetsBefore = rt.horizon.resets;
       const pairedBefore = rt.horizon.pairedUpTo;
-      let moved = await rt.horizon.probe(client);
+      let moved = await rt.horizon.probe(client, prepared);
       // New ids were just paired: a second probe right away usually finds their
       // transactions done and releases them now rather than one interval later.
-      if (rt.horizon.hasPending) moved = (await rt.horizon.probe(client)) || moved;
+      if (rt.horizon.hasPending) moved = (await rt.horizon.probe(client, prepared)) || moved;
       if (failures > 0) {
         // The database answers again: workers and lease renewal waiting out a backoff
         // from the outage try now instead.
@@ -51,7 +58,7 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
         rt.databaseBack.notify();
         rt.workAvailable.notify();
       }
-      const above = await rt.idAudit.check(client);
+      const above = await rt.idAudit.check(client, prepared);
       if (above) {
         rt.logger.warn(
           { ...above, schema: rt.options.schema },
@@ -79,6 +86,7 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
       if (!quiet) delay = poll;
       failures = 0;
     } catch (error) {
+      if (preparedStatementsLost(error)) rt.preparedStatementsLost(error);
       await client?.end().catch(() => undefined);
       client = undefined;
       // Not the retry backoff: a probe is one cheap connection attempt, and the relay

@@ -47,11 +47,11 @@ export class IdAudit {
   }
 
   /** @returns a finding when unsent rows above the sequence appeared (or their largest id changed) since the last report */
-  async check(client: pg.ClientBase): Promise<IdsAboveSequence | undefined> {
+  async check(client: pg.ClientBase, prepared = true): Promise<IdsAboveSequence | undefined> {
     const now = this.now();
     if (now - this.lastCheckMs < this.intervalMs) return undefined;
     this.lastCheckMs = now;
-    const { rows } = await client.query<{ max_unsent_id: string | null; last_id: string; rows_above: string }>({ name: this.name, text: this.sql });
+    const { rows } = await client.query<{ max_unsent_id: string | null; last_id: string; rows_above: string }>({ ...(prepared ? { name: this.name } : {}), text: this.sql });
     const row = rows[0];
     const maxUnsentId = row?.max_unsent_id === null || row === undefined ? 0 : Number(row.max_unsent_id);
     const sequenceLastValue = Number(row?.last_id ?? 0);

@@ -52,6 +52,8 @@ export class Membership {
   wanted = new Set<number>();
   /** Shards taken over whose previous owner's connections are not confirmed gone yet. */
   private readonly unfenced = new Map<number, { from: string; applicationName: string | null; takenAt: Date }>();
+  /** Backends terminated so far for a takeover not yet fenced, by stale owner. */
+  private readonly signalled = new Map<string, Set<number>>();
   private readonly s: string;
 
   constructor(
@@ -113,15 +115,17 @@ export class Membership {
       if (!known || known.takenAt < takenAt) owners.set(from, { applicationName, takenAt });
     }
     const fenced = new Set<string>();
-    for (const [from, { applicationName, takenAt }] of owners) {
-      if (!applicationName) {
-        fenced.add(from); // no membership row, so no connections we could find
-        continue;
-      }
-      const { rows } = await client.query<{ survivors: number; terminated: number }>(terminateOwnerSql, [applicationName, TERMINATE_WAIT_MS, takenAt]);
+    for (const [from, { takenAt }] of owners) {
+      const { rows } = await client.query<{ survivors: number; pids: number[] }>(terminateOwnerSql, [from, TERMINATE_WAIT_MS, takenAt]);
+      // A backend slow to exit is signalled again next round, or is gone by then: the log
+      // line counts every backend terminated for this takeover, over all its rounds.
+      const signalled = this.signalled.get(from) ?? new Set<number>();
+      for (const pid of rows[0]!.pids) signalled.add(pid);
+      this.signalled.set(from, signalled);
       if (rows[0]!.survivors === 0) {
         fenced.add(from);
-        this.logger.warn({ staleRelay: from, connectionsTerminated: rows[0]!.terminated }, 'took over shards of a relay whose lease expired');
+        this.signalled.delete(from);
+        this.logger.warn({ staleRelay: from, connectionsTerminated: signalled.size }, 'took over shards of a relay whose lease expired');
       } else {
         this.logger.error({ staleRelay: from, survivors: rows[0]!.survivors }, "could not terminate a stale relay's connections; not claiming its shards yet");
       }

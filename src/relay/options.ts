@@ -84,6 +84,17 @@ export interface RelayOptions extends KafkaSecurityOptions {
   partitionsAhead?: number;
   /** A fully sent partition is dropped once its newest sent_at is older than this (default `7d`). */
   partitionRetention?: string;
+  /**
+   * Connection pooling between the relay and Postgres (default `auto`). `transaction`: the
+   * connections go through a transaction-pooling proxy (PgBouncer `pool_mode = transaction`,
+   * and the like), so the relay keeps nothing in a session: no prepared statements, no
+   * session settings. `none`: direct connections (or session pooling); the relay prepares
+   * its statements once per connection, and fails to start when it finds a transaction
+   * pooler after all. `auto`: the relay probes at start (two connections served by one
+   * backend mean transaction pooling) and switches over later if prepared statements
+   * vanish between transactions.
+   */
+  pooler?: 'auto' | 'none' | 'transaction';
   logger?: Logger;
   /** Use this kafkajs client instead of building one from kafkaBrokers. */
   kafka?: Kafka;
@@ -261,6 +272,16 @@ export const breakerFailures = settings.integer({
   max: 1_000,
 });
 
+export const pooler = settings.choice({
+  option: 'pooler',
+  flag: '--pooler',
+  env: 'OUTBOX_POOLER',
+  description:
+    'Connection pooling between the relay and Postgres: transaction (PgBouncer pool_mode = transaction and the like: nothing kept in a session), none (direct or session pooling: prepared statements), or auto (probed at start).',
+  defaultValue: 'auto',
+  choices: ['auto', 'none', 'transaction'] as const,
+});
+
 /** The relay's own settings, in the order the CLI and README list them (the `run` command adds Kafka security, metrics and logging). */
 export const RELAY_SETTINGS = [
   databaseUrl,
@@ -279,6 +300,7 @@ export const RELAY_SETTINGS = [
   deadLetterPolicyByTopic,
   onPublish,
   breakerFailures,
+  pooler,
   clientId,
   compression,
   producer,
@@ -334,6 +356,7 @@ export function resolveRelayOptions(options: RelayOptions | ResolvedRelayOptions
     deadLetterPolicyByTopic: settings.optionValue(deadLetterPolicyByTopic, options.deadLetterPolicyByTopic),
     onPublish: settings.optionValue(onPublish, options.onPublish),
     breakerFailures: settings.optionValue(breakerFailures, options.breakerFailures),
+    pooler: settings.optionValue(pooler, options.pooler),
     clientId: settings.optionValue(clientId, options.clientId),
     compression: settings.optionValue(compression, options.compression),
     producer: settings.optionValue(producer, options.producer),

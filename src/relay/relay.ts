@@ -27,6 +27,7 @@ import type { Worker } from './batch.js';
 import { newClaimFloor, type ClaimFloor } from './floor.js';
 import type { RelayEvents } from './relayEvents.js';
 import { publishRelayStarted } from '../shared/diagnostics.js';
+import { poolerRefused, probePooler } from './poolerProbe.js';
 
 export type { RelayEvents } from './relayEvents.js';
 
@@ -59,6 +60,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
   /** Notified when the breaker opens. */
   private readonly breakerOpened = new WakeUp();
   private pool: pg.Pool | undefined;
+  /** Statements go in full, none prepared: connections through a transaction pooler (poolerProbe.ts). */
+  private inlineStatements: boolean;
   private producer: MessageProducer | undefined;
   private workers: Worker[] = [];
   /** Where each worker's next claim starts (floor.ts). */
@@ -82,6 +85,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.abortSignal = new Promise<void>((resolve) => (this.signalAbort = resolve));
     this.options = resolveRelayOptions(options);
     this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
+    this.inlineStatements = this.options.pooler === 'transaction';
     this.logger = this.options.logger.child({ component: 'relay', relay: this.instanceId });
     this.horizon = new Horizon(this.quotedSchema, this.options.horizonMaxWaitMs);
     this.idAudit = new IdAudit(this.quotedSchema);
@@ -144,6 +148,17 @@ export class Relay extends TypedEmitter<RelayEvents> {
       } finally {
         // Destroyed rather than returned when the stop cut the check short: its query may still run.
         client.release(this.stopping ? true : undefined);
+      }
+      if (o.pooler !== 'transaction') {
+        const found = await this.unlessStopped(probePooler(pool));
+        if (found.transactionPooling) {
+          if (o.pooler === 'none') throw poolerRefused(found.evidence);
+          this.inlineStatements = true;
+          this.logger.info(
+            { evidence: found.evidence },
+            'Postgres connections go through a transaction-pooling proxy: the relay keeps nothing in a session (no prepared statements); --pooler transaction says so and skips this probe',
+          );
+        }
       }
     } catch (error) {
       this.pool = undefined;
@@ -289,10 +304,34 @@ export class Relay extends TypedEmitter<RelayEvents> {
       get aborted() {
         return relay.aborted;
       },
+      get inlineStatements() {
+        return relay.inlineStatements;
+      },
+      preparedStatementsLost: (error) => this.preparedStatementsLost(error),
       emit: (event, payload) => this.emit(event, payload),
       sleep: (ms) => this.sleep(ms),
       sleepOrDatabaseBack: (ms) => this.sleepOrDatabaseBack(ms),
     };
+  }
+
+  /**
+   * A statement prepared on a connection was missing or another session's in a later
+   * transaction: a transaction pooler the start-up probe did not see. With `pooler: 'auto'`
+   * the relay stops preparing (the failed batch rolled back and is retried); with `none`
+   * every batch fails this way, and the log line says what to change.
+   */
+  private preparedStatementsLost(error: unknown): void {
+    if (this.inlineStatements) return;
+    const why = describeError(error);
+    if (this.options.pooler === 'auto') {
+      this.inlineStatements = true;
+      this.logger.warn(
+        { err: why },
+        'prepared statements vanished between transactions: Postgres connections go through a transaction-pooling proxy; the relay keeps nothing in a session from now on (start it with --pooler transaction to say so)',
+      );
+    } else {
+      this.logger.error({ err: why }, 'prepared statements vanished between transactions (a transaction-pooling proxy?): start the relay with --pooler transaction');
+    }
   }
 
   protected override listenerFailed(event: string, error: unknown): void {

@@ -47,6 +47,10 @@ export interface RelayRuntime {
   readonly stopping: boolean;
   /** True once in-flight batches are abandoned (abort, or the shutdown timeout). */
   readonly aborted: boolean;
+  /** True when statements go in full, none prepared (a transaction-pooling proxy: poolerProbe.ts). */
+  readonly inlineStatements: boolean;
+  /** A batch or probe failed because its prepared statements vanished (poolerProbe.ts, preparedStatementsLost). */
+  preparedStatementsLost(error: unknown): void;
   emit<K extends keyof RelayEvents & string>(event: K, payload: RelayEvents[K]): void;
   /** Sleep, cut short by a stop. */
   sleep(ms: number): Promise<void>;

@@ -1,5 +1,6 @@
 import { describeError } from '../shared/errors.js';
 import { backoffDelayMs } from '../shared/backoff.js';
+import { preparedStatementsLost } from './poolerProbe.js';
 import { PublishError } from './publishBatch.js';
 import { runBatch, type BatchResult, type Worker } from './batch.js';
 import { kafkaTimestampMs } from './message.js';
@@ -58,6 +59,7 @@ export async function runWorkerLoop(rt: RelayRuntime, worker: Worker): Promise<v
         rt.emit('breaker', { state: 'open' });
         rt.breakerOpened.notify();
       }
+      if (preparedStatementsLost(error)) rt.preparedStatementsLost(error);
       const retryInMs = backoffDelayMs(worker.failures, RETRY_BASE_MS, rt.options.retryMaxDelayMs);
       worker.failures++;
       rt.logger.warn(
@@ -96,6 +98,7 @@ function batchContext(rt: RelayRuntime): Parameters<typeof runBatch>[0] {
     options: rt.options,
     send: (rows) => rt.producer.send(rows),
     aborted: () => rt.aborted,
+    inline: () => rt.inlineStatements,
   };
 }
 

@@ -18,6 +18,7 @@ import { RESULTS, type RunReport } from './report.js';
 import { buildSchedule, describeFault, Random, type FaultKind } from './schedule.js';
 import { emptyTally, expectedTally, FAULT_KINDS, rowsOvershoot, selfCheck, selfCheckFailures } from './selfCheck.js';
 import type { Servers } from './servers.js';
+import { PoolerSightings, RelaySightings, relayClientId } from './sightings.js';
 import { migrateSchema, type CodeVersion } from './snapshot.js';
 import { startWorkload, type WorkloadStats } from './workload.js';
 
@@ -27,9 +28,6 @@ export interface RunContext {
   codeDir: string;
   code: CodeVersion;
 }
-
-/** The relay slot's client id: how its rows in the lease table are told apart. */
-const relayClientId = (i: number): string => `faults-relay-${i}`;
 
 export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunReport> {
   const started = Date.now();
@@ -43,21 +41,32 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   mkdirSync(logs, { recursive: true });
   const { servers, codeDir } = ctx;
   const url = servers.postgres.url;
+  const bouncer = p.pooler ? servers.pgbouncer : undefined;
+  if (p.pooler && !bouncer) throw new Error(`profile ${cfg.profileName} runs through PgBouncer, and the servers have none`);
+  // What the application side connects to: PgBouncer's address for the same database in
+  // the pooler profiles. The harness's own reads and the migration go direct.
+  const appUrlOf = (u: string): string => {
+    if (!bouncer) return u;
+    const via = new URL(bouncer.url());
+    via.pathname = new URL(u).pathname;
+    return via.toString();
+  };
   const brokers = servers.kafka.brokers.split(',');
   // Outbox 0 is the run's schema in the server's database (the consumers' tables live there
   // too); outbox i >= 1 (multi-outbox profiles) a schema of the same name in a database of
   // its own on the same server, with its own topic and writers, so a fault can cut it off.
   const outboxes = Array.from({ length: p.outboxes ?? 1 }, (_, i) => {
-    if (i === 0) return { name: 'o0', url, topic, database: undefined as string | undefined };
+    if (i === 0) return { name: 'o0', url, appUrl: appUrlOf(url), topic, database: undefined as string | undefined };
     const database = `${schema}_db${i}`;
     const u = new URL(url);
     u.pathname = `/${database}`;
-    return { name: `o${i}`, url: u.toString(), topic: `${topic}-o${i}`, database };
+    return { name: `o${i}`, url: u.toString(), appUrl: appUrlOf(u.toString()), topic: `${topic}-o${i}`, database };
   });
   const topics = outboxes.map((o) => o.topic);
 
   log(`run ${cfg.name}: seed ${cfg.seed}, ${p.rows} rows, ${p.writers} writers, ${p.keys} keys (+${p.hotKeys} hot), ${p.relays} relays, ${p.consumers} consumers, ${p.partitions} partitions${outboxes.length > 1 ? `, ${outboxes.length} outboxes per relay` : ''}`);
   log(`reproduce: ${cfg.command}`);
+  if (bouncer) log(`relays, consumers and writers through PgBouncer ${appUrlOf(url)} (${p.pooler} pooling); the harness's own reads direct`);
 
   const pool = new pg.Pool({ connectionString: url, max: 4 });
   pool.on('error', () => undefined);
@@ -120,7 +129,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   for (const line of schedule) log(`  ${line}`);
   writeFileSync(join(logs, 'schedule.txt'), schedule.join('\n') + '\n');
 
-  const baseEnv = { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: url, KAFKA_BROKERS: brokers.join(','), OUTBOX_SCHEMA: schema };
+  const baseEnv = { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: appUrlOf(url), KAFKA_BROKERS: brokers.join(','), OUTBOX_SCHEMA: schema };
   // Several outboxes: each relay process serves them all (OUTBOX_OUTBOXES instead of DATABASE_URL).
   const { DATABASE_URL: _url, OUTBOX_SCHEMA: _schema, ...withoutDatabase } = baseEnv;
   const relayDatabaseEnv: Record<string, string | undefined> =
@@ -129,10 +138,13 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
       : {
           ...withoutDatabase,
           OUTBOX_OUTBOXES: outboxes.map((o) => o.name).join(','),
-          ...Object.fromEntries(outboxes.flatMap((o) => [[`OUTBOX_${o.name.toUpperCase()}_DATABASE_URL`, o.url], [`OUTBOX_${o.name.toUpperCase()}_SCHEMA`, schema]])),
+          ...Object.fromEntries(outboxes.flatMap((o) => [[`OUTBOX_${o.name.toUpperCase()}_DATABASE_URL`, o.appUrl], [`OUTBOX_${o.name.toUpperCase()}_SCHEMA`, schema]])),
         };
   // The producer adapters each relay slot's processes said they published through.
   const adaptersSeen = Array.from({ length: p.relays }, () => new Map<string, number>());
+  // Behind PgBouncer: the processes of each slot that said they found the pooler themselves.
+  const poolerDetected = Array.from({ length: p.relays }, () => 0);
+  const relaysStarted = Array.from({ length: p.relays }, () => 0);
   const relaySlots = Array.from(
     { length: p.relays },
     (_, i) =>
@@ -152,6 +164,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
           OUTBOX_RETRY_MAX_DELAY_MS: '2000',
           OUTBOX_SHUTDOWN_TIMEOUT_MS: '5000',
           OUTBOX_LEASE_TTL_MS: String(p.leaseTtlMs),
+          // Both ways of running behind the pooler: told (even slots) and detected (odd).
+          ...(bouncer ? { OUTBOX_POOLER: relayPooler(i) } : {}),
           ...(cfg.plant === 'horizon-off' ? { OUTBOX_HORIZON_MAX_WAIT_MS: '0' } : {}),
         },
         logFile: join(logs, `relay-${i}.log`),
@@ -162,6 +176,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
           if (line.msg === 'producer adapter publishing' && typeof line.producer === 'string') {
             adaptersSeen[i]!.set(line.producer, (adaptersSeen[i]!.get(line.producer) ?? 0) + 1);
           }
+          if (typeof line.msg === 'string' && /transaction-pooling proxy/.test(line.msg) && line.level !== 50) poolerDetected[i]!++;
+          if (line.msg === 'relay started') relaysStarted[i]!++;
         },
       }),
   );
@@ -202,6 +218,13 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   });
   // One per outbox: a relay counts as run when seen heartbeating in every outbox.
   const sightings = outboxPools.map((op) => new RelaySightings(op, schema, p.relays));
+  const consumerName = (i: number): string => `consumer-${i}`;
+  const poolerSightings = bouncer
+    ? new PoolerSightings(bouncer, pool, [
+        ...relaySlots.map((s, i) => ({ name: s.o.name, applicationName: relayClientId(i) })),
+        ...consumerSlots.map((s, i) => ({ name: s.o.name, applicationName: `faults-${consumerName(i)}` })),
+      ])
+    : undefined;
   let workloadStats: WorkloadStats | undefined;
   let drainedAt: number | undefined;
   let quietAt = Date.now();
@@ -210,16 +233,18 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     for (const s of relaySlots) s.start();
     for (const s of consumerSlots) s.start();
     for (const r of sightings) r.start();
+    poolerSightings?.start();
 
     // One workload per outbox, the rows and writers shared out; keys prefixed per outbox
     // so no key is in two outboxes (the checker judges each key's order on its own).
     const workloads = outboxes.map((o, i) => startWorkload({
-      databaseUrl: o.url,
+      databaseUrl: o.appUrl,
       schema,
       topic: o.topic,
       rows: Math.ceil(p.rows / outboxes.length),
       writers: Math.max(1, Math.floor(p.writers / outboxes.length)),
       keyPrefix: outboxes.length > 1 ? `${o.name}-` : undefined,
+      unnamedWriters: bouncer !== undefined,
       keys: p.keys,
       hotKeys: p.hotKeys,
       hotShare: p.hotShare,
@@ -274,6 +299,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     }
   } finally {
     for (const r of sightings) await r.stop();
+    await poolerSightings?.stop();
     await injector.close();
     await Promise.all(allSlots().map((s) => s.stop(15_000)));
   }
@@ -305,6 +331,14 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   actual.brokers = brokersInCluster;
   actual.rowsCommitted = ws.committed.length;
   for (const { kind } of FAULT_KINDS) actual.faults[kind] = injector.injected[kind] ?? 0;
+  if (poolerSightings) {
+    actual.relaysThroughPooler = poolerSightings.seenInTransactionPools(relaySlots.map((s) => s.o.name)).length;
+    actual.consumersThroughPooler = poolerSightings.seenInTransactionPools(consumerSlots.map((s) => s.o.name)).length;
+    actual.directBackends = poolerSightings.direct.size;
+  }
+  const seenAs = (slots: readonly Slot[]): string | undefined =>
+    poolerSightings &&
+    `PgBouncer's SHOW CLIENTS, sampled ${poolerSightings.samples} times: ${slots.map((s) => `${s.o.name} ${poolerSightings.throughTransactionPool.get(s.o.name) ?? 0}x in a transaction pool${poolerSightings.otherModes.has(s.o.name) ? `, in ${[...poolerSightings.otherModes.get(s.o.name)!].join('/')} pools too` : ''}`).join(', ')}`;
   const lines = selfCheck(expectedTally(p), actual, {
     relays: `started ${relaySlots.reduce((n, s) => n + s.starts, 0)} times; seen heartbeating in outbox_relays${sightings.length > 1 ? ' of every outbox' : ''}: ${sightings.map((r) => [...r.seen].sort().join(', ') || 'none').join(' | ')}`,
     outboxes: sightings.map((r, i) => `${outboxes[i]!.name}: ${r.seen.size} relays`).join(', '),
@@ -317,8 +351,13 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     'consumer-kill': `${injector.worstMomentKills} killed themselves between the Postgres commit and the offset commit`,
     'consumer-join': 'counted once the joining consumer was assigned partitions',
     'database-cut': outboxes.length > 1 ? `of ${outboxes.slice(1).map((o) => o.database).join(', ')}` : undefined,
+    'pgbouncer-restart': injector.pgbouncerRestarts.map((r) => `${r.mode === 'kill' ? 'SIGKILL' : 'clean stop'} of pid ${r.fromPid}, pid ${r.toPid} serving after ${r.backMs} ms`).join('; ') || undefined,
+    'postgres-restart': injector.postgresRestartsBehindPooler.length > 0 ? `behind PgBouncer, which stayed up: ${injector.postgresRestartsBehindPooler.map((r) => `pid ${r.pgbouncerPid} before and after`).join('; ')}` : undefined,
+    relaysThroughPooler: seenAs(relaySlots) && `${seenAs(relaySlots)}; OUTBOX_POOLER ${relaySlots.map((s, i) => `${s.o.name} ${relayPooler(i)}${relayPooler(i) === 'auto' ? ` (found the pooler itself in ${poolerDetected[i]} of the ${relaysStarted[i]} processes that got as far as 'relay started', of ${s.starts} started)` : ''}`).join(', ')}`,
+    consumersThroughPooler: seenAs(consumerSlots),
+    directBackends: poolerSightings && `${poolerSightings.backendsSeen.size} backends of faults- processes seen in pg_stat_activity; not one of PgBouncer's server connections (SHOW SERVERS remote_pid) in two samples in a row: ${[...poolerSightings.direct.values()].slice(0, 5).join(', ') || 'none'}${poolerSightings.direct.size > 5 ? ` and ${poolerSightings.direct.size - 5} more` : ''}`,
     rowsCommitted: `seen to commit by the writers (${ws.unknown.length} of unknown outcome not counted); the last transactions may add up to ${rowsOvershoot(p)}`,
-  } satisfies Partial<Record<FaultKind | 'relays' | 'relaysLiveAtOnce' | 'relaysOnProducer' | 'consumers' | 'brokers' | 'outboxes' | 'rowsCommitted', string>>, rowsOvershoot(p));
+  } satisfies Partial<Record<FaultKind | Exclude<keyof typeof actual, 'faults'>, string | undefined>>, rowsOvershoot(p));
 
   const found = violations(result);
   if (drainedAt === undefined) found.push('not drained');
@@ -340,6 +379,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     faultsInjected: injector.injected,
     faultsFailed: injector.failed,
     brokerKills: injector.brokerKills,
+    ...(bouncer ? { pgbouncerRestarts: injector.pgbouncerRestarts } : {}),
     workload: { ...workloadRest, committed: committed.length, rolledBack: rolledBack.length, unknown: unknown.length },
     drained: drainedAt !== undefined,
     drainAfterLastFaultMs: drainedAt === undefined ? null : drainedAt - injector.lastFaultEndAt,
@@ -353,55 +393,6 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   };
 }
 
-/**
- * Which relays were actually running the relay: samples the lease table's live members
- * (outbox_relays, sql/003_relay_leases.sql) and tells the relays apart by the client id
- * that prefixes their application_name. Observation of the running system, not of its
- * source: a relay that never got as far as its first heartbeat is not counted.
- */
-class RelaySightings {
-  static readonly intervalMs = 500;
-  /** Client ids seen live. */
-  readonly seen = new Set<string>();
-  maxLiveAtOnce = 0;
-  private timer: NodeJS.Timeout | undefined;
-  private sampling: Promise<void> = Promise.resolve();
-
-  constructor(
-    private readonly pool: pg.Pool,
-    private readonly schema: string,
-    private readonly relays: number,
-  ) {}
-
-  start(): void {
-    this.timer = setInterval(() => {
-      this.sampling = this.sampling.then(() => this.sample());
-    }, RelaySightings.intervalMs);
-  }
-
-  async stop(): Promise<void> {
-    clearInterval(this.timer);
-    await this.sampling;
-  }
-
-  private async sample(): Promise<void> {
-    try {
-      const { rows } = await this.pool.query<{ application_name: string }>(
-        `SELECT application_name FROM "${this.schema}".outbox_relays
-          WHERE heartbeat_at > now() - make_interval(secs => lease_ttl_ms / 1000.0)`,
-      );
-      const live = new Set<string>();
-      for (const r of rows) {
-        for (let i = 0; i < this.relays; i++) if (r.application_name.startsWith(`${relayClientId(i)}:`)) live.add(relayClientId(i));
-      }
-      for (const id of live) this.seen.add(id);
-      this.maxLiveAtOnce = Math.max(this.maxLiveAtOnce, live.size);
-    } catch {
-      // Postgres restarting: the next sample will do
-    }
-  }
-}
-
 /** The writers of every outbox as one log (the checker judges them together). */
 function mergeStats(list: readonly WorkloadStats[]): WorkloadStats {
   return {
@@ -413,4 +404,9 @@ function mergeStats(list: readonly WorkloadStats[]): WorkloadStats {
     reconnects: list.reduce((n, s) => n + s.reconnects, 0),
     lastWriteAt: Math.max(...list.map((s) => s.lastWriteAt)),
   };
+}
+
+/** The relays' pooler setting behind PgBouncer: both ways, told and detected. */
+function relayPooler(i: number): 'transaction' | 'auto' {
+  return i % 2 === 0 ? 'transaction' : 'auto';
 }

@@ -24,6 +24,15 @@ export interface InjectTargets {
   cutDatabase?(outbox: number, cut: boolean): Promise<void>;
 }
 
+/** One restart of PgBouncer, for the report. */
+export interface PgBouncerRestart {
+  mode: 'kill' | 'clean';
+  fromPid: number;
+  toPid: number;
+  /** Until the new process' admin console answered, ms. */
+  backMs: number;
+}
+
 /** One SIGKILL of a cluster node, for the report. */
 export interface BrokerKill {
   node: number;
@@ -58,6 +67,10 @@ export class Injector {
   lastFaultEndAt = Date.now();
   /** Every cluster node SIGKILLed, leaders included, in order. */
   readonly brokerKills: BrokerKill[] = [];
+  /** Every PgBouncer restart, in order. */
+  readonly pgbouncerRestarts: PgBouncerRestart[] = [];
+  /** Postgres restarts with PgBouncer in front: its pid, the same before and after. */
+  readonly postgresRestartsBehindPooler: Array<{ pgbouncerPid: number }> = [];
   /** Infrastructure restarts never overlap each other. */
   private infra: Promise<void> = Promise.resolve();
 
@@ -132,9 +145,19 @@ export class Injector {
         break;
       case 'postgres-restart':
         await this.exclusiveInfra(async () => {
-          log(`FAULT Postgres: restart (${f.mode})`);
+          log(`FAULT Postgres: restart (${f.mode})${servers.pgbouncer ? ', behind PgBouncer' : ''}`);
           const t = Date.now();
+          const bouncerPid = servers.pgbouncer?.pid();
           await servers.postgres.restart(f.mode);
+          if (servers.pgbouncer) {
+            // Behind PgBouncer means PgBouncer itself stayed up while Postgres went away.
+            const after = servers.pgbouncer.pid();
+            if (bouncerPid === undefined || after !== bouncerPid) {
+              log(`PgBouncer was not up throughout the Postgres restart (pid ${bouncerPid} before, ${after} after); not counted`);
+              return;
+            }
+            this.postgresRestartsBehindPooler.push({ pgbouncerPid: after });
+          }
           this.mark(f.kind);
           log(`Postgres back after ${Date.now() - t} ms`);
         });
@@ -153,6 +176,9 @@ export class Injector {
           this.mark(f.kind);
           log(`outbox ${f.outbox}: database reachable again`);
         });
+        break;
+      case 'pgbouncer-restart':
+        await this.exclusiveInfra(() => this.restartPgBouncer(f));
         break;
       case 'consumer-kill': {
         const slot = this.slot(this.t.consumers, f.consumer, 'consumer');
@@ -181,7 +207,10 @@ export class Injector {
         log(`FAULT ${slot.o.name}: joins the group for ${f.stayMs} ms`);
         slot.start();
         // Counted once it is in the group (partitions assigned), and it stays from then on:
-        // a process that had not got that far before it left would rebalance nothing.
+        // a process that had not got that far before it left would rebalance nothing. A
+        // broker or Postgres restart in progress holds every join up (on a loaded machine
+        // the broker took 70 s to come back): the 30 s count from its end.
+        await this.infra.catch(() => undefined);
         const joined = await waitFor(`${slot.o.name} assigned partitions`, () => (slot.events.assigned ?? 0) > 0, { timeoutMs: 30_000, intervalMs: 50 }).catch(() => false);
         if (joined) this.mark(f.kind);
         else log(`${slot.o.name}: no partitions assigned within 30 s; not counted`);
@@ -243,6 +272,35 @@ export class Injector {
       this.mark(f.kind);
       this.brokerKills.push({ node, ...(ledPartition === undefined ? {} : { ledPartition, failoverMs }), recoveredMs });
     } else log(`Kafka node ${node}: ${killed ? 'no leader took over' : 'was not running'}; not counted`);
+  }
+
+  /**
+   * SIGKILL PgBouncer and start it again, or stop it cleanly (SIGTERM: PgBouncer's
+   * immediate shutdown) and start it, on the same port. Counted when a process was
+   * running before and a new one serves its admin console after.
+   */
+  private async restartPgBouncer(f: Extract<Fault, { kind: 'pgbouncer-restart' }>): Promise<void> {
+    const { log, servers } = this.t;
+    const bouncer = servers.pgbouncer;
+    if (!bouncer) throw new Error('pgbouncer-restart needs a run through PgBouncer, and this one has none');
+    const fromPid = bouncer.pid();
+    log(`FAULT PgBouncer: ${f.mode === 'kill' ? 'SIGKILL, then start' : 'clean stop and start'} (pid ${fromPid})`);
+    const t0 = Date.now();
+    if (f.mode === 'kill' && fromPid !== undefined) {
+      process.kill(fromPid, 'SIGKILL');
+      await waitFor(`PgBouncer pid ${fromPid} gone`, () => bouncer.pid() === undefined, { timeoutMs: 10_000, intervalMs: 10 });
+    }
+    // After a SIGKILL there is nothing to stop: restart() only starts it again.
+    await bouncer.restart();
+    const toPid = bouncer.pid();
+    const backMs = Date.now() - t0;
+    if (fromPid === undefined || toPid === undefined || toPid === fromPid) {
+      log(`PgBouncer: pid ${fromPid} before, ${toPid} after; not counted`);
+      return;
+    }
+    this.mark(f.kind);
+    this.pgbouncerRestarts.push({ mode: f.mode, fromPid, toPid, backMs });
+    log(`PgBouncer back (pid ${toPid}) after ${backMs} ms`);
   }
 
   private adminClient: Admin | undefined;

@@ -38,6 +38,10 @@ export interface Profile {
   outboxes?: number;
   leaseTtlMs: number;
   batchSize: number;
+  /** Every connection of the relays, the consumers and the writers goes through a
+   *  PgBouncer of the suite's own, in this pool mode, in front of its Postgres (the
+   *  harness's own reads and the migration go direct). Default: none, all direct. */
+  pooler?: 'transaction';
   counts: FaultCounts;
   /** Bound on the wait for everything to drain after the writers and faults are done. */
   drainTimeoutMs: number;
@@ -110,6 +114,19 @@ export const PROFILES: Record<string, Profile> = {
     relays: 2,
     outboxes: 2,
     counts: { relayKills: 3, relayPauses: 1, brokerRestarts: 1, postgresRestarts: 1, consumerKills: 2, consumerJoins: 0, brokerKills: 0, leaderKills: 0, databaseCuts: 2 },
+    drainTimeoutMs: 90_000,
+  },
+  // Everything the application side runs (2 relays, 2 consumers, the writers) through a
+  // real PgBouncer in transaction pooling, which is SIGKILLed once and restarted cleanly
+  // once; Postgres crashes once and restarts cleanly once behind it (PgBouncer stays up,
+  // its server connections die). No broker restarts: the ci profile has them.
+  'pooler-ci': {
+    ...BASE,
+    rows: 5_000,
+    writeMs: 45_000,
+    relays: 2,
+    pooler: 'transaction',
+    counts: { relayKills: 3, relayPauses: 1, brokerRestarts: 0, postgresRestarts: 2, consumerKills: 2, consumerJoins: 0, brokerKills: 0, leaderKills: 0, pgbouncerRestarts: 2 },
     drainTimeoutMs: 90_000,
   },
   long: {

@@ -31,6 +31,8 @@ export interface RunReport {
   faultsFailed: string[];
   /** Cluster nodes SIGKILLed (leaders marked with the partition they led). */
   brokerKills?: Array<{ node: number; ledPartition?: number; failoverMs?: number; recoveredMs: number }>;
+  /** PgBouncer restarts (pooler profiles): how, the pids before and after, how long. */
+  pgbouncerRestarts?: Array<{ mode: 'kill' | 'clean'; fromPid: number; toPid: number; backMs: number }>;
   workload: Omit<WorkloadStats, 'committed' | 'rolledBack' | 'unknown'> & { committed: number; rolledBack: number; unknown: number };
   drained: boolean;
   /** From the end of the last fault (restart done, pause over) to every committed row applied. */
@@ -53,6 +55,7 @@ export function printReport(r: RunReport): void {
     ['code', `${r.code.commit.slice(0, 12)}${r.code.uncommitted.length ? ` + ${r.code.uncommitted.length} uncommitted src/sql files` : ''}`],
     ['plant', r.plant],
     ['producer adapter (relays)', `${r.producer} (ran: see self-check)`],
+    ['Postgres for relays, consumers, writers', r.settings.pooler ? `through PgBouncer, ${r.settings.pooler} pooling (ran: see self-check)` : 'direct'],
     ['relays / consumers / partitions', `${r.settings.relays} / ${r.settings.consumers} / ${r.settings.partitions} (profile; ran: see self-check)`],
     ['faults injected', Object.entries(r.faultsInjected).map(([k, v]) => `${k} ${v}`).join(', ') || 'none'],
     ['transactions (writers)', r.workload.transactions],

@@ -2,14 +2,14 @@
  * The fault-injection suite: proves, by running it, that the relay and the consumer
  * runtime lose nothing, apply nothing twice and reorder no key under faults.
  *
- *   tsx test/faults/run.ts --profile smoke|ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N]
+ *   tsx test/faults/run.ts --profile smoke|ci|multi-ci|pooler-ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N]
  *                          [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot]
  *                          [--producer kafkajs|platformatic]   (the relays' adapter, OUTBOX_PRODUCER)
  *                          [--committed-src]   (src/ and sql/ from HEAD, not the working tree)
  *
  * This file parses the arguments and runs. The rest, by concept: profiles.ts (what a run
  * runs), snapshot.ts (the code under test), servers.ts (Postgres and Kafka of our own),
- * harness.ts (one run), inject.ts (the faults), checker.ts (the verdict on what came out),
+ * harness.ts (one run), sightings.ts (what ran, seen from outside: relays, PgBouncer clients), inject.ts (the faults), checker.ts (the verdict on what came out),
  * selfCheck.ts (the verdict on what ran), report.ts. docs/faults.md has the method and the
  * results.
  *
@@ -67,7 +67,7 @@ function parseArgs(argv: string[]): Args {
 
 function usage(problem: string): never {
   process.stderr.write(
-    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot] [--committed-src] [--code-dir DIR] [--producer kafkajs|platformatic]\n`,
+    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|multi-ci|pooler-ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot] [--committed-src] [--code-dir DIR] [--producer kafkajs|platformatic]\n`,
   );
   process.exit(2);
 }
@@ -91,11 +91,13 @@ async function main(): Promise<number> {
   const reports: RunReport[] = [];
   let servers: Servers | undefined;
   try {
-    // Every run of one command has the same profile, so the same number of brokers.
+    // Every run of one command has the same profile, so the same brokers and pooler.
     const brokers = runs[0]?.profile.brokers ?? 1;
-    log(`starting a Postgres instance and ${brokers > 1 ? `a ${brokers}-node Kafka cluster` : 'a Kafka broker'} of our own`);
-    servers = await startServers(brokers);
-    log(`Postgres ${servers.postgres.url} (${servers.postgres.dir}), Kafka ${servers.kafka.brokers}; code under test: ${codeDir}`);
+    const pooler = runs[0]?.profile.pooler;
+    log(`starting a Postgres instance${pooler ? `, a PgBouncer in ${pooler} pooling in front of it` : ''} and ${brokers > 1 ? `a ${brokers}-node Kafka cluster` : 'a Kafka broker'} of our own`);
+    servers = await startServers(brokers, pooler);
+    const bouncer = servers.pgbouncer ? `, PgBouncer ${servers.pgbouncer.url('postgres')} (pid ${servers.pgbouncer.pid()}, ${servers.pgbouncer.dir})` : '';
+    log(`Postgres ${servers.postgres.url} (${servers.postgres.dir})${bouncer}, Kafka ${servers.kafka.brokers}; code under test: ${codeDir}`);
     for (const cfg of runs) {
       try {
         const report = await runOnce({ servers, codeDir, code }, cfg);

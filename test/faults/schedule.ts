@@ -59,7 +59,11 @@ export type Fault =
   /** Cut outbox `outbox`'s database off for `downMs` (ALLOW_CONNECTIONS false and its
    *  backends terminated), then let it back: multi-outbox profiles, an outbox of its own
    *  database (never the first, which holds the consumers' tables). */
-  | { kind: 'database-cut'; atMs: number; outbox: number; downMs: number };
+  | { kind: 'database-cut'; atMs: number; outbox: number; downMs: number }
+  /** Restart the run's PgBouncer (pooler profiles): `kill` (SIGKILL, then start it again
+   *  on the same port) or `clean` (a clean stop and start). Every client connection is
+   *  cut either way; Postgres stays up. */
+  | { kind: 'pgbouncer-restart'; atMs: number; mode: 'kill' | 'clean' };
 
 export type FaultKind = Fault['kind'];
 
@@ -76,6 +80,8 @@ export interface FaultCounts {
   leaderKills: number;
   /** Databases of outboxes cut off (multi-outbox profiles only; default 0). */
   databaseCuts?: number;
+  /** Restarts of PgBouncer (pooler profiles only; default 0). */
+  pgbouncerRestarts?: number;
 }
 
 export interface ScheduleOptions {
@@ -111,13 +117,14 @@ export function buildSchedule(o: ScheduleOptions): Fault[] {
   // Infrastructure restarts: evenly spaced slots, jittered within each slot.
   // Broker kills and leader kills are infrastructure faults too: one at a time, so a
   // 3-node cluster never has two nodes down (it keeps min.insync.replicas=2).
-  type Infra = 'broker' | 'postgres' | 'broker-kill' | 'leader-kill' | 'database-cut';
+  type Infra = 'broker' | 'postgres' | 'broker-kill' | 'leader-kill' | 'database-cut' | 'pgbouncer';
   const infra: Infra[] = [
     ...Array.from({ length: o.counts.brokerRestarts }, () => 'broker' as const),
     ...Array.from({ length: o.counts.postgresRestarts }, () => 'postgres' as const),
     ...Array.from({ length: o.counts.brokerKills }, () => 'broker-kill' as const),
     ...Array.from({ length: o.counts.leaderKills }, () => 'leader-kill' as const),
     ...Array.from({ length: o.counts.databaseCuts ?? 0 }, () => 'database-cut' as const),
+    ...Array.from({ length: o.counts.pgbouncerRestarts ?? 0 }, () => 'pgbouncer' as const),
   ];
   // Shuffle (Fisher-Yates) so the kinds interleave.
   for (let i = infra.length - 1; i > 0; i--) {
@@ -126,11 +133,14 @@ export function buildSchedule(o: ScheduleOptions): Fault[] {
   }
   const slot = span / Math.max(1, infra.length);
   let postgresIndex = 0;
+  let pgbouncerIndex = 0;
   infra.forEach((kind, i) => {
     const atMs = Math.floor(o.startMs + slot * i + slot * (0.15 + 0.5 * rnd.next()));
     if (kind === 'broker') faults.push({ kind: 'broker-restart', atMs });
     else if (kind === 'broker-kill') faults.push({ kind: 'broker-kill', atMs, node: rnd.int(1, o.brokers ?? 1), downMs: rnd.int(500, 5_000) });
     else if (kind === 'database-cut') faults.push({ kind: 'database-cut', atMs, outbox: rnd.int(1, Math.max(1, (o.outboxes ?? 2) - 1)), downMs: rnd.int(2_000, 6_000) });
+    // Alternate, starting with the SIGKILL, as for Postgres below.
+    else if (kind === 'pgbouncer') faults.push({ kind: 'pgbouncer-restart', atMs, mode: pgbouncerIndex++ % 2 === 0 ? 'kill' : 'clean' });
     else if (kind === 'leader-kill') faults.push({ kind: 'leader-kill', atMs, partition: rnd.int(0, (o.partitions ?? 1) - 1), downMs: rnd.int(500, 5_000) });
     else {
       // Alternate, starting with the crash: both kinds happen as soon as there are two.
@@ -176,5 +186,7 @@ export function describeFault(f: Fault): string {
       return `${t} an extra consumer joins the group, leaves after ${f.stayMs} ms`;
     case 'database-cut':
       return `${t} outbox ${f.outbox}'s database cut off for ${f.downMs} ms (ALLOW_CONNECTIONS false, backends terminated)`;
+    case 'pgbouncer-restart':
+      return `${t} PgBouncer restart (${f.mode === 'kill' ? 'SIGKILL, then start' : 'clean stop and start'}; Postgres stays up)`;
   }
 }

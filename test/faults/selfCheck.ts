@@ -21,6 +21,7 @@ export const FAULT_KINDS: ReadonlyArray<{ kind: FaultKind; count: keyof Profile[
   { kind: 'broker-kill', count: 'brokerKills' },
   { kind: 'leader-kill', count: 'leaderKills' },
   { kind: 'database-cut', count: 'databaseCuts' },
+  { kind: 'pgbouncer-restart', count: 'pgbouncerRestarts' },
 ];
 
 /** What ran in one run, or what should have. */
@@ -49,6 +50,21 @@ export interface Tally {
    * less than it says.
    */
   rowsCommitted: number;
+  /**
+   * Pooler profiles: relay slots seen as clients of the run's PgBouncer (its admin
+   * console's `SHOW CLIENTS`, told apart by application_name) in a pool whose mode is
+   * transaction (`SHOW POOLS`). 0 in the other profiles.
+   */
+  relaysThroughPooler: number;
+  /** The same for the consumer slots. */
+  consumersThroughPooler: number;
+  /**
+   * Pooler profiles: Postgres backends of the relays, consumers or writers (by
+   * application_name: the writers that set one) that are not one of PgBouncer's server connections (`SHOW SERVERS`
+   * remote_pid), seen so in two samples in a row: connections that went around
+   * PgBouncer. Must be 0.
+   */
+  directBackends: number;
   /** Faults injected (and completed), by kind. */
   faults: Record<FaultKind, number>;
 }
@@ -57,7 +73,20 @@ export interface Tally {
 export function expectedTally(p: Profile): Tally {
   const faults = {} as Record<FaultKind, number>;
   for (const { kind, count } of FAULT_KINDS) faults[kind] = p.counts[count] ?? 0;
-  return { relays: p.relays, relaysLiveAtOnce: p.relays, relaysOnProducer: p.relays, consumers: p.consumers, brokers: p.brokers, outboxes: p.outboxes ?? 1, rowsCommitted: (p.outboxes ?? 1) * Math.ceil(p.rows / (p.outboxes ?? 1)), faults };
+  const pooled = p.pooler === 'transaction';
+  return {
+    relays: p.relays,
+    relaysLiveAtOnce: p.relays,
+    relaysOnProducer: p.relays,
+    consumers: p.consumers,
+    brokers: p.brokers,
+    outboxes: p.outboxes ?? 1,
+    rowsCommitted: (p.outboxes ?? 1) * Math.ceil(p.rows / (p.outboxes ?? 1)),
+    relaysThroughPooler: pooled ? p.relays : 0,
+    consumersThroughPooler: pooled ? p.consumers : 0,
+    directBackends: 0,
+    faults,
+  };
 }
 
 /** How far past the target the writers' last transactions can take the rows committed. */
@@ -69,7 +98,7 @@ export function rowsOvershoot(p: Pick<Profile, 'maxRowsPerTransaction' | 'outbox
 export function emptyTally(): Tally {
   const faults = {} as Record<FaultKind, number>;
   for (const { kind } of FAULT_KINDS) faults[kind] = 0;
-  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, consumers: 0, brokers: 0, outboxes: 0, rowsCommitted: 0, faults };
+  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, consumers: 0, brokers: 0, outboxes: 0, rowsCommitted: 0, relaysThroughPooler: 0, consumersThroughPooler: 0, directBackends: 0, faults };
 }
 
 /** One line of the self-check: "relays: 2 of 2". */
@@ -99,6 +128,9 @@ export function selfCheck(expected: Tally, actual: Tally, details: Partial<Recor
       ...line('rows committed by the writers', expected.rowsCommitted, actual.rowsCommitted, details.rowsCommitted),
       ok: actual.rowsCommitted >= expected.rowsCommitted && actual.rowsCommitted <= expected.rowsCommitted + overshoot,
     },
+    line('relays through PgBouncer in transaction pooling', expected.relaysThroughPooler, actual.relaysThroughPooler, details.relaysThroughPooler),
+    line('consumers through PgBouncer in transaction pooling', expected.consumersThroughPooler, actual.consumersThroughPooler, details.consumersThroughPooler),
+    line('backends connected around PgBouncer', expected.directBackends, actual.directBackends, details.directBackends),
   ];
   for (const { kind } of FAULT_KINDS) lines.push(line(`fault ${kind}`, expected.faults[kind], actual.faults[kind] ?? 0, details[kind]));
   return lines;

@@ -1,13 +1,15 @@
 /**
  * The servers of the fault suite and of its standalone reproductions: a Postgres instance
  * and a Kafka broker of their own (never the shared ones, since the suite restarts them),
- * and a way out that stops and deletes everything started, whatever the way: a normal
- * return, an exception, process exit, SIGINT, SIGTERM or SIGHUP.
+ * for the pooler profiles a PgBouncer of their own in front of that Postgres, and a way
+ * out that stops and deletes everything started, whatever the way: a normal return, an
+ * exception, process exit, SIGINT, SIGTERM or SIGHUP.
  */
-import { readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { killLocalKafkaClusterSync, startLocalKafka, startLocalKafkaCluster, type LocalKafka, type LocalKafkaCluster } from '../../scripts/localKafka.js';
 import { destroyLocalPostgresSync, startLocalPostgres, type LocalPostgres, type LocalPostgresOptions } from '../../scripts/localPostgres.js';
+import { startPgBouncer, type PgBouncer } from '../helpers/pgbouncer.js';
 import { ROOT } from './snapshot.js';
 
 export interface Servers {
@@ -15,6 +17,8 @@ export interface Servers {
   /** A single broker, or a cluster (then `cluster` is the same object, with its nodes). */
   kafka: LocalKafka;
   cluster?: LocalKafkaCluster;
+  /** The pooler profiles' PgBouncer in front of `postgres` (pool mode transaction). */
+  pgbouncer?: PgBouncer;
 }
 
 /** Synchronous clean-ups, run on process exit and on a fatal signal. */
@@ -105,21 +109,62 @@ export async function startOwnKafkaCluster(nodes: number): Promise<LocalKafkaClu
   };
 }
 
-/** Both servers, started at once: a single broker, or a cluster of `brokers` nodes. */
-export async function startServers(brokers = 1): Promise<Servers> {
+/** A PgBouncer of our own in front of `postgres` (its database `postgres`), killed and deleted on the way out. */
+export async function startOwnPgBouncer(postgres: LocalPostgres, mode: 'transaction'): Promise<PgBouncer> {
+  // A directory of our own naming, deleted here: nobody else's clean-up of the helper's
+  // /tmp/outbox-pgbouncer-* may take it away in the middle of a run.
+  const dir = mkdtempSync('/tmp/faults-pgbouncer-');
+  const guard = onEmergency(() => {
+    try {
+      const pid = Number(readFileSync(join(dir, 'pgbouncer.pid'), 'utf8'));
+      if (pid) process.kill(pid, 'SIGKILL');
+    } catch {
+      // not running
+    }
+    rmSync(dir, { recursive: true, force: true });
+  });
+  let bouncer: PgBouncer;
+  try {
+    bouncer = await startPgBouncer({ mode, dir, pgPort: postgres.port, database: 'postgres' });
+  } catch (error) {
+    rmSync(dir, { recursive: true, force: true });
+    guard.remove();
+    throw error;
+  }
+  return {
+    ...bouncer, // a plain object of closures
+    stop: async (): Promise<void> => {
+      await bouncer.stop();
+      rmSync(dir, { recursive: true, force: true });
+      guard.remove();
+    },
+  };
+}
+
+/** Both servers, started at once: a single broker, or a cluster of `brokers` nodes; and
+ *  with `pooler`, a PgBouncer in front of the Postgres once it is up. */
+export async function startServers(brokers = 1, pooler?: 'transaction'): Promise<Servers> {
   let cluster: LocalKafkaCluster | undefined;
   const [postgres, kafka] = await Promise.allSettled([
     startOwnPostgres(),
     brokers > 1 ? startOwnKafkaCluster(brokers).then((c) => (cluster = c)) : startOwnKafka(),
   ]);
-  if (postgres.status === 'fulfilled' && kafka.status === 'fulfilled') return { postgres: postgres.value, kafka: kafka.value, ...(cluster ? { cluster } : {}) };
+  let pgbouncer: PromiseSettledResult<PgBouncer | undefined> = { status: 'fulfilled', value: undefined };
+  if (postgres.status === 'fulfilled' && pooler) {
+    [pgbouncer] = await Promise.allSettled([startOwnPgBouncer(postgres.value, pooler)]);
+  }
+  if (postgres.status === 'fulfilled' && kafka.status === 'fulfilled' && pgbouncer.status === 'fulfilled') {
+    return { postgres: postgres.value, kafka: kafka.value, ...(cluster ? { cluster } : {}), ...(pgbouncer.value ? { pgbouncer: pgbouncer.value } : {}) };
+  }
   if (postgres.status === 'fulfilled') await postgres.value.destroy().catch(() => undefined);
   if (kafka.status === 'fulfilled') await kafka.value.destroy().catch(() => undefined);
-  throw (postgres.status === 'rejected' ? postgres.reason : (kafka as PromiseRejectedResult).reason) as Error;
+  const failed = [postgres, kafka, pgbouncer].find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  throw failed?.reason as Error;
 }
 
 export async function stopServers(servers: Servers | undefined): Promise<void> {
   if (!servers) return;
+  await servers.pgbouncer?.stop().catch(() => undefined);
   await servers.kafka.destroy().catch(() => undefined);
   await servers.postgres.destroy().catch(() => undefined);
 }

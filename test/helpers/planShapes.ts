@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import type pg from 'pg';
-import { BATCH_SETTINGS_SQL, CLAIM_STATEMENT, claimSql, executeClaimSql, prepareClaimSql } from '../../src/relay/sql/claim.js';
+import { BATCH_SETTINGS_SQL, CLAIM_STATEMENT, bindLiterals, claimLiterals, claimSql, executeClaimSql, prepareClaimSql } from '../../src/relay/sql/claim.js';
 import { MARK_STATEMENT, executeMarkSql, markSentSql, prepareMarkSql } from '../../src/relay/sql/markSent.js';
 import { intArrayLiteral, textLiteral } from '../../src/relay/sql/literals.js';
 import { deadLetterSql } from '../../src/relay/sql/deadLetter.js';
@@ -11,7 +11,9 @@ import type { TestSchema } from './db.js';
 // (test/planShapes*.integration.test.ts): in a transaction with the relay's batch
 // settings (BATCH_SETTINGS_SQL), the plan the relay runs (the generic plan of its
 // prepared claim and mark, and of the dead-letter move, which plan_cache_mode makes
-// generic too) and the plan for the values at hand.
+// generic too), the plan for the values at hand, and the statements with their values
+// written in (what the relay runs behind a transaction pooler: pooler 'transaction',
+// beginClaimInlineSql).
 
 export const RELAY = 'plan-relay';
 
@@ -61,7 +63,8 @@ export async function explainPrepared(client: pg.ClientBase, prepare: string, na
   }
 }
 
-export async function shapesOf(db: TestSchema, generic: boolean): Promise<Shapes> {
+export async function shapesOf(db: TestSchema, mode: 'generic' | 'values' | 'inline'): Promise<Shapes> {
+  const generic = mode === 'generic';
   const s = `"${db.schema}"`;
   const client = await db.pool.connect();
   try {
@@ -73,14 +76,25 @@ export async function shapesOf(db: TestSchema, generic: boolean): Promise<Shapes
     const claimParams = Object.values(claimArgs);
     const claim = generic
       ? await explainPrepared(client, prepareClaimSql(s), CLAIM_STATEMENT, executeClaimSql(claimArgs).replace(/^EXECUTE \w+\((.*)\)$/s, '$1'))
-      : await explain(client, claimSql(s), claimParams);
+      : mode === 'inline'
+        ? await explain(client, bindLiterals(claimSql(s), claimLiterals(claimArgs)), [])
+        : await explain(client, claimSql(s), claimParams);
     // The rows a claim would return, for the statements that follow it.
     const { rows: claimed } = await client.query<{ id: string }>(claimSql(s), claimParams);
     assert.equal(claimed.length, 500);
     const ids = claimed.map((r) => Number(r.id));
     const markArgs = executeMarkSql(ids, RELAY).replace(/^EXECUTE \w+\((.*)\)$/s, '$1');
-    const mark = generic ? await explainPrepared(client, prepareMarkSql(s, 'mark'), MARK_STATEMENT, markArgs) : await explain(client, markSentSql(s, 'mark'), [ids, RELAY]);
-    const del = generic ? await explainPrepared(client, prepareMarkSql(s, 'delete'), MARK_STATEMENT, markArgs) : await explain(client, markSentSql(s, 'delete'), [ids, RELAY]);
+    const inlineMark = [intArrayLiteral(ids, 'bigint'), textLiteral(RELAY)];
+    const mark = generic
+      ? await explainPrepared(client, prepareMarkSql(s, 'mark'), MARK_STATEMENT, markArgs)
+      : mode === 'inline'
+        ? await explain(client, bindLiterals(markSentSql(s, 'mark'), inlineMark), [])
+        : await explain(client, markSentSql(s, 'mark'), [ids, RELAY]);
+    const del = generic
+      ? await explainPrepared(client, prepareMarkSql(s, 'delete'), MARK_STATEMENT, markArgs)
+      : mode === 'inline'
+        ? await explain(client, bindLiterals(markSentSql(s, 'delete'), inlineMark), [])
+        : await explain(client, markSentSql(s, 'delete'), [ids, RELAY]);
     const few = ids.slice(0, 3);
     const texts = (xs: string[]): string => `ARRAY[${xs.map(textLiteral).join(', ')}]::text[]`;
     const deadLetter = generic

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { readSummary, type RunSummary } from '../../bench/summary.js';
-import { findBlocks, README_CONTEXT, regenerate, renderBlock, section, strayFigures, strayMeasurements, TABLE_FILES } from '../../bench/tables.js';
+import { findBlocks, README_CONTEXT, regenerate, renderBlock, section, SECTION_KINDS, strayFigures, strayMeasurements, TABLE_FILES } from '../../bench/tables.js';
 import type { Row } from '../../bench/report.js';
 
 // README and docs/benchmarks.md quote benchmark runs only through tables written by
@@ -16,7 +16,7 @@ const read = (file: string): string => readFileSync(`${root}${file}`, 'utf8');
 const load = (from: string): RunSummary => readSummary(`${root}${from}`);
 
 /** The tables each file must have: the harness counts them, so a marker lost in an edit fails too. */
-const EXPECTED: Record<(typeof TABLE_FILES)[number], string[]> = { 'README.md': ['readme'], 'docs/benchmarks.md': ['docs'] };
+const EXPECTED: Record<(typeof TABLE_FILES)[number], string[]> = { 'README.md': ['readme'], 'docs/benchmarks.md': ['docs', 'retention', 'pooler'] };
 
 /** The first line where two texts differ, for a failure message a reader can act on. */
 function firstDifference(a: string, b: string): string {
@@ -136,4 +136,40 @@ test('every context row README picks is a label a section writes (a renamed labe
     assert.ok(source, `a section writes rows of "${name}"`);
     assert.ok(source.includes(start), `section "${name}" writes a row starting "${start}"`);
   }
+});
+
+test("a section's table (retention, pooler) has that section's rows only, its unmet targets only, and says so when the run it names has none", () => {
+  const run: RunSummary = {
+    ...FULL,
+    sectionsSelected: ['retention'],
+    sectionsCompleted: ['retention'],
+    sectionProblems: {},
+    rows: [
+      row('12. retention', 'mark + cleanup: table + indexes, MiB', '3.8 / 5.2; 1.05'),
+      row('12. retention', "writers' tps, delete mode / no relay", '0.90', '≥ 0.95', false),
+      row('2. drain', 'relay / ceiling 1', '0.49', '≥ 0.6', false),
+    ],
+  };
+  const text = renderBlock('retention', run, 'bench/committed/r.json');
+  assert.match(text, /^Run of 2026-12-01 12:50 UTC, .*sections retention\./);
+  assert.ok(text.includes('| mark + cleanup: table + indexes, MiB | 3.8 / 5.2; 1.05 |  |  | 1.5 |'));
+  assert.ok(!text.includes('ceiling 1'), 'no row of another section');
+  assert.match(text, /Not met in this run:\n\n- 12\. retention, writers' tps, delete mode \/ no relay: 0\.90 \(target ≥ 0\.95\)$/);
+  assert.equal(renderBlock('pooler', run, 'bench/committed/r.json'), 'The run in `bench/committed/r.json` has no rows of section "13. pooled mode" (its sections: retention).');
+});
+
+test('bench:tables --from F --kinds retention,pooler re-points those tables only; the others keep the summary they name', () => {
+  const a = 'bench/committed/a.json';
+  const b = 'bench/committed/b.json';
+  const runB: RunSummary = { ...FULL, startedAt: '2026-12-02T01:00:00.000Z', rows: [row('12. retention', 'x', '1')] };
+  const load = (from: string): RunSummary => (from === b ? runB : FULL);
+  const file = `<!-- bench:table:docs from=${a} -->\n<!-- /bench:table -->\n\n<!-- bench:table:retention from=${a} -->\n<!-- /bench:table -->\n`;
+  const out = regenerate(file, 'f', load, b, ['retention', 'pooler']);
+  assert.match(out, new RegExp(`<!-- bench:table:docs from=${a} -->\nRun of 2026-12-01 12:50 UTC`));
+  assert.match(out, new RegExp(`<!-- bench:table:retention from=${b} -->\nRun of 2026-12-02 01:00 UTC[\\s\\S]*\\| x \\| 1 \\|`));
+});
+
+test('every section kind names a section label a section writes', () => {
+  const sources = readdirSync(`${root}bench/sections`).filter((f) => f.endsWith('.ts')).map((f) => read(`bench/sections/${f}`));
+  for (const label of Object.values(SECTION_KINDS)) assert.ok(sources.some((text) => text.includes(`'${label}'`)), `a section writes rows of "${label}"`);
 });

@@ -8,6 +8,7 @@ import { PLANTS, PROFILES, planRuns } from '../faults/profiles.js';
 import { emptyTally, expectedTally, FAULT_KINDS, rowsOvershoot, runsCheck, selfCheck, selfCheckFailures, type Tally } from '../faults/selfCheck.js';
 import { parseChangedFiles } from '../faults/snapshot.js';
 import { buildSchedule } from '../faults/schedule.js';
+import { PoolerTally, type Backend } from '../faults/sightings.js';
 
 const ci = PROFILES.ci!;
 
@@ -46,7 +47,7 @@ test('self-check: a run that ran what its profile says passes', () => {
   const lines = selfCheck(expectedTally(ci), faithful());
   assert.deepEqual(selfCheckFailures(lines), []);
   assert.ok(lines.every((l) => l.ok));
-  assert.equal(lines.length, 7 + FAULT_KINDS.length);
+  assert.equal(lines.length, 10 + FAULT_KINDS.length);
 });
 
 test('self-check: one relay where the profile says two fails the run', () => {
@@ -162,4 +163,66 @@ test('profiles: multi-ci serves two outboxes from every relay and cuts the datab
   // Single-outbox profiles expect one outbox and no cuts.
   assert.equal(expectedTally(ci).outboxes, 1);
   assert.equal(expectedTally(ci).faults['database-cut'], 0);
+});
+
+test('profiles: pooler-ci runs 2 relays and 2 consumers through PgBouncer in transaction pooling, restarts PgBouncer both ways and Postgres behind it; the planted runs go through it too', () => {
+  const p = PROFILES['pooler-ci']!;
+  assert.equal(p.pooler, 'transaction');
+  assert.ok(p.relays >= 2 && p.consumers >= 2);
+  assert.ok((p.counts.pgbouncerRestarts ?? 0) >= 2 && p.counts.postgresRestarts >= 1 && p.counts.relayKills > 0 && p.counts.consumerKills > 0);
+  const t = expectedTally(p);
+  assert.equal(t.relaysThroughPooler, p.relays);
+  assert.equal(t.consumersThroughPooler, p.consumers);
+  assert.equal(t.directBackends, 0);
+  assert.equal(t.faults['pgbouncer-restart'], p.counts.pgbouncerRestarts);
+  const faults = buildSchedule({ seed: 9, counts: p.counts, startMs: 3_000, endMs: p.writeMs - 3_000, relays: p.relays, consumers: p.consumers, leaseTtlMs: p.leaseTtlMs });
+  assert.deepEqual(faults.filter((f) => f.kind === 'pgbouncer-restart').map((f) => f.kind === 'pgbouncer-restart' && f.mode).sort(), ['clean', 'kill']);
+  // The single-path profiles expect nothing through a pooler, and their schedules do not move.
+  assert.equal(expectedTally(ci).relaysThroughPooler, 0);
+  const options = { seed: 9, startMs: 3_000, endMs: 40_000, relays: 2, consumers: 2, leaseTtlMs: 2_500 };
+  assert.deepEqual(buildSchedule({ ...options, counts: ci.counts }), buildSchedule({ ...options, counts: { ...ci.counts, pgbouncerRestarts: 0 } }));
+  for (const run of planRuns({ profile: 'pooler-ci', seed: 9, plant: 'none', verifyPlanted: true })) assert.equal(run.profile.pooler, 'transaction', run.name);
+});
+
+test('self-check: behind PgBouncer, a relay or consumer never seen as its client, or a backend connected around it, fails the run', () => {
+  const p = PROFILES['pooler-ci']!;
+  const t = expectedTally(p);
+  assert.deepEqual(selfCheckFailures(selfCheck(t, { ...t, faults: { ...t.faults } })), []);
+  assert.deepEqual(selfCheckFailures(selfCheck(t, { ...t, relaysThroughPooler: 1 })), ['self-check: relays through PgBouncer in transaction pooling 1 of 2']);
+  assert.deepEqual(selfCheckFailures(selfCheck(t, { ...t, consumersThroughPooler: 0 })), ['self-check: consumers through PgBouncer in transaction pooling 0 of 2']);
+  assert.deepEqual(selfCheckFailures(selfCheck(t, { ...t, directBackends: 3 })), ['self-check: backends connected around PgBouncer 3 of 0']);
+});
+
+test('pooler sightings: clients count in transaction pools only; a backend that is none of PgBouncer\'s server connections counts once seen so twice in a row', () => {
+  const tally = new PoolerTally([
+    { name: 'relay 0', applicationName: 'faults-relay-0' },
+    { name: 'relay 1', applicationName: 'faults-relay-1' },
+    { name: 'consumer-0', applicationName: 'faults-consumer-0' },
+  ]);
+  const pools = [
+    { database: 'postgres', user: 'postgres', pool_mode: 'transaction' },
+    { database: 'other', user: 'postgres', pool_mode: 'session' },
+  ];
+  const clients = [
+    { database: 'postgres', user: 'postgres', application_name: 'faults-relay-0:abc' },
+    { database: 'postgres', user: 'postgres', application_name: 'faults-relay-10:abc' }, // not relay 1
+    { database: 'other', user: 'postgres', application_name: 'faults-consumer-0:x' },
+  ];
+  const backend = (pid: number, app: string): Backend => ({ pid, backend_start: `t${pid}`, application_name: app, client_port: 40_000 + pid });
+  const viaBouncer = backend(1, 'faults-relay-0:abc');
+  const around = backend(2, 'faults-writer-3');
+  const closing = backend(3, 'faults-relay-0:abc');
+  const servers = [{ remote_pid: '1' }];
+  tally.record({ before: [viaBouncer, around, closing], pools, clients, servers, after: [viaBouncer, around] });
+  assert.deepEqual(tally.seenInTransactionPools(['relay 0', 'relay 1', 'consumer-0']), ['relay 0']);
+  assert.deepEqual([...tally.otherModes.get('consumer-0')!], ['session']);
+  assert.equal(tally.direct.size, 0, 'once is not enough: PgBouncer may have been closing it');
+  // A missed sample starts the count again.
+  tally.missed();
+  tally.record({ before: [viaBouncer, around], pools, clients: [], servers, after: [viaBouncer, around] });
+  assert.equal(tally.direct.size, 0);
+  tally.record({ before: [viaBouncer, around], pools, clients: [], servers, after: [viaBouncer, around] });
+  assert.deepEqual([...tally.direct.values()], ['faults-writer-3 (pid 2, client port 40002)']);
+  assert.equal(tally.backendsSeen.size, 3);
+  assert.equal(tally.samples, 3);
 });

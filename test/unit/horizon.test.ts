@@ -75,3 +75,18 @@ test('horizon waits for the WAL to be flushed past a pair before releasing it (a
   assert.equal(h.advance(30n, 41, null, 0n, 1_000n), true);
   assert.equal(h.watermark, 41);
 });
+
+test('horizon probe: prepared on a direct connection, unnamed through a transaction pooler; both ask for others_xmin while a pair waits', async () => {
+  const sent: Array<{ name?: string; values: unknown[] }> = [];
+  const row = { xmin: '100', others_xmin: null, flushed: '0/10', last_id: 7, xid: '120', lsn: '0/8', started: 's' };
+  const client = { query: async (q: { name?: string; values: unknown[] }) => (sent.push(q), { rows: [row] }) } as never;
+  for (const prepared of [true, false]) {
+    const h = new Horizon('"s"', 60_000, clock().now);
+    await h.probe(client, prepared); // pairs ids up to 7 with xid 120: a pair now waits
+    await h.probe(client, prepared);
+    const [first, second] = sent.splice(0);
+    assert.equal(first!.values[1], null, 'no pair waits yet');
+    assert.equal(second!.values[1], '120', 'the pair waited for');
+    assert.equal(second!.name === undefined, !prepared, prepared ? 'a named (prepared) statement' : 'an unnamed statement: nothing kept on a pooled server connection');
+  }
+});

@@ -13,11 +13,14 @@ SELECT count(*)::bigint AS pending,
  WHERE o.sent_at IS NULL`;
 
 /**
- * Batches in flight per relay: connections of the relay (by its application_name) inside
- * a transaction that holds a transaction id, which a claim that locked rows always does.
- * Row locks live in the rows themselves, not in pg_locks, so counting locked rows would
- * mean scanning the backlog; a batch holds at most --batch-size rows. Needs the status
- * user to see the relay's sessions (same role, or pg_read_all_stats).
+ * Batches in flight per relay: connections inside a transaction that holds a transaction
+ * id (a claim that locked rows always does) whose statement starts with the relay's batch
+ * marker (batchMarker in src/relay/sql/claim.ts: every statement of a batch does). Not by
+ * application_name: behind a transaction-pooling proxy a server connection keeps the
+ * name a relay set while it serves another client's transaction. Row locks live in the
+ * rows themselves, not in pg_locks, so counting locked rows would mean scanning the
+ * backlog; a batch holds at most --batch-size rows. Needs the status user to see the
+ * relay's sessions (same role, or pg_read_all_stats).
  */
 export const inFlightSql = (s: string): string => `
 SELECT r.relay_id, count(a.pid)::int AS batches
@@ -25,8 +28,7 @@ SELECT r.relay_id, count(a.pid)::int AS batches
   LEFT JOIN pg_stat_activity AS a
          ON a.datname = current_database()
         AND a.backend_xid IS NOT NULL
-        AND (a.application_name = r.application_name
-             OR left(a.application_name, length(r.application_name) + 1) = r.application_name || ':')
+        AND left(a.query, length('/* outbox-relay batch ' || r.relay_id || ' */')) = '/* outbox-relay batch ' || r.relay_id || ' */'
  GROUP BY r.relay_id`;
 
 /** Dead letters in all, and the age of the newest. */

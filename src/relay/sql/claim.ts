@@ -123,9 +123,9 @@ export interface ClaimArguments {
   generation: string;
 }
 
-/** Execute the prepared claim ({@link prepareClaimSql}) with its arguments written as literals (./literals.ts). */
-export function executeClaimSql(a: ClaimArguments): string {
-  const args = [
+/** The claim's arguments as SQL literals, in parameter order ($1..$7 of {@link claimSql}). */
+export function claimLiterals(a: ClaimArguments): string[] {
+  return [
     bigintLiteral(a.watermark),
     intArrayLiteral(a.shards, 'smallint'),
     intLiteral(a.batchSize),
@@ -134,16 +134,60 @@ export function executeClaimSql(a: ClaimArguments): string {
     bigintLiteral(a.floor),
     bigintLiteral(a.generation),
   ];
-  return `EXECUTE ${CLAIM_STATEMENT}(${args.join(', ')})`;
+}
+
+/** Execute the prepared claim ({@link prepareClaimSql}) with its arguments written as literals (./literals.ts). */
+export function executeClaimSql(a: ClaimArguments): string {
+  return `EXECUTE ${CLAIM_STATEMENT}(${claimLiterals(a).join(', ')})`;
 }
 
 /**
  * Begin a batch's transaction, fix its plans and claim, in one round trip: a simple query
  * (no parameters: {@link executeClaimSql} writes them as integers and quoted strings). The
- * claimed rows are the last result.
+ * claimed rows are the last result; `prepare` (the PREPAREs of a connection's first batch)
+ * goes before BEGIN. The message starts with the relay's
+ * {@link batchMarker}, which is how a relay taking its shards over finds its transaction.
  */
-export function beginClaimSql(a: ClaimArguments): string {
-  return `BEGIN; ${BATCH_SETTINGS_SQL}; ${executeClaimSql(a)}`;
+export function beginClaimSql(a: ClaimArguments, prepare = ''): string {
+  return `${batchMarker(a.relayId)} ${prepare}BEGIN; ${BATCH_SETTINGS_SQL}; ${executeClaimSql(a)}`;
+}
+
+/**
+ * {@link beginClaimSql} without a prepared statement, for connections that go through a
+ * transaction-pooling proxy (PgBouncer's pool_mode = transaction): there, consecutive
+ * transactions of one client run on different server sessions, so a statement prepared in
+ * one is missing (or another client's) in the next. The claim's full text goes in every
+ * batch with the arguments written in place, still one round trip; Postgres parses and
+ * plans it each time (the cost the bench's pooler section measures).
+ */
+export function beginClaimInlineSql(quotedSchema: string, a: ClaimArguments): string {
+  return `${batchMarker(a.relayId)} BEGIN; ${BATCH_SETTINGS_SQL}; ${bindLiterals(claimSql(quotedSchema), claimLiterals(a))}`;
+}
+
+/**
+ * The comment every statement of a relay's batch transaction starts with. pg_stat_activity
+ * shows a backend's current or last statement, so a backend inside a transaction whose
+ * statement starts with it is running that relay's batch, whatever connection pooling
+ * sits between: how a relay taking shards over fences the stale owner's batches
+ * (sql/leases.ts) without touching connections a pooler has handed to someone else. The
+ * relay id is twelve hex digits (Relay.instanceId); anything else is refused here.
+ */
+export function batchMarker(relayId: string): string {
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(relayId)) throw new TypeError(`not a relay id: ${JSON.stringify(relayId)}`);
+  return `/* outbox-relay batch ${relayId} */`;
+}
+
+/**
+ * `sql` with its parameters $1..$n replaced by `literals` (checked SQL literals, ./literals.ts).
+ * Only for the relay's own statement texts, which hold no `$` but in their parameters (a
+ * unit test checks each one).
+ */
+export function bindLiterals(sql: string, literals: readonly string[]): string {
+  return sql.replace(/\$(\d+)/g, (_, n: string) => {
+    const literal = literals[Number(n) - 1];
+    if (literal === undefined) throw new TypeError(`no value for parameter $${n}`);
+    return `(${literal})`;
+  });
 }
 
 export interface ClaimedRow {

@@ -8,10 +8,10 @@
  *   xmin     the statement snapshot's xmin: every transaction id below it has finished
  *            (taken when the statement starts);
  *   others_xmin  only when a pair waits ($2) and xmin is below it: the same bound, but
- *            ignoring the transactions of relay backends, which never insert outbox rows
- *            (src/relay/horizon.ts has the argument): the lowest xid in the snapshot's
- *            running list that no relay backend of this outbox runs, or the snapshot's
- *            xmax when there is none;
+ *            ignoring the batch transactions of this outbox's relays, which never insert
+ *            outbox rows (src/relay/horizon.ts has the argument): the lowest xid in the
+ *            snapshot's running list that no relay batch runs, or the snapshot's xmax
+ *            when there is none;
  *   flushed  how far the WAL is on disk now;
  *   last_id  the outbox sequence's last value, read after the snapshot (sequences are
  *            not subject to MVCC, so this is the live value);
@@ -39,8 +39,7 @@ SELECT snap.xmin::text AS xmin,
                    SELECT 1
                      FROM pg_stat_activity AS a
                      JOIN ${quotedSchema}.outbox_relays AS r
-                       ON a.application_name = r.application_name
-                       OR left(a.application_name, length(r.application_name) + 1) = r.application_name || ':'
+                       ON left(a.query, length('/* outbox-relay batch ' || r.relay_id || ' */')) = '/* outbox-relay batch ' || r.relay_id || ' */'
                     WHERE a.backend_xid IS NOT NULL
                       AND a.backend_xid::text::numeric = x::text::numeric % 4294967296))
        END AS others_xmin,

@@ -61,22 +61,26 @@ WITH released AS (
 DELETE FROM ${s}.outbox_relays WHERE relay_id = $1`;
 
 /**
- * $1 application_name prefix of a stale owner, $2 ms to wait for each backend to exit,
- * $3 when its shards were taken over.
+ * $1 relay id of a stale owner, $2 ms to wait for each backend to exit, $3 when its
+ * shards were taken over.
  *
- * Terminating its connections rolls back its open transactions, which releases the row
- * locks of a batch it claimed before it stalled; a paused relay that wakes up finds its
- * connections gone and cannot mark anything sent. Only connections opened before the
- * takeover: the owner may wake up and reconnect, and a new connection of it holds nothing
- * old (its claims and marks check the leases). Returns how many are still there.
+ * Terminating the backends running its batches rolls back their transactions, which
+ * releases the row locks of a batch it claimed before it stalled; a paused relay that
+ * wakes up finds its batch gone and cannot mark anything sent (its next claims and marks
+ * check the leases). A backend is the owner's when it is inside a transaction begun before
+ * the takeover and its statement starts with the owner's batch marker (batchMarker in
+ * ./claim.ts: every statement of a batch does). Not by application_name or connection age:
+ * behind a transaction-pooling proxy a server connection that last carried the owner's
+ * name may be serving another client by now, and its idle connections hold nothing.
+ * Returns how many are still there, and the pids signalled.
  */
 export const terminateOwnerSql = `
 WITH targets AS (
   SELECT pid FROM pg_stat_activity
-   WHERE (application_name = $1 OR left(application_name, length($1) + 1) = $1 || ':')
-     AND backend_start <= $3
+   WHERE xact_start <= $3
+     AND left(query, length('/* outbox-relay batch ' || $1 || ' */')) = '/* outbox-relay batch ' || $1 || ' */'
      AND pid <> pg_backend_pid()
 ), terminated AS (
   SELECT pid, pg_terminate_backend(pid, $2) AS gone FROM targets
 )
-SELECT count(*) FILTER (WHERE NOT gone)::int AS survivors, count(*)::int AS terminated FROM terminated`;
+SELECT count(*) FILTER (WHERE NOT gone)::int AS survivors, coalesce(array_agg(pid), '{}') AS pids FROM terminated`;

@@ -1,4 +1,5 @@
 import { intArrayLiteral, intLiteral, textLiteral } from './literals.js';
+import { batchMarker, bindLiterals } from './claim.js';
 
 /**
  * Mark published rows sent. Runs in the claim's transaction, after Kafka acknowledged
@@ -57,7 +58,12 @@ const LEASE_LOST = 'outbox-relay lease lost: marked';
  * {@link leaseLostCounts} reads the counts back from the error.
  */
 export function prepareMarkSql(quotedSchema: string, onPublish: 'mark' | 'delete' = 'mark'): string {
-  return `PREPARE ${MARK_STATEMENT} (bigint[], text, int) AS
+  return `PREPARE ${MARK_STATEMENT} (bigint[], text, int) AS ${checkedMarkSql(quotedSchema, onPublish)}`;
+}
+
+/** The mark with its lease check (see {@link prepareMarkSql}); $1 ids, $2 relay id, $3 how many must change. */
+function checkedMarkSql(quotedSchema: string, onPublish: 'mark' | 'delete'): string {
+  return `
 WITH changed AS (${markSentSql(quotedSchema, onPublish)}
 RETURNING 1)
 SELECT CASE WHEN count(*) = $3 THEN count(*)::int
@@ -70,7 +76,16 @@ SELECT CASE WHEN count(*) = $3 THEN count(*)::int
  * the relay id go in as literals (./literals.ts).
  */
 export function markAndCommitSql(ids: readonly number[], relayId: string): string {
-  return `${executeMarkSql(ids, relayId)}; COMMIT`;
+  return `${batchMarker(relayId)} ${executeMarkSql(ids, relayId)}; COMMIT`;
+}
+
+/**
+ * {@link markAndCommitSql} without a prepared statement (a transaction-pooling proxy, see
+ * beginClaimInlineSql in ./claim.ts): the checked mark's text with its arguments in place.
+ */
+export function markAndCommitInlineSql(quotedSchema: string, onPublish: 'mark' | 'delete', ids: readonly number[], relayId: string): string {
+  const literals = [intArrayLiteral(ids, 'bigint'), textLiteral(relayId), intLiteral(ids.length)];
+  return `${batchMarker(relayId)} ${bindLiterals(checkedMarkSql(quotedSchema, onPublish), literals)}; COMMIT`;
 }
 
 /** Execute the prepared mark ({@link prepareMarkSql}): every one of `ids` must change. */

@@ -1,0 +1,101 @@
+// The relay through a real PgBouncer 1.18 in session pooling (pool_mode = session: each
+// client connection keeps its server connection, so sessions behave as on a direct
+// connection): two relays left at the default `auto` drain concurrent writers' rows, one
+// SIGKILLed mid-stream; and `pooler: 'none'` is accepted there.
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { createRelay } from '../src/relay/relay.js';
+import { getStatus } from '../src/commands/status.js';
+import { createTestSchema, type TestSchema } from './helpers/db.js';
+import { createTopic, testBrokers } from './helpers/kafka.js';
+import { spawnCli, type Spawned } from './helpers/processes.js';
+import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
+import { assertDeliveredInOrder, runWriters } from './helpers/workload.js';
+import { sentCount } from './helpers/outbox.js';
+import { startPgBouncer, type PgBouncer } from './helpers/pgbouncer.js';
+
+const LEASE_TTL_MS = 2_000;
+let db: TestSchema;
+let bouncer: PgBouncer;
+let pooled: pg.Pool;
+
+before(async () => {
+  db = await createTestSchema('pgb_session');
+  // Session pooling holds a server connection per client connection: room for all of them.
+  bouncer = await startPgBouncer({ mode: 'session', poolSize: 40 });
+  pooled = new pg.Pool({ connectionString: bouncer.url(), max: 6 });
+  pooled.on('error', () => undefined);
+});
+after(async () => {
+  try {
+    await pooled?.end();
+  } finally {
+    await bouncer?.stop();
+    await db?.drop();
+  }
+});
+
+async function ownersByShardCount(): Promise<number[]> {
+  const status = await getStatus({ client: db.pool as never, schema: db.schema });
+  return status.relays.filter((r) => r.live && r.shardCount > 0).map((r) => r.shardCount).sort((a, b) => a - b);
+}
+
+function relayProcess(): Spawned {
+  return spawnCli(['run', '--batch-size', '50'], {
+    DATABASE_URL: bouncer.url(),
+    KAFKA_BROKERS: testBrokers().join(','),
+    OUTBOX_SCHEMA: db.schema,
+    OUTBOX_LEASE_TTL_MS: String(LEASE_TTL_MS),
+    OUTBOX_LOG_LEVEL: 'warn',
+  });
+}
+
+test('integration (PgBouncer, session pooling): two default relays drain concurrent writers; one SIGKILLed mid-stream, the survivor finishes: nothing lost or reordered', async () => {
+  const topic = await createTopic(4);
+  const a = relayProcess();
+  const b = relayProcess();
+  try {
+    await waitFor('two live relays with 128 shards each', async () => (await ownersByShardCount()).join() === '128,128', { timeoutMs: 40_000 });
+    let takeover: Promise<unknown> | undefined;
+    const { committed, rolledBack } = await runWriters({
+      pool: pooled,
+      schema: db.schema,
+      topic,
+      writers: 5,
+      transactionsPerWriter: 240,
+      keys: 30,
+      rollbackEvery: 10,
+      holdEvery: 6,
+      holdMs: 10,
+      onCommit: (n) => {
+        if (n === 300) {
+          a.child.kill('SIGKILL');
+          takeover = waitFor('the survivor to own every shard', async () => (await ownersByShardCount()).join() === '256', { timeoutMs: 30_000, intervalMs: 20 });
+        }
+      },
+    });
+    assert.ok(committed.size >= 2_000, `${committed.size} rows committed`);
+    await takeover;
+    await waitFor('every committed row marked sent', async () => (await sentCount(db, topic)) === committed.size, { timeoutMs: 60_000 });
+    await assertDeliveredInOrder(topic, committed, rolledBack);
+  } finally {
+    a.child.kill('SIGKILL');
+    b.child.kill('SIGTERM');
+    await a.exited;
+    assert.equal(await b.exited, 0, b.output());
+  }
+});
+
+test('integration (PgBouncer, session pooling): a relay told `pooler: none` starts and publishes (session pooling keeps sessions)', async () => {
+  const topic = await createTopic(1);
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: bouncer.url(), kafkaBrokers: testBrokers(), schema: db.schema, pooler: 'none', leaseTtlMs: LEASE_TTL_MS });
+  await relay.start();
+  try {
+    await pooled.query(`INSERT INTO "${db.schema}".outbox (topic, key, payload) SELECT $1, 'k' || (g % 5), '{}' FROM generate_series(1, 100) AS g`, [topic]);
+    await waitFor('the 100 rows sent', async () => (await sentCount(db, topic)) === 100, { timeoutMs: 30_000 });
+  } finally {
+    await relay.stop();
+  }
+});
