@@ -6,6 +6,7 @@ import { addRunCommand } from './cli/run.js';
 import { addMaintenanceCommands } from './cli/maintenance.js';
 import { addDeadLetterCommands } from './cli/deadLetters.js';
 import { addDebeziumCommands } from './cli/debezium.js';
+import { addPartitionCommands } from './cli/partitions.js';
 
 // Only parsing and dispatch live here and in src/cli/; every command is a library
 // function of src/commands/.
@@ -23,6 +24,7 @@ addRunCommand(program);
 addMaintenanceCommands(program);
 addDeadLetterCommands(program);
 addDebeziumCommands(program);
+addPartitionCommands(program);
 
 try {
   await program.parseAsync(process.argv);

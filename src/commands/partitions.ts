@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { DEFAULT_SCHEMA, quoteIdentifier } from '../shared/identifiers.js';
-import type { DatabaseOptions } from '../shared/database.js';
+import { connectionError, createPool, type DatabaseOptions } from '../shared/database.js';
 import { OutboxError } from '../shared/errors.js';
 import { optionValue } from '../shared/settings.js';
 import { parseDuration } from '../shared/durations.js';
@@ -30,7 +30,7 @@ export interface PartitionOutboxResult {
   firstBoundId: number;
   /** Ids per partition. */
   partitionSizeIds: number;
-  /** How many times the swap gave up on its lock (writers or relays held the table) and tried again. */
+  /** How many times a step gave up on its lock (writers or relays held the table) and tried again. */
   lockRetries: number;
 }
 
@@ -83,7 +83,8 @@ export async function partitionOutbox(options: PartitionOutboxOptions = {}): Pro
     const deadline = Date.now() + maxWaitMs;
     let lockRetries = 0;
     for (;;) {
-      const bound = await addBoundCheck(client, q, size, deadline);
+      const { bound, retries } = await addBoundCheck(client, q, size, deadline);
+      lockRetries += retries;
       await buildDedupTwin(client, q);
       const outcome = await swap(client, q, bound, size, deadline);
       lockRetries += outcome.retries;
@@ -133,18 +134,18 @@ async function withLockRetries<T>(client: pg.ClientBase, deadline: number, fn: (
   }
 }
 
-/** Step 1: the check that lets the attach skip its scan. Returns B. */
-async function addBoundCheck(client: pg.ClientBase, q: string, size: number, deadline: number): Promise<number> {
+/** Step 1: the check that lets the attach skip its scan. Returns B, and how often its lock was tried again. */
+async function addBoundCheck(client: pg.ClientBase, q: string, size: number, deadline: number): Promise<{ bound: number; retries: number }> {
   const last = await sequenceLastId(client, q);
   const bound = Math.ceil((last + size) / size) * size;
-  await withLockRetries(client, deadline, () =>
+  const { retries } = await withLockRetries(client, deadline, () =>
     client.query(
       `ALTER TABLE ${q}.outbox DROP CONSTRAINT IF EXISTS ${BOUND_CHECK}, ADD CONSTRAINT ${BOUND_CHECK} CHECK (id < ${bound}) NOT VALID`,
     ),
   );
   // SHARE UPDATE EXCLUSIVE: reads the table while writers and relays go on.
   await client.query(`ALTER TABLE ${q}.outbox VALIDATE CONSTRAINT ${BOUND_CHECK}`);
-  return bound;
+  return { bound, retries };
 }
 
 /**
@@ -256,14 +257,31 @@ export async function maintainPartitions(options: MaintainPartitionsOptions = {}
   const retentionMs = (parseDuration(retention) as { value: number }).value;
   const schema = options.schema ?? DEFAULT_SCHEMA;
   const logger = options.logger ?? silentLogger();
-  const { db, close } = await openDatabase(options, 'outbox-relay:maintain-partitions');
+  // From a URL, a pool of two: the pass runs beside the transaction that holds the
+  // maintainers' lock (see maintain()).
+  const own = !options.client && !options.pool && options.databaseUrl ? createPool(options.databaseUrl, 'outbox-relay:maintain-partitions', 2, logger) : undefined;
   try {
-    const result = await maintain(db, schema, { partitionsAhead: ahead, retentionMs });
-    logger.info({ ...result, schema, retention }, 'maintained outbox partitions');
-    return result;
+    const { db, close } = await openDatabase(own ? { pool: own, schema } : options, 'outbox-relay:maintain-partitions');
+    try {
+      const result = await maintain(db, schema, { partitionsAhead: ahead, retentionMs });
+      logger.info({ ...result, schema, retention }, 'maintained outbox partitions');
+      return result;
+    } finally {
+      await close();
+    }
+  } catch (error) {
+    throw connectionFailure(error, options);
   } finally {
-    await close();
+    await own?.end();
   }
 }
 
 export type { PartitionMaintenance } from '../relay/partitions.js';
+
+/** A pool's failure to connect as the one-line ConnectionError `connect()` gives; other errors as they are. */
+function connectionFailure(error: unknown, options: DatabaseOptions): unknown {
+  if (error instanceof OutboxError || !options.databaseUrl || options.client || options.pool) return error;
+  const code = (error as { code?: string }).code ?? '';
+  const connecting = /^(E[A-Z]+|28\w{3}|3D000|57P03)$/.test(code) || /connect|Connection terminated/i.test((error as Error).message ?? '');
+  return connecting ? connectionError(options.databaseUrl, error) : error;
+}

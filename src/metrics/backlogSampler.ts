@@ -7,6 +7,7 @@ import type pg from 'pg';
 import { describeError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { idsAboveSequenceSql } from '../relay/idAudit.js';
+import { partitionHeadroomSql } from '../relay/partitions.js';
 import { errorLabel } from './errorLabel.js';
 import { serialized } from './promises.js';
 import type { RelayMetrics } from './relayMetricTable.js';
@@ -39,7 +40,7 @@ export interface BacklogSamplerOptions {
   /** The outbox's schema, quoted (quoteIdentifier). */
   quotedSchema: string;
   /** Where the samples go: pending rows, oldest age, enqueued rows, parked keys, and the sampler's own query durations and errors. */
-  metrics: Pick<RelayMetrics, 'pendingRows' | 'oldestPendingAge' | 'enqueuedRows' | 'parkedKeys' | 'rowsAboveSequence' | 'samplerQueryDuration' | 'samplerErrors'>;
+  metrics: Pick<RelayMetrics, 'pendingRows' | 'oldestPendingAge' | 'enqueuedRows' | 'parkedKeys' | 'rowsAboveSequence' | 'partitionHeadroom' | 'samplerQueryDuration' | 'samplerErrors'>;
   intervalMs: number;
   /** Unsent rows are counted exactly up to this many, estimated above. */
   countCap: number;
@@ -95,6 +96,9 @@ export function startBacklogSampler(options: BacklogSamplerOptions): BacklogSamp
     const [above] = await timed<{ rows_above: number }>(idsAboveSequenceSql(quoted));
     const rowsAboveSequence = Number(above?.rows_above ?? 0);
     m.rowsAboveSequence.set(rowsAboveSequence);
+    // A row only for a partitioned outbox; a plain one has no such limit and no series.
+    const [headroom] = await timed<{ headroom: string }>(partitionHeadroomSql(quoted));
+    if (headroom) m.partitionHeadroom.set(Number(headroom.headroom));
     const id = Number(seq?.last_id ?? 0);
     if (lastId !== undefined && id > lastId) m.enqueuedRows.inc(id - lastId);
     lastId = id;

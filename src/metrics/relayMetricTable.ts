@@ -25,6 +25,7 @@ export interface RelayMetrics {
   shardsOwned: Gauge<'outbox'>;
   lastPublish: Gauge<'outbox'>;
   rowsAboveSequence: Gauge<'outbox'>;
+  partitionHeadroom: Gauge<'outbox'>;
   horizonForced: Counter<'outbox'>;
   running: Gauge<'outbox'>;
   claimDuration: Histogram<'outbox'>;
@@ -103,6 +104,12 @@ export const RELAY_METRICS: MetricTable<RelayMetrics> = {
     type: 'gauge',
     name: 'outbox_relay_last_publish_timestamp_seconds',
     help: 'Unix time of the last batch this relay published, or of its start when it published none yet. With rows pending, a value that stops moving means the relay is not publishing.',
+    labelNames: ['outbox'],
+  },
+  partitionHeadroom: {
+    type: 'gauge',
+    name: 'outbox_relay_partition_headroom_ids',
+    help: 'Partitioned outbox only: ids writers can still take before the last partition is full (inserts fail past it). Kept up by the relay or `outbox-relay maintain-partitions`.',
     labelNames: ['outbox'],
   },
   rowsAboveSequence: {

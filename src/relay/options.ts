@@ -1,4 +1,5 @@
 import type { Kafka, KafkaConfig } from 'kafkajs';
+import { partitionMaintenanceIntervalMs, partitionsAhead, relayPartitionRetention } from './partitionSettings.js';
 import * as settings from '../shared/settings.js';
 import { clientId, databaseUrl, kafkaBrokers, schema } from '../shared/commonSettings.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
@@ -74,6 +75,15 @@ export interface RelayOptions extends KafkaSecurityOptions {
   onPublish?: 'mark' | 'delete';
   /** Consecutive failed batches that open the circuit breaker (default 3). */
   breakerFailures?: number;
+  /**
+   * On a partitioned outbox (docs/partitioning.md): how often the relay creates the
+   * partitions ahead and drops old fully sent ones, in ms (default 60000; 0: never).
+   */
+  partitionMaintenanceIntervalMs?: number;
+  /** Whole partitions the relay keeps above the outbox sequence (default 2). */
+  partitionsAhead?: number;
+  /** A fully sent partition is dropped once its newest sent_at is older than this (default `7d`). */
+  partitionRetention?: string;
   /**
    * Connection pooling between the relay and Postgres (default `auto`). `transaction`: the
    * connections go through a transaction-pooling proxy (PgBouncer `pool_mode = transaction`,
@@ -294,6 +304,9 @@ export const RELAY_SETTINGS = [
   clientId,
   compression,
   producer,
+  partitionMaintenanceIntervalMs,
+  partitionsAhead,
+  relayPartitionRetention,
 ] as const;
 
 /** Marks an object {@link resolveRelayOptions} made; not enumerable, so a copy of it is not one. */
@@ -347,6 +360,9 @@ export function resolveRelayOptions(options: RelayOptions | ResolvedRelayOptions
     clientId: settings.optionValue(clientId, options.clientId),
     compression: settings.optionValue(compression, options.compression),
     producer: settings.optionValue(producer, options.producer),
+    partitionMaintenanceIntervalMs: settings.optionValue(partitionMaintenanceIntervalMs, options.partitionMaintenanceIntervalMs),
+    partitionsAhead: settings.optionValue(partitionsAhead, options.partitionsAhead),
+    partitionRetention: settings.optionValue(relayPartitionRetention, options.partitionRetention),
     logger: options.logger ?? silentLogger(),
     kafka: options.kafka,
     // A copy of resolved options (spread, so unbranded) carries its TLS and SASL resolved

@@ -33,3 +33,25 @@ export const partitionRetention = duration({
   minMs: 0,
   maxMs: 3_650 * 86_400_000,
 });
+
+// The relay's own partition maintenance (partitionLoop.ts): `outbox-relay run` flags.
+
+export const partitionMaintenanceIntervalMs = integer({
+  option: 'partitionMaintenanceIntervalMs',
+  flag: '--partition-maintenance-interval-ms',
+  env: 'OUTBOX_PARTITION_MAINTENANCE_INTERVAL_MS',
+  description: 'On a partitioned outbox, how often the relay creates partitions ahead and drops old ones (0: never; then run maintain-partitions from cron).',
+  defaultValue: 60_000,
+  min: 0,
+  max: 86_400_000,
+});
+
+export const relayPartitionRetention = duration({
+  option: 'partitionRetention',
+  flag: '--partition-retention',
+  env: 'OUTBOX_PARTITION_RETENTION',
+  description: partitionRetention.description,
+  defaultValue: partitionRetention.defaultValue!,
+  minMs: 0,
+  maxMs: 3_650 * 86_400_000,
+});

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { quoteIdentifier } from '../shared/identifiers.js';
-import { OutboxError, SchemaError } from '../shared/errors.js';
+import { ConfigError, OutboxError, SchemaError } from '../shared/errors.js';
 
 // The partitioned outbox (docs/partitioning.md): reading its partitions, creating the
 // ones ahead of the sequence and dropping the old ones whose rows are all sent. The relay
@@ -8,9 +8,9 @@ import { OutboxError, SchemaError } from '../shared/errors.js';
 // (src/commands/partitions.ts) runs the same function.
 //
 // Every step is one autocommit statement or one short transaction, with no session
-// state, so it works through a transaction-pooling proxy. Maintainers running at once
-// are not serialised: each step tolerates the other having done it first (a partition
-// that already exists, a detach already under way), see maintain() below.
+// state, so it works through a transaction-pooling proxy. Maintainers on a pool take
+// turns (see maintain()); on a single client they do not, and each step tolerates
+// another maintainer having done it first (a partition that exists, a detach under way).
 
 /** Something that runs a query: a client, or a pool that lends one per query. */
 export type Queryable = pg.ClientBase | pg.Pool;
@@ -88,6 +88,21 @@ export function headroomIds(parts: readonly OutboxPartition[], lastId: number): 
 }
 
 /**
+ * Ids left before the last partition is full, {@link headroomIds} in one catalog query
+ * for the metrics sampler (no row for a plain outbox). Anyone may read the catalog: the
+ * relay role needs no more than it has.
+ */
+export function partitionHeadroomSql(quotedSchema: string): string {
+  return `
+SELECT ((SELECT max((regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), 'TO \\(''?(-?\\d+)''?\\)'))[1]::bigint)
+           FROM pg_catalog.pg_inherits AS i JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
+          WHERE i.inhparent = o.oid AND NOT i.inhdetachpending) - 1
+        - (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM ${quotedSchema}.outbox_id_seq))::text AS headroom
+  FROM pg_catalog.pg_class AS o
+ WHERE o.oid = to_regclass('${quotedSchema}.outbox') AND o.relkind = 'p'`;
+}
+
+/**
  * Create and attach one partition for the ids [lower, upper), in one short transaction:
  * CREATE TABLE (LIKE ...) then ATTACH PARTITION, which takes SHARE UPDATE EXCLUSIVE on the
  * outbox (writers and claims go on; `CREATE TABLE ... PARTITION OF` would take ACCESS
@@ -133,6 +148,8 @@ export interface PartitionMaintenance {
   kept: Array<{ partition: string; reason: KeptReason }>;
   /** Ids the writers can take before the last partition is full, after this pass. */
   headroomIds: number;
+  /** True when another maintainer was at work (on a pool only): this pass did nothing (but finish a crashed detach). */
+  skipped?: boolean;
 }
 
 /** Settings of one {@link maintain} pass (checked by the caller). */
@@ -163,6 +180,44 @@ export async function maintain(db: Queryable, schema: string, settings: Maintain
   if (!(await isPartitioned(db, schema))) {
     throw new SchemaError(`the outbox of schema ${quoted} is not partitioned: run \`outbox-relay partition-outbox\` first`, { schema });
   }
+  if (!(db instanceof pg.Pool)) return await maintainLocked(db, schema, quoted, settings);
+  // The lock's transaction holds one connection while the pass needs another.
+  if ((db.options.max ?? 10) < 2) throw new ConfigError('pool', 'partition maintenance needs a pool of at least 2 connections (one holds the maintainers\' lock)');
+  // One maintainer at a time: a transaction-level advisory lock, held by a transaction
+  // of its own (no session state: it works through a transaction pooler) while the pass
+  // runs on other connections. That transaction touches no table, so the detaches, which
+  // wait for the transactions using the outbox, do not wait for it.
+  const holder = await db.connect();
+  try {
+    await holder.query('BEGIN');
+    const { rows } = await holder.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock(hashtext($1)) AS locked', [`outbox-relay:partitions:${schema}`]);
+    const skipped = async (done: PartitionMaintenance): Promise<PartitionMaintenance> => {
+      const parts = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
+      return { ...done, headroomIds: headroomIds(parts, await sequenceLastId(db, quoted)), skipped: true };
+    };
+    if (!rows[0]!.locked) return await skipped({ created: [], dropped: [], kept: [], headroomIds: 0 });
+    // A detach a crash left pending: FINALIZE waits for every snapshot older than it,
+    // this transaction's too, so it runs in this transaction, which then ends and takes
+    // the lock again. Nobody else holds the lock: no other maintainer is detaching.
+    const pending = (await listPartitions(db, schema)).filter((x) => x.detachPending);
+    const finished: PartitionMaintenance = { created: [], dropped: [], kept: [], headroomIds: 0 };
+    if (pending.length) {
+      for (const p of pending) await holder.query(`ALTER TABLE ${quoted}.outbox DETACH PARTITION ${quoted}.${quoteIdentifier(p.name)} FINALIZE`);
+      await holder.query('COMMIT');
+      for (const p of pending) await dropOrReattach(db, quoted, p, finished);
+      await holder.query('BEGIN');
+      const again = await holder.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock(hashtext($1)) AS locked', [`outbox-relay:partitions:${schema}`]);
+      if (!again.rows[0]!.locked) return await skipped(finished);
+    }
+    const result = await maintainLocked(db, schema, quoted, settings);
+    return { ...result, dropped: [...finished.dropped, ...result.dropped], kept: [...finished.kept, ...result.kept] };
+  } finally {
+    await holder.query('COMMIT').catch(() => undefined);
+    holder.release();
+  }
+}
+
+async function maintainLocked(db: Queryable, schema: string, quoted: string, settings: MaintainSettings): Promise<PartitionMaintenance> {
   const result: PartitionMaintenance = { created: [], dropped: [], kept: [], headroomIds: 0 };
   let parts = await listPartitions(db, schema);
   for (const p of parts.filter((x) => x.detachPending)) {

@@ -17,6 +17,7 @@ import { runHorizonLoop } from './horizonLoop.js';
 import { runMembershipLoop } from './membershipLoop.js';
 import { runBreakerLoop } from './breakerLoop.js';
 import { runWorkerLoop } from './workerLoop.js';
+import { runPartitionLoop } from './partitionLoop.js';
 import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './options.js';
 import { Membership } from './membership.js';
 import { shardsOf } from './shards.js';
@@ -187,7 +188,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     }));
     for (const w of this.workers) this.floors.set(w, newClaimFloor());
     const rt = this.runtime();
-    this.loops = [runHorizonLoop(rt), runMembershipLoop(rt), runBreakerLoop(rt), ...this.workers.map((w) => runWorkerLoop(rt, w))];
+    this.loops = [runHorizonLoop(rt), runMembershipLoop(rt), runBreakerLoop(rt), runPartitionLoop(rt), ...this.workers.map((w) => runWorkerLoop(rt, w))];
     this.logger.info(
       {
         database: describeDatabase(o.databaseUrl),

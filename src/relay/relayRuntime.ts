@@ -12,7 +12,7 @@ import type { ClaimFloor } from './floor.js';
 import type { WakeUp } from './wakeUp.js';
 import type { RelayEvents } from './relayEvents.js';
 
-// What the relay's loops (horizonLoop, membershipLoop, breakerLoop, workerLoop) share of a
+// What the relay's loops (horizonLoop, membershipLoop, breakerLoop, partitionLoop, workerLoop) share of a
 // running relay: its settings and state, how they wake each other, and its events. The
 // Relay class (./relay.ts) owns all of it and hands this view to each loop at start.
 
