@@ -13,7 +13,7 @@ import { closeAdmin, pooled } from './hostile/support.js';
 const only = process.env.HOSTILE_ONLY ? new RegExp(process.env.HOSTILE_ONLY) : undefined;
 const cases: HostileCase[] = hostileCases().filter((c) => !only || only.test(`${c.class}: ${c.name}`));
 const CASES_BY_CLASS: Record<string, number> = {
-  config: 45,
+  config: 48,
   'schema state': 6,
   'odd rows': 17,
   operator: 18,
