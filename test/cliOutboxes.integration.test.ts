@@ -181,7 +181,7 @@ test('integration: --schema and OUTBOX_SCHEMA beside a list are refused by every
   const paths = await commandPaths();
   assert.deepEqual(
     paths.map((p) => p.join(' ')).sort(),
-    ['cleanup', 'dead-letters discard', 'dead-letters list', 'dead-letters replay', 'debezium attach', 'debezium detach', 'debezium print', 'migrate', 'purge-processed', 'run', 'status'],
+    ['cleanup', 'dead-letters discard', 'dead-letters list', 'dead-letters replay', 'debezium attach', 'debezium detach', 'debezium print', 'maintain-partitions', 'migrate', 'partition-outbox', 'purge-processed', 'run', 'status'],
   );
   const runs: Array<Promise<void>> = [];
   for (const path of [...paths, ['migrate', '--print']]) {
