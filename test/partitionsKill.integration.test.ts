@@ -47,11 +47,15 @@ test('integration: a relay SIGKILLed mid-detach on a partitioned outbox, writers
     // Its second phase, which waits for the transactions using the outbox (virtualxid),
     // after the first has committed the pending state; the first phase may wait for a
     // lock too (autovacuum on the partition), and a crash there leaves nothing pending.
-    const detach = await waitFor('a detach waiting for the held transaction', async () => {
+    // Both seen before the crash: the detach waiting, and its first phase committed (the
+    // partition marked pending). A crash before that commit leaves nothing pending (one CI
+    // run on Node 24 killed a detach seen waiting whose pending state never showed).
+    const detach = await waitFor('a detach waiting for the held transaction, its partition marked pending', async () => {
       const r = await db.pool.query<{ pid: number }>(
         `SELECT pid FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE%DETACH PARTITION%CONCURRENTLY' AND wait_event = 'virtualxid'`,
       );
-      return r.rows[0]?.pid;
+      const pid = r.rows[0]?.pid;
+      return pid !== undefined && (await listPartitions(db.pool, db.schema)).some((p) => p.detachPending) ? pid : undefined;
     }, { timeoutMs: 60_000 });
     // The crash: the relay process and its waiting backend go at once.
     first.child.kill('SIGKILL');
