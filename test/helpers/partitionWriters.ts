@@ -8,6 +8,8 @@ export interface RunningWriters {
   readonly longestTransactionMs: number;
   /** Rows committed so far. */
   readonly rows: number;
+  /** The first error a writer stopped on, if any (a writer stops at its first error). */
+  readonly error: unknown;
   /** Stop after the transactions in progress; rejects with the first writer error. */
   stop(): Promise<void>;
 }
@@ -52,6 +54,9 @@ export function startWriters(pool: pg.Pool, schema: string, topic: string, write
     },
     get rows() {
       return committed.size;
+    },
+    get error() {
+      return firstError;
     },
     async stop() {
       stopping = true;
