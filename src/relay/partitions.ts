@@ -224,6 +224,18 @@ async function maintainLocked(db: Queryable, schema: string, quoted: string, set
     await db.query(`ALTER TABLE ${quoted}.outbox DETACH PARTITION ${quoted}.${quoteIdentifier(p.name)} FINALIZE`);
     await dropOrReattach(db, quoted, p, result);
   }
+  // A crash between a detach and its drop leaves a table of the outbox's that is no
+  // partition any more; a row committed late into it would be lost with it.
+  for (const p of await detachedLeftovers(db, schema)) {
+    try {
+      await dropOrReattach(db, quoted, p, result);
+    } catch (error) {
+      // Another maintainer on a single client got there first (dropped: 42P01; attached: 42P17).
+      const code = (error as { cause?: { code?: string }; code?: string }).cause?.code ?? (error as { code?: string }).code;
+      if (code !== '42P01' && code !== '42P17') throw error;
+      result.kept.push({ partition: p.name, reason: 'busy' });
+    }
+  }
   parts = parts.filter((x) => !x.detachPending);
   const size = partitionSize(parts);
   if (size === undefined) throw new SchemaError(`the outbox of schema ${quoted} has no partition with a lower bound: run \`outbox-relay partition-outbox\` again`, { schema });
@@ -285,6 +297,37 @@ async function maintainLocked(db: Queryable, schema: string, quoted: string, set
   const after = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
   result.headroomIds = headroomIds(after, await sequenceLastId(db, quoted));
   return result;
+}
+
+/**
+ * Tables named like the outbox's partitions that are no partition: detached by a pass
+ * that crashed before it dropped them. Their bounds come from the CHECK constraint a
+ * concurrent detach leaves (`id >= lower AND id < upper`); a table without one is not
+ * ours to touch.
+ */
+async function detachedLeftovers(db: Queryable, schema: string): Promise<OutboxPartition[]> {
+  const { rows } = await db.query<{ name: string; checks: string[] }>(
+    `SELECT c.relname AS name, array_agg(pg_catalog.pg_get_constraintdef(k.oid)) AS checks
+       FROM pg_catalog.pg_class AS c
+       JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+       JOIN pg_catalog.pg_constraint AS k ON k.conrelid = c.oid AND k.contype = 'c'
+      WHERE n.nspname = $1 AND c.relkind = 'r' AND NOT c.relispartition AND c.relname ~ '^outbox_p[0-9]+$'
+      GROUP BY c.relname`,
+    [schema],
+  );
+  const out: OutboxPartition[] = [];
+  for (const r of rows) {
+    for (const check of r.checks) {
+      const upper = /\bid < '?(-?\d+)'?/.exec(check);
+      if (!upper) continue;
+      const lower = /\bid >= '?(-?\d+)'?/.exec(check);
+      const expectedLower = lower ? Number(lower[1]) : null;
+      if (r.name !== partitionName(expectedLower)) continue;
+      out.push({ name: r.name, lower: expectedLower, upper: Number(upper[1]), detachPending: false });
+      break;
+    }
+  }
+  return out;
 }
 
 async function hasUnsent(db: Queryable, table: string): Promise<boolean> {
