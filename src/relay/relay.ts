@@ -189,6 +189,9 @@ export class Relay extends TypedEmitter<RelayEvents> {
     for (const w of this.workers) this.floors.set(w, newClaimFloor());
     const rt = this.runtime();
     this.loops = [runHorizonLoop(rt), runMembershipLoop(rt), runBreakerLoop(rt), runPartitionLoop(rt), ...this.workers.map((w) => runWorkerLoop(rt, w))];
+    // Before the log line: whoever waits for the line (a test harness that then SIGKILLs
+    // the process) must find the diagnostics message's subscribers done.
+    publishRelayStarted({ producer: this.producer.adapter, schema: o.schema });
     this.logger.info(
       {
         database: describeDatabase(o.databaseUrl),
@@ -200,7 +203,6 @@ export class Relay extends TypedEmitter<RelayEvents> {
       },
       'relay started',
     );
-    publishRelayStarted({ producer: this.producer.adapter, schema: o.schema });
   }
 
   /**
