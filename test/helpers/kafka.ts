@@ -19,7 +19,15 @@ export async function createTopic(partitions: number, brokers = testBrokers(), p
   const admin = testKafka(brokers).admin();
   await admin.connect();
   try {
-    await admin.createTopics({ topics: [{ topic, numPartitions: partitions, replicationFactor: 1 }], waitForLeaders: true });
+    await admin.createTopics({ topics: [{ topic, numPartitions: partitions, replicationFactor: 1 }], waitForLeaders: false });
+    // kafkajs' own wait for leaders retries LEADER_NOT_AVAILABLE only: a broker that does
+    // not know the new topic yet answers UNKNOWN_TOPIC_OR_PARTITION, which it threw (a
+    // loaded CI run). Wait here for every partition to have a leader.
+    await waitFor(`leaders for the partitions of ${topic}`, async () => {
+      const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
+      const parts = topics[0]?.partitions ?? [];
+      return parts.length === partitions && parts.every((p) => p.leader >= 0);
+    }, { timeoutMs: 30_000, intervalMs: 50 });
   } finally {
     await admin.disconnect();
   }
