@@ -7,32 +7,26 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { getStatus } from '../src/commands/status.js';
-import { createTestSchema, type TestSchema } from './helpers/db.js';
+import type { TestSchema } from './helpers/db.js';
 import { createTopic, testBrokers } from './helpers/kafka.js';
 import { spawnCli, type Spawned } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';
 import { assertDeliveredInOrder, runWriters } from './helpers/workload.js';
 import { sentCount } from './helpers/outbox.js';
-import { startPgBouncer, type PgBouncer } from './helpers/pgbouncer.js';
+import { pgBouncerFixture, type PgBouncer, type PgBouncerFixture } from './helpers/pgbouncer.js';
 
 const LEASE_TTL_MS = 2_000;
 let db: TestSchema;
 let bouncer: PgBouncer;
 let pooled: pg.Pool;
 
+let fixture: PgBouncerFixture | undefined;
 before(async () => {
-  db = await createTestSchema('pgb_fence');
-  bouncer = await startPgBouncer({ mode: 'transaction', poolSize: 8 });
-  pooled = new pg.Pool({ connectionString: bouncer.url(), max: 4 });
-  pooled.on('error', () => undefined);
+  fixture = await pgBouncerFixture('pgb_fence', { mode: 'transaction', poolSize: 8, clients: 4 });
+  ({ db, bouncer, pooled } = fixture);
 });
 after(async () => {
-  try {
-    await pooled?.end();
-  } finally {
-    await bouncer?.stop();
-    await db?.drop();
-  }
+  await fixture?.close();
 });
 
 function relayProcess(pooler?: 'transaction'): Spawned {

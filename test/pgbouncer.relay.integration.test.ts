@@ -10,14 +10,14 @@ import pg from 'pg';
 import { createRelay, type Relay } from '../src/relay/relay.js';
 import { getStatus } from '../src/commands/status.js';
 import { createLogger } from '../src/shared/logger.js';
-import { createTestSchema, type TestSchema } from './helpers/db.js';
+import type { TestSchema } from './helpers/db.js';
 import { createTopic, testBrokers } from './helpers/kafka.js';
 import { spawnCli, type Spawned } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
 import { assertDeliveredInOrder, runWriters } from './helpers/workload.js';
 import { sentCount } from './helpers/outbox.js';
-import { startPgBouncer, type PgBouncer } from './helpers/pgbouncer.js';
+import { pgBouncerFixture, startPgBouncer, type PgBouncer, type PgBouncerFixture } from './helpers/pgbouncer.js';
 
 const LEASE_TTL_MS = 2_000;
 let db: TestSchema;
@@ -25,19 +25,13 @@ let bouncer: PgBouncer;
 /** The application's pool: through PgBouncer too. */
 let pooled: pg.Pool;
 
+let fixture: PgBouncerFixture | undefined;
 before(async () => {
-  db = await createTestSchema('pgb_relay');
-  bouncer = await startPgBouncer({ mode: 'transaction', poolSize: 8 });
-  pooled = new pg.Pool({ connectionString: bouncer.url(), max: 8 });
-  pooled.on('error', () => undefined);
+  fixture = await pgBouncerFixture('pgb_relay', { mode: 'transaction', poolSize: 8, clients: 8 });
+  ({ db, bouncer, pooled } = fixture);
 });
 after(async () => {
-  try {
-    await pooled?.end();
-  } finally {
-    await bouncer?.stop();
-    await db?.drop();
-  }
+  await fixture?.close();
 });
 
 /** A logger whose lines the test can read. */

@@ -7,34 +7,28 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { createRelay } from '../src/relay/relay.js';
 import { getStatus } from '../src/commands/status.js';
-import { createTestSchema, type TestSchema } from './helpers/db.js';
+import type { TestSchema } from './helpers/db.js';
 import { createTopic, testBrokers } from './helpers/kafka.js';
 import { spawnCli, type Spawned } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
 import { assertDeliveredInOrder, runWriters } from './helpers/workload.js';
 import { sentCount } from './helpers/outbox.js';
-import { startPgBouncer, type PgBouncer } from './helpers/pgbouncer.js';
+import { pgBouncerFixture, type PgBouncer, type PgBouncerFixture } from './helpers/pgbouncer.js';
 
 const LEASE_TTL_MS = 2_000;
 let db: TestSchema;
 let bouncer: PgBouncer;
 let pooled: pg.Pool;
 
+let fixture: PgBouncerFixture | undefined;
 before(async () => {
-  db = await createTestSchema('pgb_session');
   // Session pooling holds a server connection per client connection: room for all of them.
-  bouncer = await startPgBouncer({ mode: 'session', poolSize: 40 });
-  pooled = new pg.Pool({ connectionString: bouncer.url(), max: 6 });
-  pooled.on('error', () => undefined);
+  fixture = await pgBouncerFixture('pgb_session', { mode: 'session', poolSize: 40, clients: 6 });
+  ({ db, bouncer, pooled } = fixture);
 });
 after(async () => {
-  try {
-    await pooled?.end();
-  } finally {
-    await bouncer?.stop();
-    await db?.drop();
-  }
+  await fixture?.close();
 });
 
 async function ownersByShardCount(): Promise<number[]> {
