@@ -97,7 +97,7 @@ test('integration: misuse of the outbox flags exits 2 with one line and touches 
     [['run', '--outboxes-file', file], { DATABASE_URL }, /DATABASE_URL: and a list of outboxes are both set/],
     [['run', '--outboxes-file', file, '--schema', 'x'], {}, /--schema: is per outbox/],
     [['run', '--outboxes-file', '/nonexistent/outboxes.json'], {}, /cannot read \/nonexistent\/outboxes.json/],
-    [['run', '--outboxes-file', file, '--max-database-connections', '5'], {}, /need up to 14 connections/],
+    [['run', '--outboxes-file', file, '--max-database-connections', '5'], {}, /need up to 18 connections/],
     [['run'], { OUTBOX_OUTBOXES: 'one', OUTBOX_ONE_DATABASE_URL: 'postgres://u:pw-x@h:5432/d@x' }, /outbox one: database URL: has an '@' after the host/],
   ];
   for (const [args, extra, pattern] of cases) {

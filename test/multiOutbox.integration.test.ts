@@ -236,7 +236,7 @@ test('integration: a relay group refuses bad lists before connecting anywhere', 
   assert.throws(base([{ ...one, name: 'Bad-Name' }]), /not an outbox name/);
   assert.throws(base([{ ...one, schema: 'no"quote' }]), /not a valid name/);
   assert.throws(base([{ ...one, databaseUrl: 'postgres://u:s3cret@h:5432/d@x' }]), (e: Error) => e instanceof ConfigError && !e.message.includes('s3cret'));
-  assert.throws(base([one, { ...one, name: 'two', schema: 'x' }], { maxDatabaseConnections: 9 }), /need up to 14 connections/);
+  assert.throws(base([one, { ...one, name: 'two', schema: 'x' }], { maxDatabaseConnections: 9 }), /need up to 18 connections/);
 });
 
 // Documented in docs/outboxes.md: an outbox publishes again within this long of its

@@ -14,8 +14,11 @@ import type { ResolvedRelayOptions } from './options.js';
 //         → dead-letter what Kafka can never take, mark sent (or delete)
 //         → COMMIT.
 // A crash or error anywhere before COMMIT rolls the claim back: the rows stay unsent and
-// are published again (at least once). The relay loop (relay.ts) decides when to run a
-// batch and what to tell listeners about it; nothing here emits events.
+// are published again (at least once). The worker loop (workerLoop.ts) decides when to
+// run a batch, claims the next one ahead while one is published, and tells listeners what
+// each did; nothing here emits events. So a batch is three calls: claimBatch (BEGIN and
+// the claim: the transaction stays open), then finishBatch (publish, mark, COMMIT) or
+// abandonBatch (ROLLBACK, nothing published).
 //
 // Two round trips per batch, not four: at 1,000 rows/s a batch carries a handful of rows,
 // there are 100-150 of them a second, and per-statement overhead (parse, plan, a message
@@ -44,13 +47,22 @@ export interface Worker {
   /** Rechecks in a row (claims while the horizon had not moved) that found nothing (relay.ts). */
   emptyRechecks: number;
   failures: number;
-  /** The connection of the batch in flight, so a hard stop can destroy it. */
-  client: pg.PoolClient | undefined;
-  /** Set by runBatch for the claim floor (floor.ts): the generation the claim read (undefined
-   *  when it returned nothing, saw a shard unleased, or the batch failed before it) and the
-   *  rows claimed, in id order. */
-  claimGeneration: string | undefined;
-  claimedRows: ClaimedRow[];
+  /**
+   * The connections of this worker's open batch transactions (the batch being published
+   * and the one claimed ahead of it, workerLoop.ts), so a hard stop can destroy them.
+   */
+  clients: Set<pg.PoolClient>;
+  /** The next batch, claimed while the previous one was being published (workerLoop.ts). */
+  ahead: ClaimedBatch | undefined;
+}
+
+/** A batch whose transaction is open, and the horizon it was claimed under (for the claim floor). */
+export interface ClaimedBatch {
+  batch: OpenBatch;
+  /** Horizon.settled read before the claim. */
+  settled: number;
+  /** Horizon.resets when it was claimed. */
+  resets: number;
 }
 
 /** What a batch needs from the relay that runs it. */
@@ -71,12 +83,39 @@ export interface BatchContext {
   inline(): boolean;
 }
 
+/** A claimed batch whose transaction is open: its rows are locked, nothing published yet. */
+export interface OpenBatch {
+  client: pg.PoolClient;
+  /** Claimed rows, in id order. */
+  rows: ClaimedRow[];
+  /** What the claim was asked (the claim floor reads shards, watermark and floor back). */
+  claim: ClaimArguments;
+  /**
+   * The outbox_claim_floors generation the claim read, when it returned rows and saw
+   * every shard leased (the floor may rise only over such a claim: floor.ts); else undefined.
+   */
+  generation: string | undefined;
+  startedAtMs: number;
+  claimMs: number;
+  /** Set when the connection failed while checked out (the pool only watches idle ones). */
+  broken: Error | undefined;
+  /** Whether this batch prepared the statements on its connection. */
+  fresh: boolean;
+  /** Statements in full, none prepared (read from BatchContext.inline when claiming). */
+  inline: boolean;
+  /** The connection sets this batch's client belongs to until released (Worker.clients). */
+  owners: Set<pg.PoolClient>;
+  onError(error: Error): void;
+}
+
 /** A committed batch. */
 export interface BatchResult {
   /** Rows claimed (published, dead-lettered, or held behind a key parked just now). */
   claimed: number;
   published: ClaimedRow[];
   deadLetters: DeadLetterPlan[];
+  /** Rows held behind a key this batch parked (handled: the claim skips them now). */
+  held: ClaimedRow[];
   /** Rows left unsent for a reason that may pass (committed without them; a later batch retries them). */
   unsent: ClaimedRow[];
   /** Why the first of `unsent` was not sent. */
@@ -89,68 +128,83 @@ export interface BatchResult {
 }
 
 /**
- * Claim, publish, mark sent, commit.
+ * BEGIN and claim: the first round trip of a batch. The transaction stays open, its rows
+ * locked, until {@link finishBatch} or {@link abandonBatch}. An empty claim is still open.
  *
- * @returns the committed batch (`claimed` 0 when there was nothing to claim)
+ * @param owners where the connection is recorded while checked out (a hard stop destroys
+ *   what it finds there)
+ * @throws whatever Postgres answered; the transaction was rolled back and the connection released
+ */
+export async function claimBatch(ctx: BatchContext, claim: ClaimArguments, owners: Set<pg.PoolClient>): Promise<OpenBatch> {
+  const startedAtMs = Date.now();
+  const client = await ctx.pool.connect();
+  owners.add(client);
+  const open: OpenBatch = {
+    client,
+    rows: [],
+    claim,
+    generation: undefined,
+    startedAtMs,
+    claimMs: 0,
+    broken: undefined,
+    fresh: false,
+    inline: ctx.inline(),
+    owners,
+    // The pool listens for errors only on idle clients. A connection dropped while this
+    // one is checked out (during the Kafka send, say) would otherwise be an uncaught
+    // 'error' event; the next query on it fails and the batch is retried.
+    onError: (error: Error): void => {
+      open.broken ??= error;
+    },
+  };
+  client.on('error', open.onError);
+  try {
+    const { inline } = open;
+    // First batch on this connection: prepare the claim and the mark, outside the
+    // transaction, in the same message.
+    open.fresh = !inline && !prepared.has(client);
+    const prepare = open.fresh ? `${prepareClaimSql(ctx.quotedSchema)}; ${prepareMarkSql(ctx.quotedSchema, ctx.options.onPublish)}; ` : '';
+    const results = (await client.query(
+      inline ? beginClaimInlineSql(ctx.quotedSchema, claim) : beginClaimSql(claim, prepare),
+    )) as unknown as Array<pg.QueryResult<ClaimedRow>>;
+    if (open.fresh) prepared.add(client);
+    const { rows } = results[results.length - 1]!;
+    open.rows = rows;
+    // The floor may rise only over a claim that saw every one of its shards leased (claim.ts);
+    // an empty claim says nothing about that, so it leaves the floor where it is.
+    open.generation = rows[0]?.all_leased === true ? rows[0].generation : undefined;
+    open.claimMs = Date.now() - startedAtMs;
+    return open;
+  } catch (error) {
+    await endBatch(open, error as Error, undefined);
+    throw error;
+  }
+}
+
+/** Roll an open batch back (nothing of it was published) and release its connection. */
+export async function abandonBatch(open: OpenBatch): Promise<void> {
+  await endBatch(open, new OutboxError('batch abandoned', { retriable: true }), undefined);
+}
+
+/**
+ * Publish an open batch, dead-letter what Kafka can never take, mark sent (or delete),
+ * commit; always releases the connection.
+ *
+ * @returns the committed batch (`claimed` 0 when the claim found nothing)
  * @throws PublishError when Kafka did not acknowledge (the attempt is recorded on the
  *   rows); any other error when Postgres failed or the lease was lost. Either way the
  *   transaction was rolled back.
  */
-export async function runBatch(
-  ctx: BatchContext,
-  worker: Worker,
-  watermark: number,
-  incarnation: string | undefined,
-  shards: number[],
-  from: { floor: number; generation: string } = { floor: 0, generation: '-1' },
-): Promise<BatchResult> {
-  const startedAtMs = Date.now();
-  worker.lastClaimAtMs = startedAtMs;
-  worker.claimGeneration = undefined;
-  worker.claimedRows = [];
-  const client = await ctx.pool.connect();
-  worker.client = client;
-  let broken: Error | undefined;
+export async function finishBatch(ctx: BatchContext, open: OpenBatch): Promise<BatchResult> {
+  const { client, rows, startedAtMs, claimMs } = open;
   let failedIds: number[] | undefined;
-  /** Whether this batch prepares the statements on its connection. */
-  let fresh = false;
-  // The pool listens for errors only on idle clients. A connection dropped while this
-  // one is checked out (during the Kafka send, say) would otherwise be an uncaught
-  // 'error' event; the next query on it fails and the batch is retried.
-  const onError = (error: Error): void => {
-    broken ??= error;
-  };
-  client.on('error', onError);
   try {
-    const claim: ClaimArguments = {
-      watermark,
-      shards,
-      batchSize: ctx.options.batchSize,
-      relayId: ctx.instanceId,
-      incarnation: incarnation ?? '-infinity',
-      floor: from.floor,
-      generation: from.generation,
-    };
-    const inline = ctx.inline();
-    // First batch on this connection: prepare the claim and the mark, outside the
-    // transaction, in the same message.
-    fresh = !inline && !prepared.has(client);
-    const prepare = fresh ? `${prepareClaimSql(ctx.quotedSchema)}; ${prepareMarkSql(ctx.quotedSchema, ctx.options.onPublish)}; ` : '';
-    const claimStarted = Date.now();
-    const results = (await client.query(
-      inline ? beginClaimInlineSql(ctx.quotedSchema, claim) : beginClaimSql(claim, prepare),
-    )) as unknown as Array<pg.QueryResult<ClaimedRow>>;
-    if (fresh) prepared.add(client);
-    const { rows } = results[results.length - 1]!;
-    // The floor may rise only over a claim that saw every one of its shards leased (claim.ts);
-    // an empty claim says nothing about that, so it leaves the floor where it is.
-    worker.claimGeneration = rows[0]?.all_leased === true ? rows[0].generation : undefined;
-    worker.claimedRows = rows;
+    if (open.broken) throw open.broken;
     if (rows.length === 0) {
       await client.query('COMMIT');
-      return { claimed: 0, published: [], deadLetters: [], unsent: [], unsentError: undefined, startedAtMs, ackedAtMs: 0, claimMs: 0, publishMs: 0, markMs: 0 };
+      await endBatch(open, undefined, undefined);
+      return { claimed: 0, published: [], deadLetters: [], held: [], unsent: [], unsentError: undefined, startedAtMs, ackedAtMs: 0, claimMs: 0, publishMs: 0, markMs: 0 };
     }
-    const claimMs = Date.now() - claimStarted;
     const publishStarted = Date.now();
     let outcome;
     try {
@@ -167,8 +221,8 @@ export async function runBatch(
     const ackedAtMs = Date.now();
     const publishMs = ackedAtMs - publishStarted;
     if (ctx.aborted()) throw new OutboxError('relay aborted before marking the batch sent', { retriable: true });
-    const { published, deadLetters, unsent } = outcome;
-    if (published.length === 0 && deadLetters.length === 0 && outcome.held.length === 0 && unsent.length > 0) {
+    const { published, deadLetters, held, unsent } = outcome;
+    if (published.length === 0 && deadLetters.length === 0 && held.length === 0 && unsent.length > 0) {
       // Nothing moved: roll back and let the relay back off (a batch of nothing but
       // waiting rows would otherwise be claimed again at once).
       failedIds = unsent.map((r) => r.id);
@@ -187,7 +241,7 @@ export async function runBatch(
     if (published.length > 0) {
       try {
         const ids = published.map((r) => r.id);
-        await client.query(inline ? markAndCommitInlineSql(ctx.quotedSchema, ctx.options.onPublish, ids, ctx.instanceId) : markAndCommitSql(ids, ctx.instanceId));
+        await client.query(open.inline ? markAndCommitInlineSql(ctx.quotedSchema, ctx.options.onPublish, ids, ctx.instanceId) : markAndCommitSql(ids, ctx.instanceId));
       } catch (error) {
         const lost = leaseLostCounts(error);
         throw lost ? leaseLost(lost.expected, lost.changed) : error;
@@ -196,30 +250,43 @@ export async function runBatch(
       await client.query('COMMIT');
     }
     const markMs = Date.now() - ackedAtMs;
+    await endBatch(open, undefined, undefined);
     if (unsent.length > 0) {
       // Outside the committed transaction, like a failed batch: the attempt and its error stay on the rows.
       const error = describeError(outcome.unsentError).slice(0, 2_000);
       await ctx.pool.query(recordAttemptSql(ctx.quotedSchema), [unsent.map((r) => r.id), error]).catch(() => undefined);
     }
     // Held rows (behind a key parked just now) count as handled: the claim skips them now.
-    return { claimed: rows.length, published, deadLetters, unsent, unsentError: outcome.unsentError, startedAtMs, ackedAtMs, claimMs, publishMs, markMs };
+    return { claimed: rows.length, published, deadLetters, held, unsent, unsentError: outcome.unsentError, startedAtMs, ackedAtMs, claimMs, publishMs, markMs };
   } catch (error) {
-    broken = error as Error;
-    await client.query('ROLLBACK').catch(() => undefined);
-    if (failedIds && !ctx.aborted()) {
-      // Outside the rolled-back transaction: the attempt and its error stay on the rows.
-      await ctx.pool.query(recordAttemptSql(ctx.quotedSchema), [failedIds, describeError(error).slice(0, 2_000)]).catch(() => undefined);
-    }
+    await endBatch(open, error as Error, failedIds && !ctx.aborted() ? { ctx, failedIds } : undefined);
     throw error;
-  } finally {
-    client.off('error', onError);
-    if (worker.client === client) {
-      worker.client = undefined;
-      // A connection that failed mid-transaction is discarded, not reused; so is one whose
-      // prepared statements are in doubt.
-      const inDoubt = broken !== undefined && (preparedInDoubt(broken) || (fresh && !prepared.has(client)));
-      client.release(broken && (isConnectionError(broken) || inDoubt) ? broken : undefined);
+  }
+}
+
+/**
+ * The end of an open batch: ROLLBACK when it failed, then the connection back to the pool,
+ * or discarded when it failed mid-transaction or its prepared statements are in doubt.
+ * Released only if a hard stop did not already destroy it.
+ */
+async function endBatch(open: OpenBatch, failure: Error | undefined, attempt: { ctx: BatchContext; failedIds: number[] } | undefined): Promise<void> {
+  const { client } = open;
+  const broken = failure ?? open.broken;
+  if (failure) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    if (attempt) {
+      // Outside the rolled-back transaction: the attempt and its error stay on the rows.
+      await attempt.ctx.pool
+        .query(recordAttemptSql(attempt.ctx.quotedSchema), [attempt.failedIds, describeError(failure).slice(0, 2_000)])
+        .catch(() => undefined);
     }
+  }
+  client.off('error', open.onError);
+  if (open.owners.delete(client)) {
+    // A connection that failed mid-transaction is discarded, not reused; so is one whose
+    // prepared statements are in doubt.
+    const inDoubt = broken !== undefined && (preparedInDoubt(broken) || (open.fresh && !prepared.has(client)));
+    client.release(broken && (isConnectionError(broken) || inDoubt) ? broken : undefined);
   }
 }
 

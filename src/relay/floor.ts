@@ -46,6 +46,13 @@
 // - Rows skipped because another transaction held their lock (SKIP LOCKED, the safety net
 //   under fencing) would sit below the floor: every FLOOR_RESCAN_MS the floor starts over
 //   at 0, as the old code did on every claim.
+// - A claim made ahead, while the worker's previous batch is still being published
+//   (workerLoop.ts), starts where that batch's commit will put the floor: that batch was a
+//   full batch ending at M that saw every shard leased, so every eligible row up to M is
+//   in it, and it starts from min(M, settled) under the generation that batch's claim
+//   read ({@link floorAhead}). The claim ahead is kept only when the previous batch then
+//   committed every row it claimed as sent; otherwise it is rolled back unpublished, so
+//   it never stands on a floor that did not come true.
 
 /** How often a worker's floor starts over at 0 anyway (see above: rows skipped as locked). */
 export const FLOOR_RESCAN_MS = 10_000;
@@ -82,15 +89,35 @@ export function floorForClaim(
   horizonResets: number,
   nowMs: number,
 ): { floor: number; generation: string } {
-  const shardsKey = keyOf(shards);
-  if (f.shardsKey !== shardsKey || f.horizonResets !== horizonResets || nowMs - f.startedOverAtMs >= FLOOR_RESCAN_MS) {
-    f.floor = 0;
-    f.generation = NO_GENERATION;
-    f.shardsKey = shardsKey;
-    f.horizonResets = horizonResets;
-    f.startedOverAtMs = nowMs;
-  }
+  startOverIfDue(f, shards, horizonResets, nowMs);
   return { floor: f.floor, generation: f.generation };
+}
+
+/** Start the floor over at 0 when the shard set or the horizon changed, or FLOOR_RESCAN_MS passed; true if it did. */
+function startOverIfDue(f: ClaimFloor, shards: readonly number[], horizonResets: number, nowMs: number): boolean {
+  const shardsKey = keyOf(shards);
+  if (f.shardsKey === shardsKey && f.horizonResets === horizonResets && nowMs - f.startedOverAtMs < FLOOR_RESCAN_MS) return false;
+  f.floor = 0;
+  f.generation = NO_GENERATION;
+  f.shardsKey = shardsKey;
+  f.horizonResets = horizonResets;
+  f.startedOverAtMs = nowMs;
+  return true;
+}
+
+/**
+ * The floor for a claim made while the worker's previous batch (a full batch whose claim
+ * saw every shard leased, `generation` its claim's, `lastId` its last row) is still in
+ * flight: what that batch's commit will make the floor (see the invariant at the top), or
+ * 0 when the floor starts over anyway.
+ */
+export function floorAhead(
+  f: ClaimFloor,
+  previous: { shards: readonly number[]; horizonResets: number; generation: string; lastId: number; settled: number },
+  nowMs: number,
+): { floor: number; generation: string } {
+  if (startOverIfDue(f, previous.shards, previous.horizonResets, nowMs)) return { floor: f.floor, generation: f.generation };
+  return { floor: Math.min(previous.lastId, previous.settled), generation: previous.generation };
 }
 
 /** What a committed batch tells the floor. Ids are those of the claim, in id order. */

@@ -16,7 +16,7 @@ export async function runMembershipLoop(rt: RelayRuntime): Promise<void> {
     try {
       const client = await rt.pool.connect();
       let broken: Error | undefined;
-      // See runBatch: a connection dropped between two queries emits 'error'.
+      // See claimBatch (batch.ts): a connection dropped between two queries emits 'error'.
       const onError = (error: Error): void => {
         broken ??= error;
       };

@@ -135,7 +135,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private async doStart(): Promise<void> {
     if (this.stopping) throw stoppedWhileStarting();
     const o = this.options;
-    const pool = createPool(o.databaseUrl, this.applicationName, o.batchesInFlight + 2, this.logger);
+    // Two connections a worker (its batch being published and the next, claimed ahead: workerLoop.ts), and two for the horizon probe and the leases.
+    const pool = createPool(o.databaseUrl, this.applicationName, 2 * o.batchesInFlight + 2, this.logger);
     this.pool = pool;
     try {
       // A Postgres that accepts and never answers holds connect() until its timeout: a
@@ -182,9 +183,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
       lastClaimAtMs: 0,
       emptyRechecks: 0,
       failures: 0,
-      client: undefined,
-      claimGeneration: undefined,
-      claimedRows: [],
+      clients: new Set(),
+      ahead: undefined,
     }));
     for (const w of this.workers) this.floors.set(w, newClaimFloor());
     const rt = this.runtime();
@@ -273,8 +273,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
     // Destroying the connection rolls its transaction back on the server: the batch's
     // rows stay unsent and unlocked.
     for (const w of this.workers) {
-      w.client?.release(new Error('relay aborted'));
-      w.client = undefined;
+      for (const client of w.clients) client.release(new Error('relay aborted'));
+      w.clients.clear();
     }
   }
 

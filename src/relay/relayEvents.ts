@@ -20,6 +20,8 @@ export interface RelayEvents {
     claimMs: number;
     publishMs: number;
     markMs: number;
+    /** Claimed while the worker's previous batch was being published (a backlog: workerLoop.ts). */
+    claimedAhead: boolean;
   };
   /** A batch failed and was rolled back; it is retried after `retryInMs`. */
   batchError: { worker: number; error: Error; attempt: number; retryInMs: number };

@@ -34,7 +34,7 @@ export const maxDatabaseConnections = settings.integer({
   option: 'maxDatabaseConnections',
   flag: '--max-database-connections',
   env: 'OUTBOX_MAX_DATABASE_CONNECTIONS',
-  description: 'With several outboxes: refuse to start when their relays could hold more Postgres connections than this in all (batches in flight + 5 per outbox); 0 for no bound.',
+  description: 'With several outboxes: refuse to start when their relays could hold more Postgres connections than this in all (twice the batches in flight + 5 per outbox); 0 for no bound.',
   defaultValue: 0,
   min: 0,
   max: 100_000,
@@ -72,7 +72,7 @@ export interface RelayGroupEvents {
  * sampler and the readiness probe of `run` add one each.
  */
 function connectionsPerOutbox(batchesInFlight: number, withMetrics = true): number {
-  return batchesInFlight + 3 + (withMetrics ? 2 : 0);
+  return 2 * batchesInFlight + 3 + (withMetrics ? 2 : 0);
 }
 
 /** First retry of an outbox that could not start; doubles up to retryMaxDelayMs. */
@@ -129,7 +129,7 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
       if (total > bound) {
         throw new ConfigError(
           'maxDatabaseConnections',
-          `is ${bound}, but ${outboxes.length} outboxes need up to ${total} connections (batches in flight + 5 each): lower batchesInFlight, raise the bound, or run several processes`,
+          `is ${bound}, but ${outboxes.length} outboxes need up to ${total} connections (twice the batches in flight + 5 each): lower batchesInFlight, raise the bound, or run several processes`,
         );
       }
     }

@@ -2,9 +2,10 @@ import { describeError } from '../shared/errors.js';
 import { backoffDelayMs } from '../shared/backoff.js';
 import { preparedStatementsLost } from './poolerProbe.js';
 import { PublishError } from './publishBatch.js';
-import { runBatch, type BatchResult, type Worker } from './batch.js';
+import { abandonBatch, claimBatch, finishBatch, type BatchContext, type BatchResult, type ClaimedBatch, type Worker } from './batch.js';
+import type { ClaimArguments } from './sql/claim.js';
 import { kafkaTimestampMs } from './message.js';
-import { advanceFloor, floorForClaim, type ClaimFloor } from './floor.js';
+import { advanceFloor, floorAhead, floorForClaim, type ClaimFloor } from './floor.js';
 import { RETRY_BASE_MS, type RelayRuntime } from './relayRuntime.js';
 
 /** Idle workers look again this often even when the horizon did not move, to pick up
@@ -20,12 +21,37 @@ const RECHECK_MAX_MS = 5_000;
  * One worker: claims and publishes batches of its shards (batch.ts) when the horizon
  * moved or a recheck is due, retries failed batches with backoff, counts them towards the
  * circuit breaker, and reports what each committed batch did as the relay's events.
+ *
+ * Claim ahead: while a full batch is being published (Kafka's acknowledgement is about
+ * half of a batch's time when draining a backlog), the worker claims its next batch on a
+ * second connection, so Postgres and Kafka work at once. The batch claimed ahead is
+ * published only after the previous one committed, so a key's rows still reach Kafka one
+ * batch after the other, in id order; and it is kept only when the previous batch
+ * committed every row it claimed as sent (floor.ts: its claim starts where that commit
+ * puts the floor). Anything else (a failure, a dead letter, a row left unsent, a key
+ * parked, the shards or the horizon changed, a stop) rolls it back unpublished and the
+ * next claim starts afresh. A batch that was not full claims nothing ahead: at a steady
+ * trickle the worker runs one transaction at a time, as before.
  */
 export async function runWorkerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
+  try {
+    await workerLoop(rt, worker);
+  } finally {
+    await dropAhead(worker);
+  }
+}
+
+async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
+  const ctx = batchContext(rt);
   while (!rt.stopping) {
     const { watermark, incarnation, settled, resets } = rt.horizon;
     const shards = worker.shards.filter((s) => rt.membership.owned.has(s));
     const unwanted = shards.filter((s) => !rt.membership.wanted.has(s));
+    const ahead = worker.ahead;
+    if (ahead && (unwanted.length > 0 || rt.breaker.isOpen || ahead.resets !== resets || !sameShards(ahead.batch.claim.shards, shards))) {
+      await dropAhead(worker);
+      continue;
+    }
     if (unwanted.length > 0) {
       // Between two batches of this worker: none of these shards has a batch in flight.
       try {
@@ -40,15 +66,28 @@ export async function runWorkerLoop(rt: RelayRuntime, worker: Worker): Promise<v
     const recheckMs = Math.min(RECHECK_MAX_MS, RECHECK_MS * 2 ** Math.min(8, worker.emptyRechecks));
     const moved = watermark > worker.drainedTo;
     const sinceClaimMs = Date.now() - worker.lastClaimAtMs;
-    const due = !rt.breaker.isOpen && shards.length > 0 && (moved || sinceClaimMs >= recheckMs);
+    const due = ahead !== undefined || (!rt.breaker.isOpen && shards.length > 0 && (moved || sinceClaimMs >= recheckMs));
     if (!due) {
       await rt.workAvailable.wait(Math.max(1, recheckMs - sinceClaimMs));
       continue;
     }
     let result: BatchResult;
+    let current: ClaimedBatch;
     const floor = rt.floors.get(worker) as ClaimFloor;
     try {
-      result = await runBatch(batchContext(rt), worker, watermark, incarnation, shards, floorForClaim(floor, shards, resets, Date.now()));
+      worker.ahead = undefined;
+      if (ahead) current = ahead;
+      else {
+        worker.lastClaimAtMs = Date.now();
+        const from = floorForClaim(floor, shards, resets, Date.now());
+        current = { batch: await claimBatch(ctx, claimArguments(rt, watermark, incarnation, shards, from), worker.clients), settled, resets };
+      }
+      const next = claimsAhead(rt, current) ? claimAhead(rt, ctx, worker, current, floor) : undefined;
+      result = await finishBatch(ctx, current.batch).catch(async (error: unknown) => {
+        await settleAhead(rt, worker, next, undefined);
+        throw error;
+      });
+      await settleAhead(rt, worker, next, result);
     } catch (error) {
       if (rt.aborted) break;
       if (error instanceof PublishError && rt.breaker.failure()) {
@@ -71,26 +110,88 @@ export async function runWorkerLoop(rt: RelayRuntime, worker: Worker): Promise<v
       continue;
     }
     worker.failures = 0;
+    const { claim, rows, generation } = current.batch;
     advanceFloor(floor, {
-      shards,
-      horizonResets: resets,
-      generation: worker.claimGeneration,
-      watermark,
-      settled,
+      shards: claim.shards,
+      horizonResets: current.resets,
+      generation,
+      watermark: claim.watermark,
+      settled: current.settled,
       batchSize: rt.options.batchSize,
-      claimed: worker.claimedRows,
+      claimed: rows,
       done: new Set([...result.published.map((r) => r.id), ...result.deadLetters.map((d) => d.row.id)]),
       parkedKeys: new Set(result.deadLetters.filter((d) => d.policy === 'park').map((d) => `${d.row.topic}\u0000${d.row.key}`)),
     });
-    if (result.claimed < rt.options.batchSize) worker.drainedTo = watermark;
+    if (result.claimed < rt.options.batchSize) worker.drainedTo = claim.watermark;
     // A recheck (the horizon had not moved) that found nothing: wait longer for the next.
     worker.emptyRechecks = result.claimed === 0 && !moved ? worker.emptyRechecks + 1 : 0;
-    if (result.claimed > 0) batchCommitted(rt, worker, result);
+    if (result.claimed > 0) batchCommitted(rt, worker, result, ahead !== undefined);
   }
 }
 
-/** What runBatch needs from the relay. */
-function batchContext(rt: RelayRuntime): Parameters<typeof runBatch>[0] {
+/** Whether to claim the next batch while `current` is published: only behind a full batch that saw all its shards leased. */
+function claimsAhead(rt: RelayRuntime, current: ClaimedBatch): boolean {
+  const { rows, generation } = current.batch;
+  return rows.length >= rt.options.batchSize && generation !== undefined && !rt.stopping && !rt.breaker.isOpen;
+}
+
+/**
+ * Claim the batch after `current` on another connection (see runWorkerLoop). Never
+ * throws: a claim that failed is simply not there, and the next batch is claimed as usual.
+ */
+async function claimAhead(rt: RelayRuntime, ctx: BatchContext, worker: Worker, current: ClaimedBatch, floor: ClaimFloor): Promise<ClaimedBatch | undefined> {
+  const { watermark, incarnation, settled, resets } = rt.horizon;
+  const { claim, rows, generation } = current.batch;
+  if (resets !== current.resets) return undefined;
+  const from = floorAhead(floor, { shards: claim.shards, horizonResets: resets, generation: generation!, lastId: rows[rows.length - 1]!.id, settled: current.settled }, Date.now());
+  try {
+    worker.lastClaimAtMs = Date.now();
+    const batch = await claimBatch(ctx, claimArguments(rt, watermark, incarnation, claim.shards, from), worker.clients);
+    return { batch, settled, resets };
+  } catch (error) {
+    rt.logger.debug({ worker: worker.index, err: describeError(error) }, 'claim ahead failed; the next batch is claimed after this one');
+    return undefined;
+  }
+}
+
+/** Keep the batch claimed ahead for the next round when `finished` committed every row it claimed as sent; else roll it back. */
+async function settleAhead(rt: RelayRuntime, worker: Worker, next: Promise<ClaimedBatch | undefined> | undefined, finished: BatchResult | undefined): Promise<void> {
+  const claimed = await next;
+  if (!claimed) return;
+  if (finished && allSent(finished) && !rt.stopping) worker.ahead = claimed;
+  else await abandonBatch(claimed.batch);
+}
+
+/** Roll back the batch claimed ahead, if any. */
+async function dropAhead(worker: Worker): Promise<void> {
+  const ahead = worker.ahead;
+  worker.ahead = undefined;
+  if (ahead) await abandonBatch(ahead.batch);
+}
+
+/** A committed batch that published every row it claimed: nothing left behind, no key parked. */
+function allSent(result: BatchResult): boolean {
+  return result.claimed > 0 && result.published.length === result.claimed;
+}
+
+function sameShards(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((s, i) => s === b[i]);
+}
+
+function claimArguments(rt: RelayRuntime, watermark: number, incarnation: string | undefined, shards: readonly number[], from: { floor: number; generation: string }): ClaimArguments {
+  return {
+    watermark,
+    shards,
+    batchSize: rt.options.batchSize,
+    relayId: rt.instanceId,
+    incarnation: incarnation ?? '-infinity',
+    floor: from.floor,
+    generation: from.generation,
+  };
+}
+
+/** What a batch needs from the relay. */
+function batchContext(rt: RelayRuntime): BatchContext {
   return {
     pool: rt.pool,
     quotedSchema: rt.quotedSchema,
@@ -103,7 +204,7 @@ function batchContext(rt: RelayRuntime): Parameters<typeof runBatch>[0] {
 }
 
 /** After COMMIT, outside the batch's error handling: listeners cannot undo a batch. */
-function batchCommitted(rt: RelayRuntime, worker: Worker, result: BatchResult): void {
+function batchCommitted(rt: RelayRuntime, worker: Worker, result: BatchResult, claimedAhead: boolean): void {
   rt.breaker.success();
   const { published, deadLetters } = result;
   if (result.unsent.length > 0) {
@@ -134,5 +235,6 @@ function batchCommitted(rt: RelayRuntime, worker: Worker, result: BatchResult): 
     claimMs: result.claimMs,
     publishMs: result.publishMs,
     markMs: result.markMs,
+    claimedAhead,
   });
 }
