@@ -54,6 +54,8 @@ export interface Worker {
   clients: Set<pg.PoolClient>;
   /** The next batch, claimed while the previous one was being published (workerLoop.ts). */
   ahead: ClaimedBatch | undefined;
+  /** Whether this worker logged its first batch claimed ahead (once per worker). */
+  loggedClaimAhead: boolean;
 }
 
 /** A batch whose transaction is open, and the horizon it was claimed under (for the claim floor). */

@@ -36,12 +36,12 @@ export interface RelayOptions extends KafkaSecurityOptions {
   /** Batch compression (default `none`). */
   compression?: 'none' | 'gzip';
   /**
-   * Kafka client that publishes (default `kafkajs`): `kafkajs` (a dependency) or
-   * `platformatic` (`@platformatic/kafka`, an optional peer dependency the application
-   * installs). Both give the same guarantees: acks=all, the relay's own murmur2
-   * partitioning, one request per partition. With `platformatic` the relay builds that
-   * client from kafkaBrokers, clientId and the Kafka security options (a `kafka` client
-   * passed in does not publish then).
+   * Kafka client that publishes: `platformatic` (`@platformatic/kafka`; the default) or
+   * `kafkajs`. Both are dependencies and give the same guarantees: acks=all, the relay's
+   * own murmur2 partitioning, one request per partition. With `platformatic` the relay
+   * builds that client from kafkaBrokers, clientId and the Kafka security options. When
+   * a kafkajs client is passed in (`kafka`) and `producer` is not given, it is `kafkajs`:
+   * the client you passed publishes.
    */
   producer?: 'kafkajs' | 'platformatic';
   /**
@@ -171,8 +171,8 @@ export const producer = settings.choice({
   option: 'producer',
   flag: '--producer',
   env: 'OUTBOX_PRODUCER',
-  description: 'Kafka client that publishes: kafkajs (built in) or platformatic (@platformatic/kafka, installed separately). Same guarantees either way.',
-  defaultValue: 'kafkajs',
+  description: 'Kafka client that publishes: platformatic (@platformatic/kafka, the faster) or kafkajs. Same guarantees either way. Default platformatic; kafkajs when a library caller passes a kafkajs client (kafka).',
+  defaultValue: 'platformatic',
   choices: ['kafkajs', 'platformatic'] as const,
 });
 
@@ -359,7 +359,8 @@ export function resolveRelayOptions(options: RelayOptions | ResolvedRelayOptions
     pooler: settings.optionValue(pooler, options.pooler),
     clientId: settings.optionValue(clientId, options.clientId),
     compression: settings.optionValue(compression, options.compression),
-    producer: settings.optionValue(producer, options.producer),
+    // A kafkajs client passed in is the one that publishes, unless told otherwise.
+    producer: settings.optionValue(producer, options.producer ?? (options.kafka !== undefined ? 'kafkajs' : undefined)),
     partitionMaintenanceIntervalMs: settings.optionValue(partitionMaintenanceIntervalMs, options.partitionMaintenanceIntervalMs),
     partitionsAhead: settings.optionValue(partitionsAhead, options.partitionsAhead),
     partitionRetention: settings.optionValue(relayPartitionRetention, options.partitionRetention),

@@ -185,6 +185,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       failures: 0,
       clients: new Set(),
       ahead: undefined,
+      loggedClaimAhead: false,
     }));
     for (const w of this.workers) this.floors.set(w, newClaimFloor());
     const rt = this.runtime();

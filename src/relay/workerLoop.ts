@@ -221,6 +221,11 @@ function batchCommitted(rt: RelayRuntime, worker: Worker, result: BatchResult, c
     rt.emit('deadLetter', { id: d.row.id, topic: d.row.topic, errorName: d.errorName, reason: d.reason, policy: d.policy });
   }
   if (published.length === 0) return;
+  if (claimedAhead && !worker.loggedClaimAhead) {
+    // Once per worker: that the pipeline runs (the fault suite's self-check counts these lines).
+    worker.loggedClaimAhead = true;
+    rt.logger.info({ worker: worker.index, count: published.length }, 'claiming ahead: this batch was claimed while the previous one was published (a backlog)');
+  }
   const topics: Record<string, number> = {};
   for (const r of published) topics[r.topic] = (topics[r.topic] ?? 0) + 1;
   rt.emit('batch', {

@@ -5,6 +5,7 @@
  * (selfCheck.ts) fails the run when what actually ran differs.
  */
 import type { FaultCounts } from './schedule.js';
+import { producer as producerSetting } from '../../src/relay/options.js';
 
 /** The bugs the suite plants to show its checker can fail. */
 export const PLANTS = ['dedup-off', 'horizon-off'] as const;
@@ -62,7 +63,9 @@ const BASE: Omit<Profile, 'rows' | 'writeMs' | 'counts' | 'drainTimeoutMs'> = {
   brokers: 1,
   partitions: 6,
   leaseTtlMs: 2_500,
-  batchSize: 200,
+  // Small enough that the backlogs the faults make come in full batches, so the relays
+  // claim ahead under faults (src/relay/workerLoop.ts; the self-check requires it).
+  batchSize: 50,
 };
 
 export const PROFILES: Record<string, Profile> = {
@@ -175,6 +178,8 @@ export const PLANTED: Record<PlantedBug, Partial<Profile>> = {
 /** The relay's producer adapters (its `producer` setting); the relays of a run use one. */
 export const PRODUCERS = ['kafkajs', 'platformatic'] as const;
 export type Producer = (typeof PRODUCERS)[number];
+/** Runs without --producer use the relay's own default: what a user gets. */
+export const DEFAULT_PRODUCER: Producer = producerSetting.defaultValue ?? 'platformatic';
 
 /** One run of the harness. */
 export interface RunConfig {
@@ -197,7 +202,7 @@ export interface RunRequest {
   relays?: number;
   plant: Plant;
   verifyPlanted: boolean;
-  /** Default kafkajs. */
+  /** Default {@link DEFAULT_PRODUCER}. */
   producer?: Producer;
 }
 
@@ -207,10 +212,10 @@ export function planRuns(req: RunRequest): RunConfig[] {
   const base = PROFILES[req.profile];
   if (!base) throw new Error(`unknown profile ${req.profile}`);
   const profile: Profile = { ...base, ...(req.rows ? { rows: req.rows } : {}), ...(req.relays ? { relays: req.relays } : {}) };
-  const producer = req.producer ?? 'kafkajs';
+  const producer = req.producer ?? DEFAULT_PRODUCER;
   // Runs on the other adapter are named apart (their results files too).
-  const suffix = producer === 'kafkajs' ? '' : `-${producer}`;
-  const producerFlag = producer === 'kafkajs' ? '' : ` --producer ${producer}`;
+  const suffix = producer === DEFAULT_PRODUCER ? '' : `-${producer}`;
+  const producerFlag = producer === DEFAULT_PRODUCER ? '' : ` --producer ${producer}`;
   const relaysFlag = req.relays ? ` --relays ${req.relays}` : '';
   const overrides = `${req.rows ? ` --rows ${req.rows}` : ''}${relaysFlag}`;
   const command = (extra: string): string => `npx tsx test/faults/run.ts --profile ${req.profile} --seed ${req.seed}${producerFlag}${extra}`;

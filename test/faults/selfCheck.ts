@@ -36,6 +36,12 @@ export interface Tally {
    * first acknowledged message), and never through another.
    */
   relaysOnProducer: number;
+  /**
+   * Relay slots that committed a batch claimed ahead, while their previous batch was
+   * published (src/relay/workerLoop.ts), by their own account (a log line). At least one
+   * must: the faults make backlogs, and the pipeline must have run under them.
+   */
+  relaysClaimingAhead: number;
   /** Consumer processes that ran: reported themselves started, and were assigned partitions. */
   consumers: number;
   /** Kafka brokers in the cluster, as the cluster itself reports them. */
@@ -78,6 +84,7 @@ export function expectedTally(p: Profile): Tally {
     relays: p.relays,
     relaysLiveAtOnce: p.relays,
     relaysOnProducer: p.relays,
+    relaysClaimingAhead: 1,
     consumers: p.consumers,
     brokers: p.brokers,
     outboxes: p.outboxes ?? 1,
@@ -98,7 +105,7 @@ export function rowsOvershoot(p: Pick<Profile, 'maxRowsPerTransaction' | 'outbox
 export function emptyTally(): Tally {
   const faults = {} as Record<FaultKind, number>;
   for (const { kind } of FAULT_KINDS) faults[kind] = 0;
-  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, consumers: 0, brokers: 0, outboxes: 0, rowsCommitted: 0, relaysThroughPooler: 0, consumersThroughPooler: 0, directBackends: 0, faults };
+  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, relaysClaimingAhead: 0, consumers: 0, brokers: 0, outboxes: 0, rowsCommitted: 0, relaysThroughPooler: 0, consumersThroughPooler: 0, directBackends: 0, faults };
 }
 
 /** One line of the self-check: "relays: 2 of 2". */
@@ -121,6 +128,7 @@ export function selfCheck(expected: Tally, actual: Tally, details: Partial<Recor
     line('relays', expected.relays, actual.relays, details.relays),
     line('relays live at once', expected.relaysLiveAtOnce, actual.relaysLiveAtOnce, details.relaysLiveAtOnce),
     line('relays on the producer adapter', expected.relaysOnProducer, actual.relaysOnProducer, details.relaysOnProducer),
+    { ...line('relays that claimed a batch ahead (at least)', expected.relaysClaimingAhead, actual.relaysClaimingAhead, details.relaysClaimingAhead), ok: actual.relaysClaimingAhead >= expected.relaysClaimingAhead },
     line('consumers', expected.consumers, actual.consumers, details.consumers),
     line('Kafka brokers', expected.brokers, actual.brokers, details.brokers),
     line('outboxes relayed by every relay', expected.outboxes, actual.outboxes, details.outboxes),

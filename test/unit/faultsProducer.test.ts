@@ -7,19 +7,19 @@ import { expectedTally, selfCheck, selfCheckFailures } from '../faults/selfCheck
 
 const ci = PROFILES.ci!;
 
-test('fault runs: kafkajs unless --producer says otherwise; the other adapter names its runs and repeats with its flag', () => {
+test('fault runs: the relay\'s default adapter (platformatic) unless --producer says otherwise; the other adapter names its runs and repeats with its flag', () => {
   const [plain] = planRuns({ profile: 'ci', seed: 7, plant: 'none', verifyPlanted: false });
-  assert.equal(plain!.producer, 'kafkajs');
+  assert.equal(plain!.producer, 'platformatic');
   assert.equal(plain!.name, 'ci-7');
   assert.equal(plain!.command, 'npx tsx test/faults/run.ts --profile ci --seed 7');
-  const runs = planRuns({ profile: 'ci', seed: 7, plant: 'none', verifyPlanted: true, producer: 'platformatic' });
+  const runs = planRuns({ profile: 'ci', seed: 7, plant: 'none', verifyPlanted: true, producer: 'kafkajs' });
   assert.deepEqual(runs.map((r) => [r.name, r.producer]), [
-    ['ci-7-platformatic', 'platformatic'],
-    ['ci-7-platformatic-dedup-off', 'platformatic'],
-    ['ci-7-platformatic-horizon-off', 'platformatic'],
+    ['ci-7-kafkajs', 'kafkajs'],
+    ['ci-7-kafkajs-dedup-off', 'kafkajs'],
+    ['ci-7-kafkajs-horizon-off', 'kafkajs'],
   ]);
-  assert.equal(runs[0]!.command, 'npx tsx test/faults/run.ts --profile ci --seed 7 --producer platformatic');
-  assert.equal(runs[1]!.command, 'npx tsx test/faults/run.ts --profile ci --seed 7 --producer platformatic --plant dedup-off');
+  assert.equal(runs[0]!.command, 'npx tsx test/faults/run.ts --profile ci --seed 7 --producer kafkajs');
+  assert.equal(runs[1]!.command, 'npx tsx test/faults/run.ts --profile ci --seed 7 --producer kafkajs --plant dedup-off');
 });
 
 test('self-check: relays that did not all publish through the run\'s adapter fail the run', () => {

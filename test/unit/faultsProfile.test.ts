@@ -47,7 +47,7 @@ test('self-check: a run that ran what its profile says passes', () => {
   const lines = selfCheck(expectedTally(ci), faithful());
   assert.deepEqual(selfCheckFailures(lines), []);
   assert.ok(lines.every((l) => l.ok));
-  assert.equal(lines.length, 10 + FAULT_KINDS.length);
+  assert.equal(lines.length, 11 + FAULT_KINDS.length);
 });
 
 test('self-check: one relay where the profile says two fails the run', () => {
@@ -56,6 +56,13 @@ test('self-check: one relay where the profile says two fails the run', () => {
   actual.relaysLiveAtOnce = 1;
   const failures = selfCheckFailures(selfCheck(expectedTally(ci), actual));
   assert.deepEqual(failures, ['self-check: relays 1 of 2', 'self-check: relays live at once 1 of 2']);
+});
+
+test('self-check: a run in which no relay claimed a batch ahead fails; one or more relays that did pass', () => {
+  const expected = expectedTally(ci);
+  assert.equal(expected.relaysClaimingAhead, 1);
+  assert.deepEqual(selfCheckFailures(selfCheck(expected, { ...faithful(), relaysClaimingAhead: 0 })), ['self-check: relays that claimed a batch ahead (at least) 0 of 1']);
+  assert.deepEqual(selfCheckFailures(selfCheck(expected, { ...faithful(), relaysClaimingAhead: ci.relays })), []);
 });
 
 test('self-check: a missing consumer, broker or fault of any kind fails the run; so does one too many', () => {
@@ -74,7 +81,7 @@ test('self-check: a missing consumer, broker or fault of any kind fails the run;
   }
   // Nothing ran at all: every line fails except the fault kinds the profile has none of.
   const nothing = selfCheckFailures(selfCheck(expectedTally(ci), emptyTally()));
-  assert.equal(nothing.length, 7 + FAULT_KINDS.filter(({ count }) => (ci.counts[count] ?? 0) > 0).length);
+  assert.equal(nothing.length, 8 + FAULT_KINDS.filter(({ count }) => (ci.counts[count] ?? 0) > 0).length);
 });
 
 test('self-check: the rows the writers committed are checked against the profile: fewer fail the run, the last transactions overshoot it by less than a transaction', () => {

@@ -27,14 +27,18 @@ function message(extra: Partial<RelayMessage> = {}): RelayMessage {
   return { id: 1, message_id: 'm1', topic: 't', key: 'k', value: '{"a":1}', headers: { 'message-id': 'm1' }, timestampMs: 1_700_000_000_123, ...extra };
 }
 
-test('the producer setting: kafkajs by default, platformatic by flag or environment, anything else refused naming the setting', () => {
+test('the producer setting: platformatic by default, kafkajs by flag or environment, or when a kafkajs client is passed in; anything else refused naming the setting', () => {
   assert.ok((RELAY_SETTINGS as readonly unknown[]).includes(producer));
   assert.equal(producer.flag, '--producer');
   assert.equal(producer.env, 'OUTBOX_PRODUCER');
-  assert.equal(readSetting(producer, undefined, {}), 'kafkajs');
-  assert.equal(readSetting(producer, undefined, { OUTBOX_PRODUCER: 'Platformatic' }), 'platformatic');
-  assert.equal(resolveRelayOptions({ databaseUrl: 'postgres://h/d', kafkaBrokers: ['b:1'] }).producer, 'kafkajs');
-  assert.equal(resolveRelayOptions({ databaseUrl: 'postgres://h/d', kafkaBrokers: ['b:1'], producer: 'platformatic' }).producer, 'platformatic');
+  assert.equal(readSetting(producer, undefined, {}), 'platformatic');
+  assert.equal(readSetting(producer, undefined, { OUTBOX_PRODUCER: 'KafkaJS' }), 'kafkajs');
+  assert.equal(resolveRelayOptions({ databaseUrl: 'postgres://h/d', kafkaBrokers: ['b:1'] }).producer, 'platformatic');
+  assert.equal(resolveRelayOptions({ databaseUrl: 'postgres://h/d', kafkaBrokers: ['b:1'], producer: 'kafkajs' }).producer, 'kafkajs');
+  // The client a library caller passed publishes, unless producer says otherwise.
+  const kafka = new Kafka({ brokers: ['b:1'] });
+  assert.equal(resolveRelayOptions({ databaseUrl: 'postgres://h/d', kafkaBrokers: ['b:1'], kafka }).producer, 'kafkajs');
+  assert.equal(resolveRelayOptions({ databaseUrl: 'postgres://h/d', kafkaBrokers: ['b:1'], kafka, producer: 'platformatic' }).producer, 'platformatic');
   assert.throws(
     () => resolveRelayOptions({ databaseUrl: 'postgres://h/d', kafkaBrokers: ['b:1'], producer: 'rdkafka' as never }),
     (e: unknown) => e instanceof ConfigError && e.setting === 'producer' && /kafkajs, platformatic/.test(e.message),
@@ -42,7 +46,7 @@ test('the producer setting: kafkajs by default, platformatic by flag or environm
 });
 
 test('a missing @platformatic/kafka is a ConfigError naming the setting and the package, at configuration and at first use', async () => {
-  assert.doesNotThrow(() => assertPlatformaticInstalled(), 'installed here (a devDependency)');
+  assert.doesNotThrow(() => assertPlatformaticInstalled(), 'installed here (a dependency)');
   const notThere = (): string => {
     throw Object.assign(new Error(`Cannot find module '${PLATFORMATIC_PACKAGE}'`), { code: 'MODULE_NOT_FOUND' });
   };
