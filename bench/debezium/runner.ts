@@ -82,6 +82,8 @@ export interface DebeziumProcess {
   firstAck: number;
   lastAck: number;
   ackedAtFirst: number;
+  /** Every progress line's [lastAck, acked], in order (for the rate over a part of a drain). */
+  progress: Array<[number, number]>;
   /** Set when the process exited before stop() was called. */
   exitError: Error | undefined;
   stop(): Promise<void>;
@@ -101,6 +103,7 @@ export function startDebezium(o: DebeziumOptions): DebeziumProcess {
     firstAck: 0,
     lastAck: 0,
     ackedAtFirst: 0,
+    progress: [],
     exitError: undefined,
     stop: async () => {
       stopping = true;
@@ -120,6 +123,7 @@ export function startDebezium(o: DebeziumOptions): DebeziumProcess {
     try {
       const m = JSON.parse(line) as Pick<DebeziumProcess, 'sent' | 'acked' | 'firstAck' | 'lastAck' | 'ackedAtFirst'>;
       Object.assign(d, { sent: m.sent, acked: m.acked, firstAck: m.firstAck, lastAck: m.lastAck, ackedAtFirst: m.ackedAtFirst });
+      d.progress.push([m.lastAck, m.acked]);
     } catch {
       // not a progress line
     }

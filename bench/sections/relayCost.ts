@@ -283,7 +283,7 @@ export async function relayCost(pool: pg.Pool, o: { rows: number; idleSeconds: n
   rows.push(row(S, 'commit → ack at steady 1,000 rows/s', `p50 ${fmt(st.ack.p50, 1)} / p99 ${fmt(st.ack.p99, 1)} ms`, 'p50 ≤ 8, p99 ≤ 20', st.ack.p50 <= 8 && st.ack.p99 <= 20));
   const idleTotal = idle.relayPct + idle.postgresPct;
   rows.push(
-    row(S, `idle relay over ${idle.seconds} s: relay process + its backends, % of a core`, `${fmt(idle.relayPct, 2)} + ${fmt(idle.postgresPct, 2)} = ${fmt(idleTotal, 2)}`, '≤ 1.5', idleTotal <= 1.5),
+    row(S, `idle relay over ${idle.seconds} s: relay process + its backends, % of a core`, `${fmt(idle.relayPct, 2)} + ${fmt(idle.postgresPct, 2)} = ${fmt(idleTotal, 2)}`, '≤ 1.0', idleTotal <= 1.0),
   );
   rows.push(
     row(S, `pick-up at ${LOW_RATE} rows/s offered (${fmt(idle.pickUpRows)} rows): commit → ack`, `p50 ${fmt(idle.pickUp.p50, 1)} / p95 ${fmt(idle.pickUp.p95, 1)} / p99 ${fmt(idle.pickUp.p99, 1)} ms`, 'p50 ≤ 15', idle.pickUp.p50 <= 15),
