@@ -35,7 +35,7 @@ export const SECTION_KINDS: Partial<Record<Kind, string>> = { retention: '12. re
 export const README_CONTEXT: Array<[section: string, whatStartsWith: string]> = [
   ['1. ceilings', 'raw kafkajs producer'],
   ['1. ceilings', 'raw @platformatic/kafka producer'],
-  ['2. drain', 'relay, producer platformatic, defaults'],
+  ['2. drain', 'relay, producer kafkajs, otherwise defaults'],
   ['7. cost', 'outbox, relay polling another schema'],
   ['11. many outboxes', 'one process / 4 processes:'],
 ];
