@@ -245,9 +245,10 @@ export async function releaseRebuildLock(c: LoadContext, key: string, token: str
 /**
  * Calls the loader under its timeout; encodes the value and takes its version (unless it
  * is undefined). `stop` (a prewarm's signal) aborts the loader's signal too, and the call
- * rejects with its reason at once, whether or not the loader heeds it.
+ * rejects with its reason at once, whether or not the loader heeds it. A bad version is a
+ * ConfigError naming `versionSetting`.
  */
-export async function load<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions, stop?: AbortSignal): Promise<Loaded> {
+export async function load<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions, stop?: AbortSignal, versionSetting = 'getOrLoad.versionOf'): Promise<Loaded> {
   const value = await callLoader(c, key, loader, o, stop);
   if (value === undefined) return { text: undefined, version: undefined };
   let version: string | undefined;
@@ -257,12 +258,12 @@ export async function load<T>(c: LoadContext, key: string, loader: CacheLoader<T
       v = o.versionOf(value);
     } catch (error) {
       c.metrics.error('version');
-      const e = new ConfigError('getOrLoad.versionOf', `threw on the value the loader returned for "${key}": ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`);
+      const e = new ConfigError(versionSetting, `threw on the value the loader returned for "${key}": ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`);
       (e as { cause?: unknown }).cause = error;
       throw e;
     }
     try {
-      version = versionText(v, 'getOrLoad.versionOf');
+      version = versionText(v, versionSetting);
     } catch (error) {
       c.metrics.error('version');
       throw error;

@@ -33,7 +33,7 @@ import { writeEntry } from './versionedWrite.js';
 /** A failed key of a prewarm pass and why. */
 export interface PrewarmFailure {
   key: string;
-  /** The loader's own error, a ConfigError (`getOrLoad.versionOf`, `codec.encode`), CacheLoadTimeoutError, or CacheRedisError. */
+  /** The loader's own error, a ConfigError (`prewarm.versionOf`, `codec.encode`), CacheLoadTimeoutError, or CacheRedisError. */
   error: unknown;
 }
 
@@ -152,7 +152,7 @@ async function refreshUnderLock<T>(c: LoadContext, key: string, loader: CacheLoa
     }
     // Refreshed between the first read and the lock, by a reader or another process's pass.
     if (!due(again, o.refreshAheadMs)) return 'busy';
-    const loaded = await load(c, key, loader, o.load, o.signal);
+    const loaded = await load(c, key, loader, o.load, o.signal, 'prewarm.versionOf');
     if (loaded.text === undefined) return 'absent';
     let written: boolean;
     try {
