@@ -60,6 +60,21 @@ function rowOf(table: string): (key: string) => Promise<Row | undefined> {
 }
 
 const versionOf = (r: Row | undefined): number => r!.version;
+
+/** A loader that reads the row, then waits until the test releases it; `loading` resolves once it has read. */
+function heldLoader(row: (key: string) => Promise<Row | undefined>): { loader: CacheLoader<Row | undefined>; loading: Promise<void>; release(): void; calls(): number } {
+  const loading = gate();
+  const released = gate();
+  let calls = 0;
+  const loader: CacheLoader<Row | undefined> = async ({ key }) => {
+    calls++;
+    const r = await row(key);
+    loading.open();
+    await released.promise;
+    return r;
+  };
+  return { loader, loading: loading.promise, release: () => released.open(), calls: () => calls };
+}
 const keysOf = (n: number): string[] => Array.from({ length: n }, (_, i) => `k${i}`);
 
 /** The counts of a pass, without its timing and errors. */
@@ -140,61 +155,42 @@ test('a reader that misses a key while a prewarm loads it gets the prewarm\'s va
   const readerLoader: CacheLoader<Row | undefined> = async ({ key }) => (readerLoads++, row(key));
 
   // A prewarm is loading k0 (held at a gate) when readers of both instances ask for it.
-  const prewarmLoading = gate();
-  const releasePrewarm = gate();
-  let prewarmLoads = 0;
-  const pass = here.prewarm(['k0'], async ({ key }) => {
-    prewarmLoads++;
-    const r = await row(key);
-    prewarmLoading.open();
-    await releasePrewarm.promise;
-    return r;
-  }, { versionOf });
-  await prewarmLoading.promise;
+  const held = heldLoader(row);
+  const pass = here.prewarm(['k0'], held.loader, { versionOf });
+  await held.loading;
   const readers = [here.getOrLoad('k0', readerLoader, { versionOf }), there.getOrLoad('k0', readerLoader, { versionOf })];
   await waitFor('both readers missed k0', async () => (await metricValue(registries[0]!, 'outbox_cache_requests_total', { result: 'miss' })) === 1 && (await metricValue(registries[1]!, 'outbox_cache_requests_total', { result: 'miss' })) === 1);
-  releasePrewarm.open();
+  held.release();
   assert.deepEqual(await Promise.all(readers), [await row('k0'), await row('k0')]);
   assert.equal(readerLoads, 0, 'the readers waited for the prewarm\'s value');
-  assert.equal(prewarmLoads, 1);
+  assert.equal(held.calls(), 1);
   assert.equal((await pass).refreshed, 1);
   for (const r of registries) assert.equal(await metricValue(r, 'outbox_cache_lock_waits_total', { outcome: 'value' }), 1);
 
   // A reader is loading k1 (held at a gate) when both instances prewarm it.
-  const readerLoading = gate();
-  const releaseReader = gate();
-  const reader = here.getOrLoad('k1', async ({ key }) => {
-    const r = await row(key);
-    readerLoading.open();
-    await releaseReader.promise;
-    return r;
-  }, { versionOf });
-  await readerLoading.promise;
+  const heldReader = heldLoader(row);
+  const reader = here.getOrLoad('k1', heldReader.loader, { versionOf });
+  await heldReader.loading;
+  let prewarmLoads = 0;
   const prewarmLoader: CacheLoader<Row | undefined> = async ({ key }) => (prewarmLoads++, row(key));
   const passes = await Promise.all([here.prewarm(['k1'], prewarmLoader, { versionOf }), there.prewarm(['k1'], prewarmLoader, { versionOf })]);
   assert.deepEqual(passes.map(counts), [{ ...NONE, keys: 1, busy: 1 }, { ...NONE, keys: 1, busy: 1 }], 'in this process by its single flight, in the other by the rebuild lock');
-  releaseReader.open();
+  heldReader.release();
   assert.deepEqual(await reader, await row('k1'));
-  assert.equal(prewarmLoads, 1, 'no prewarm load of k1');
+  assert.equal(prewarmLoads, 0, 'no prewarm load of k1');
 
   // A stale read of k2 has started its background refresh (held at a gate) when both instances prewarm k2.
   await here.setIfNewer('k2', await row('k2'), 1, 1);
   await waitFor('k2 in its stale window', async () => (await here.peek('k2'))?.fresh === false);
-  const refreshing = gate();
-  const releaseRefresh = gate();
-  assert.deepEqual(await here.getOrLoad('k2', async ({ key }) => {
-    const r = await row(key);
-    refreshing.open();
-    await releaseRefresh.promise;
-    return r;
-  }, { versionOf }), await row('k2'), 'the stale value, at once');
-  await refreshing.promise;
+  const heldRefresh = heldLoader(row);
+  assert.deepEqual(await here.getOrLoad('k2', heldRefresh.loader, { versionOf }), await row('k2'), 'the stale value, at once');
+  await heldRefresh.loading;
   const onStale = await Promise.all([here.prewarm(['k2'], prewarmLoader, { versionOf }), there.prewarm(['k2'], prewarmLoader, { versionOf })]);
   assert.deepEqual(onStale.map(counts), [{ ...NONE, keys: 1, busy: 1 }, { ...NONE, keys: 1, busy: 1 }], 'one refresh per key: the stale read\'s');
-  releaseRefresh.open();
+  heldRefresh.release();
   await here.whenIdle();
   assert.equal((await here.peek('k2'))?.fresh, true);
-  assert.equal(prewarmLoads, 1, 'no prewarm load of k2');
+  assert.equal(prewarmLoads, 0, 'no prewarm load of k2');
 });
 
 /** A real client whose rebuild-lock commands (SET … NX) wait for `hold` before they go to Redis: it orders two instances' steps. */
@@ -240,17 +236,11 @@ test('a newer version written while a prewarm loads is never overwritten: a setI
     ['k1', (r: Row) => cache.invalidate('k1', r.version)],
   ] as const) {
     // The prewarm reads version 1; the row changes to 2 and the change reaches the cache; then the prewarm writes.
-    const loaded = gate();
-    const release = gate();
-    const pass = cache.prewarm([key], async ({ key: k }) => {
-      const r = await row(k);
-      loaded.open();
-      await release.promise;
-      return r;
-    }, { versionOf });
-    await loaded.promise;
+    const held = heldLoader(row);
+    const pass = cache.prewarm([key], held.loader, { versionOf });
+    await held.loading;
     assert.equal(await writeNewer(await change(key)), true);
-    release.open();
+    held.release();
     assert.deepEqual(counts(await pass), { ...NONE, keys: 1, superseded: 1 });
     const e = await cache.peek<Row>(key);
     assert.equal(e?.version, 2n, `${key}: version 2 stays`);
@@ -342,17 +332,12 @@ test('Redis away: a pass ends within redisTimeoutMs whether Redis hangs during a
   const row = rowOf(table);
 
   // Hung while a key loads: the fill gives up within the bound and the key fails.
-  const loading = gate();
-  const release = gate();
-  const pass = cache.prewarm(['k0'], async ({ key }) => {
-    loading.open();
-    await release.promise;
-    return row(key);
-  }, { versionOf });
-  await loading.promise;
+  const held = heldLoader(row);
+  const pass = cache.prewarm(['k0'], held.loader, { versionOf });
+  await held.loading;
   server.pause();
   const hungInLoad = await timed(async () => {
-    release.open();
+    held.release();
     return pass;
   });
   console.log(`measured: prewarm, Redis hung during the load: ${Math.round(hungInLoad.ms)} ms after the load (bound ${REDIS_TIMEOUT_MS} ms)`);

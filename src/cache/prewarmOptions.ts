@@ -56,7 +56,7 @@ export interface ResolvedPrewarmOptions {
 
 /** A prewarmer's settings, resolved (its passes get their signal from stop()). */
 export interface ResolvedPrewarmerOptions {
-  keys: readonly string[] | ((context: { signal: AbortSignal }) => Promise<readonly string[]> | readonly string[]);
+  keys: PrewarmKeys;
   loader: CacheLoader<unknown>;
   intervalMs: number;
   pass: ResolvedPrewarmOptions;
@@ -117,7 +117,7 @@ export function resolvePrewarmerOptions(options: unknown, defaults: ResolvedGetO
   if (pass.refreshAheadMs <= intervalMs) {
     throw new ConfigError('prewarmer.refreshAheadMs', `must be above intervalMs (${intervalMs} ms): a key is looked at once per interval, so a shorter window can pass between two looks and the key expire unrefreshed; got ${pass.refreshAheadMs}`);
   }
-  return { keys: typeof keys === 'function' ? (keys as ResolvedPrewarmerOptions['keys']) : [...new Set(keys as string[])], loader: o.loader as CacheLoader<unknown>, intervalMs, pass };
+  return { keys: typeof keys === 'function' ? (keys as PrewarmKeys) : [...new Set(keys as string[])], loader: o.loader as CacheLoader<unknown>, intervalMs, pass };
 }
 
 /** The distinct keys of `keys`; a ConfigError naming `setting` unless it is a list of non-empty strings. */

@@ -14,7 +14,7 @@ import { ConfigError } from '../shared/errors.js';
 import { TypedEmitter } from '../shared/events.js';
 import { cacheInternals, type Cache, type CacheInternals } from './cache.js';
 import type { PrewarmResult } from './prewarm.js';
-import { checkKeys, resolvePrewarmerOptions, type PrewarmerOptions, type ResolvedPrewarmerOptions } from './prewarmOptions.js';
+import { checkKeys, resolvePrewarmerOptions, type PrewarmerOptions, type PrewarmKeys, type ResolvedPrewarmerOptions } from './prewarmOptions.js';
 
 /** What a {@link Prewarmer} tells its listeners. */
 export interface PrewarmerEvents {
@@ -102,7 +102,7 @@ export class Prewarmer extends TypedEmitter<PrewarmerEvents> {
 }
 
 /** The keys function's list, or the signal's reason as soon as it aborts, whether or not the function heeds it. */
-function untilAborted(keys: (context: { signal: AbortSignal }) => Promise<readonly string[]> | readonly string[], signal: AbortSignal): Promise<readonly string[]> {
+function untilAborted(keys: Extract<PrewarmKeys, Function>, signal: AbortSignal): Promise<readonly string[]> {
   return new Promise((resolve, reject) => {
     const onAbort = (): void => reject(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
