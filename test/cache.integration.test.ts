@@ -8,7 +8,7 @@ import { CacheLoadTimeoutError, CacheWaitTimeoutError } from '../src/cache/error
 import type { CacheRedisClient } from '../src/cache/redisClient.js';
 import { useRedis, type TestRedis } from './helpers/redis.js';
 import { mulberry32 } from './faults/schedule.js';
-import { waitFor } from './helpers/wait.js';
+import { gate, waitFor } from './helpers/wait.js';
 
 let redis: TestRedis;
 before(async () => {
@@ -28,13 +28,6 @@ function shuffle<T>(items: T[], rnd: () => number): T[] {
     [a[i], a[j]] = [a[j]!, a[i]!];
   }
   return a;
-}
-
-/** A promise and its resolver, for loaders the test releases when it chooses. */
-function gate<T = void>(): { promise: Promise<T>; open(value: T): void } {
-  let open!: (value: T) => void;
-  const promise = new Promise<T>((resolve) => (open = resolve));
-  return { promise, open };
 }
 
 test('setIfNewer: out-of-order and redelivered versioned writes keep the newest', async () => {

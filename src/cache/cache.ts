@@ -3,14 +3,17 @@
  * Redis cache of what their database holds. It ties the pieces of src/cache/ together:
  * options.ts (validated up front), entry.ts (how an entry lies in Redis), versionedWrite.ts
  * (setIfNewer and invalidate, atomic scripts), lock.ts (the rebuild lock), getOrLoad.ts
- * (single flight, stale serving, bounded waits), metrics.ts (prom-client). It depends on
+ * (single flight, stale serving, bounded waits), prewarm.ts (a pass over hot keys; the
+ * periodic prewarmer is prewarmer.ts), metrics.ts (prom-client). It depends on
  * nothing of the relay or the consumer, and the consumer nothing of it.
  */
 import { CacheRedisError } from './errors.js';
 import { readEntry } from './entry.js';
 import { decodeValue, encodeValue, getOrLoad, SingleFlight, type CacheLoader, type LoadContext } from './getOrLoad.js';
 import { cacheRecorder } from './metrics.js';
-import { resolveCacheOptions, resolveGetOrLoadOptions, versionText, type CacheOptions, type CacheVersion, type GetOrLoadOptions } from './options.js';
+import { resolveCacheOptions, resolveGetOrLoadOptions, versionText, type CacheOptions, type CacheVersion, type GetOrLoadOptions, type ResolvedGetOrLoadOptions } from './options.js';
+import { prewarmPass, type PrewarmResult } from './prewarm.js';
+import { checkKeys, resolvePrewarmOptions, type PrewarmOptions, type ResolvedPrewarmOptions } from './prewarmOptions.js';
 import { boundedClient } from './redisClient.js';
 import { deleteEntry, invalidateEntry, writeEntry } from './versionedWrite.js';
 
@@ -71,9 +74,31 @@ export interface Cache {
   invalidate(key: string, version?: CacheVersion): Promise<boolean>;
   /** The entry at `key` without loading or counting anything; undefined when there is none. */
   peek<T = unknown>(key: string): Promise<CacheEntry<T> | undefined>;
+  /**
+   * One prewarm pass over `keys`: each key without a value, or with at most
+   * `refreshAheadMs` of fresh time left (default 0: only keys without a fresh value), is
+   * loaded and written as getOrLoad would, under the same single flight and rebuild lock
+   * (a key another caller is rebuilding is left to it) and with the versioned fill (a
+   * newer version in the cache stays). At most `concurrency` keys at once. A key that
+   * fails is counted and the others go on; a Redis failure ends the pass. Never rejects
+   * but for a bad argument (ConfigError, before Redis is touched). For a pass every so
+   * often, see createPrewarmer.
+   */
+  prewarm<T>(keys: readonly string[], loader: CacheLoader<T>, options?: PrewarmOptions<T>): Promise<PrewarmResult>;
   /** Resolves once no load or background refresh of this cache is in flight. */
   whenIdle(): Promise<void>;
 }
+
+/** What createPrewarmer needs of a cache beyond its interface: its defaults, and a pass with options already resolved. */
+export interface CacheInternals {
+  defaults: ResolvedGetOrLoadOptions;
+  prewarm(keys: readonly string[], loader: CacheLoader<unknown>, options: ResolvedPrewarmOptions): Promise<PrewarmResult>;
+  /** Counts a prewarmer's keys function that failed (outbox_cache_errors_total{operation="keys"}). */
+  recordKeysError(): void;
+}
+
+/** The internals of every cache createCache made (a cache object alone does not show them). */
+export const cacheInternals = new WeakMap<Cache, CacheInternals>();
 
 /**
  * Makes a {@link Cache} on a connected node-redis client. Throws ConfigError for a bad
@@ -97,7 +122,7 @@ export function createCache(options: CacheOptions): Cache {
     if (typeof key !== 'string' || key.length === 0) throw new TypeError('cache: a key must be a non-empty string');
     return key;
   };
-  return {
+  const cache: Cache = {
     async getOrLoad<T>(key: string, loader: CacheLoader<T>, callOptions?: GetOrLoadOptions<T>): Promise<T> {
       checkKey(key);
       if (typeof loader !== 'function') throw new TypeError('cache: loader must be a function');
@@ -147,6 +172,17 @@ export function createCache(options: CacheOptions): Cache {
         pttlMs: entry.pttlMs,
       };
     },
+    async prewarm<T>(keys: readonly string[], loader: CacheLoader<T>, callOptions?: PrewarmOptions<T>): Promise<PrewarmResult> {
+      const list = checkKeys(keys, 'prewarm.keys');
+      if (typeof loader !== 'function') throw new TypeError('cache: loader must be a function');
+      return prewarmPass(context, list, loader, resolvePrewarmOptions(callOptions, o.defaults));
+    },
     whenIdle: () => flights.idle(),
   };
+  cacheInternals.set(cache, {
+    defaults: o.defaults,
+    prewarm: (keys, loader, resolved) => prewarmPass(context, keys, loader, resolved),
+    recordKeysError: () => metrics.error('keys'),
+  });
+  return cache;
 }

@@ -21,6 +21,8 @@ export interface Entry {
   fresh: boolean;
   /** Milliseconds until Redis drops it (-1: no expiry). */
   pttlMs: number;
+  /** Its stale window in ms: it is fresh while `pttlMs` is above this. */
+  staleMs: number;
 }
 
 // Lua arrays stop at the first nil, so absent fields come back as false (a null reply).
@@ -38,7 +40,7 @@ export async function readEntry(client: CacheRedisClient, key: string): Promise<
   const version = text(reply[1]);
   if (value === undefined && version === undefined) return undefined;
   const stale = Number(text(reply[2]) ?? 0);
-  return { value, version, pttlMs, fresh: pttlMs === -1 || pttlMs > stale };
+  return { value, version, pttlMs, staleMs: stale, fresh: pttlMs === -1 || pttlMs > stale };
 }
 
 function text(x: unknown): string | undefined {

@@ -58,6 +58,11 @@ export class SingleFlight {
     return p;
   }
 
+  /** True while a run for `key` is in flight. */
+  has(key: string): boolean {
+    return this.flights.has(key);
+  }
+
   /** Keeps `p` (work nobody waits for, such as a lock release) until it settles, for {@link idle}. */
   track(p: Promise<unknown>): void {
     const kept = p.finally(() => this.background.delete(kept));
@@ -82,10 +87,15 @@ export interface LoadContext {
 }
 
 /** A loaded value: encoded, with its version; `text` undefined when the loader returned undefined. */
-interface Loaded {
+export interface Loaded {
   text: string | undefined;
   version: string | undefined;
 }
+
+/** The single-flight name of a missing key's load (callers join it). */
+export const loadFlight = (dataKey: string): string => `load:${dataKey}`;
+/** The single-flight name of a key's refresh: stale serving's background rebuild, or a prewarm. */
+export const refreshFlight = (dataKey: string): string => `refresh:${dataKey}`;
 
 /** The value at `key`, from the cache or the loader (see the module comment). */
 export async function getOrLoad<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions): Promise<T> {
@@ -96,7 +106,7 @@ export async function getOrLoad<T>(c: LoadContext, key: string, loader: CacheLoa
   } catch {
     c.metrics.error('read');
     c.metrics.request('miss');
-    return decode<T>(c, key, await c.flights.run(`load:${dataKey}`, async () => (await load(c, key, loader, o)).text));
+    return decode<T>(c, key, await c.flights.run(loadFlight(dataKey), async () => (await load(c, key, loader, o)).text));
   }
   if (entry?.value !== undefined) {
     if (entry.fresh) {
@@ -105,11 +115,11 @@ export async function getOrLoad<T>(c: LoadContext, key: string, loader: CacheLoa
     }
     c.metrics.request('stale');
     // Errors are counted inside; the stale value is the answer either way.
-    c.flights.run(`refresh:${dataKey}`, () => rebuild(c, key, loader, o, true)).catch(() => undefined);
+    c.flights.run(refreshFlight(dataKey), () => rebuild(c, key, loader, o, true)).catch(() => undefined);
     return decode<T>(c, key, entry.value);
   }
   c.metrics.request('miss');
-  return decode<T>(c, key, await c.flights.run(`load:${dataKey}`, () => rebuild(c, key, loader, o, false)));
+  return decode<T>(c, key, await c.flights.run(loadFlight(dataKey), () => rebuild(c, key, loader, o, false)));
 }
 
 function decode<T>(c: LoadContext, key: string, text: string | undefined): T {
@@ -199,9 +209,8 @@ async function loadHoldingLock<T>(c: LoadContext, key: string, loader: CacheLoad
     if (again?.value !== undefined && again.fresh) return again.value;
     const loaded = await load(c, key, loader, o);
     if (redisUp && loaded.text !== undefined) {
-      const freshMs = Math.max(1, Math.round(o.ttlMs * (1 - o.jitter * Math.random())));
       try {
-        c.metrics.write('fill', await writeEntry(c.client, dataKey, { value: loaded.text, version: loaded.version, freshMs, staleMs: o.staleForMs, mode: 'fill' }));
+        c.metrics.write('fill', await writeEntry(c.client, dataKey, { value: loaded.text, version: loaded.version, freshMs: jitteredFreshMs(o), staleMs: o.staleForMs, mode: 'fill' }));
       } catch {
         c.metrics.error('write');
         redisUp = false;
@@ -209,18 +218,38 @@ async function loadHoldingLock<T>(c: LoadContext, key: string, loader: CacheLoad
     }
     return loaded.text;
   } finally {
-    const release = releaseLock(c.client, c.lockKey(key), token).then(
-      () => undefined,
-      () => c.metrics.error('unlock'),
-    );
-    if (redisUp) await release;
-    else c.flights.track(release);
+    await releaseRebuildLock(c, key, token, redisUp);
   }
 }
 
-/** Calls the loader under its timeout; encodes the value and takes its version (unless it is undefined). */
-async function load<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions): Promise<Loaded> {
-  const value = await callLoader(c, key, loader, o);
+/** A fill's fresh time: `ttlMs` less a random share of at most `jitter`, so keys filled together do not expire together. */
+export function jitteredFreshMs(o: Pick<ResolvedGetOrLoadOptions, 'ttlMs' | 'jitter'>): number {
+  return Math.max(1, Math.round(o.ttlMs * (1 - o.jitter * Math.random())));
+}
+
+/**
+ * Releases a rebuild lock held with `token`. With Redis up, awaited (bounded by
+ * `redisTimeoutMs`); once a command has failed, run in the background and kept for
+ * whenIdle, since waiting on a Redis that is away is what the caller must not do (the
+ * lock expires with its TTL if the release fails too).
+ */
+export async function releaseRebuildLock(c: LoadContext, key: string, token: string, redisUp: boolean): Promise<void> {
+  const release = releaseLock(c.client, c.lockKey(key), token).then(
+    () => undefined,
+    () => c.metrics.error('unlock'),
+  );
+  if (redisUp) await release;
+  else c.flights.track(release);
+}
+
+/**
+ * Calls the loader under its timeout; encodes the value and takes its version (unless it
+ * is undefined). `stop` (a prewarm's signal) aborts the loader's signal too, and the call
+ * rejects with its reason at once, whether or not the loader heeds it. A bad version is a
+ * ConfigError naming `versionSetting`.
+ */
+export async function load<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions, stop?: AbortSignal, versionSetting = 'getOrLoad.versionOf'): Promise<Loaded> {
+  const value = await callLoader(c, key, loader, o, stop);
   if (value === undefined) return { text: undefined, version: undefined };
   let version: string | undefined;
   if (o.versionOf) {
@@ -229,12 +258,12 @@ async function load<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: R
       v = o.versionOf(value);
     } catch (error) {
       c.metrics.error('version');
-      const e = new ConfigError('getOrLoad.versionOf', `threw on the value the loader returned for "${key}": ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`);
+      const e = new ConfigError(versionSetting, `threw on the value the loader returned for "${key}": ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`);
       (e as { cause?: unknown }).cause = error;
       throw e;
     }
     try {
-      version = versionText(v, 'getOrLoad.versionOf');
+      version = versionText(v, versionSetting);
     } catch (error) {
       c.metrics.error('version');
       throw error;
@@ -250,27 +279,40 @@ export function encodeValue(codec: CacheCodec, value: unknown): string {
   return text;
 }
 
-async function callLoader<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions): Promise<T> {
+async function callLoader<T>(c: LoadContext, key: string, loader: CacheLoader<T>, o: ResolvedGetOrLoadOptions, stop: AbortSignal | undefined): Promise<T> {
+  if (stop?.aborted) throw stop.reason;
   const controller = new AbortController();
   const started = process.hrtime.bigint();
   const seconds = (): number => Number(process.hrtime.bigint() - started) / 1e9;
   let timer: NodeJS.Timeout | undefined;
+  let onStop: (() => void) | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       const error = new CacheLoadTimeoutError(key, o.loadTimeoutMs);
       controller.abort(error);
       reject(error);
     }, o.loadTimeoutMs);
+    onStop = () => {
+      controller.abort(stop?.reason);
+      reject(stop?.reason);
+    };
+    stop?.addEventListener('abort', onStop, { once: true });
   });
   try {
     const value = await Promise.race([Promise.resolve().then(() => loader({ key, signal: controller.signal })), timeout]);
     c.metrics.rebuild('ok', seconds());
     return value;
   } catch (error) {
+    if (stop?.aborted) {
+      // Stopped from outside: not the loader's failure.
+      c.metrics.rebuild('aborted', seconds());
+      throw error;
+    }
     c.metrics.rebuild(error instanceof CacheLoadTimeoutError ? 'timeout' : 'error', seconds());
     c.metrics.error('loader');
     throw error;
   } finally {
     clearTimeout(timer);
+    if (onStop) stop?.removeEventListener('abort', onStop);
   }
 }

@@ -9,3 +9,7 @@ export { cacheMetricNames } from './metrics.js';
 export { CacheError, CacheWaitTimeoutError, CacheLoadTimeoutError, CacheRedisError } from './errors.js';
 export type { CacheRedisClient } from './redisClient.js';
 export type { CacheLoader, CacheLoaderContext } from './getOrLoad.js';
+export { createPrewarmer } from './prewarmer.js';
+export type { Prewarmer, PrewarmerEvents } from './prewarmer.js';
+export type { PrewarmOptions, PrewarmerOptions, PrewarmKeys } from './prewarmOptions.js';
+export type { PrewarmResult, PrewarmFailure } from './prewarm.js';

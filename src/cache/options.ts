@@ -105,7 +105,8 @@ const JSON_CODEC: CacheCodec = {
 /** A year: no duration of the cache needs more. */
 const MAX_MS = 365 * 24 * 3600 * 1000;
 
-function duration(setting: string, value: unknown, min: number): number {
+/** A whole number of milliseconds from `min` to a year, or a ConfigError naming `setting`. */
+export function duration(setting: string, value: unknown, min: number): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > MAX_MS) {
     throw new ConfigError(setting, `must be a whole number of milliseconds from ${min} to ${MAX_MS}, got ${String(value)}`);
   }

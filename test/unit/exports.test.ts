@@ -33,8 +33,11 @@ const TYPES = [
   'SaslMechanism', 'StatusOptions', 'ValueDecoder',
 ];
 
-const CACHE_VALUES = ['CacheError', 'CacheLoadTimeoutError', 'CacheRedisError', 'CacheWaitTimeoutError', 'cacheMetricNames', 'createCache'];
-const CACHE_TYPES = ['Cache', 'CacheCodec', 'CacheEntry', 'CacheLoader', 'CacheLoaderContext', 'CacheOptions', 'CacheRedisClient', 'CacheVersion', 'GetOrLoadOptions'];
+const CACHE_VALUES = ['CacheError', 'CacheLoadTimeoutError', 'CacheRedisError', 'CacheWaitTimeoutError', 'cacheMetricNames', 'createCache', 'createPrewarmer'];
+const CACHE_TYPES = [
+  'Cache', 'CacheCodec', 'CacheEntry', 'CacheLoader', 'CacheLoaderContext', 'CacheOptions', 'CacheRedisClient', 'CacheVersion', 'GetOrLoadOptions',
+  'PrewarmFailure', 'PrewarmKeys', 'PrewarmOptions', 'PrewarmResult', 'Prewarmer', 'PrewarmerEvents', 'PrewarmerOptions',
+];
 
 const INDEX = fileURLToPath(new URL('../../src/index.ts', import.meta.url));
 const CACHE_INDEX = fileURLToPath(new URL('../../src/cache/index.ts', import.meta.url));
