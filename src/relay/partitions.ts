@@ -73,7 +73,7 @@ export async function sequenceLastId(db: Queryable, quotedSchema: string): Promi
 }
 
 /** Ids per partition: the span of the newest partition (the first one, from MINVALUE, has none). */
-export function partitionSize(parts: readonly OutboxPartition[]): number | undefined {
+function partitionSize(parts: readonly OutboxPartition[]): number | undefined {
   for (let i = parts.length - 1; i >= 0; i--) {
     const p = parts[i]!;
     if (p.lower !== null) return p.upper - p.lower;

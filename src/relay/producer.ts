@@ -34,7 +34,7 @@ const COMPRESSION = {
  * one key is never in two sends at once (each key belongs to one worker, whose sends are
  * sequential), so a retried request cannot overtake a later one of the same key.
  */
-export class BatchProducer implements MessageProducer {
+class BatchProducer implements MessageProducer {
   readonly adapter = 'kafkajs';
   private readonly producer: Producer;
   /** Only asks for metadata (an empty send): lets a broker auto-create a topic, as producing would. */

@@ -5,7 +5,7 @@ import diagnosticsChannel from 'node:diagnostics_channel';
  * once it has started. Observers (a test harness, an APM agent) subscribe by name, so
  * they see relays of any copy of this package loaded in the process.
  */
-export const RELAY_STARTED_CHANNEL = 'outbox-relay:relay-started';
+const RELAY_STARTED_CHANNEL = 'outbox-relay:relay-started';
 
 /** What a started relay announces on {@link RELAY_STARTED_CHANNEL}. */
 export interface RelayStartedMessage {
