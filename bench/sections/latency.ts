@@ -32,11 +32,17 @@ export interface LatencyResult {
 
 const TARGET_RATE = 1_000; // the target: p99 commit → ack ≤ 25 ms at 1,000 rows/s
 
-async function latencyAt(pool: pg.Pool, rate: number, seconds: number, withConsumer: boolean): Promise<LatencyResult & { ackSorted: number[]; handlerSorted: number[] }> {
+export async function latencyAt(
+  pool: pg.Pool,
+  rate: number,
+  seconds: number,
+  withConsumer: boolean,
+  relayOptions: Record<string, unknown> = {},
+): Promise<LatencyResult & { ackSorted: number[]; handlerSorted: number[] }> {
   const { schema, drop } = await benchSchema(pool, 'benchlat');
   const topic = await createTopic(PARTITIONS);
   await createEffectsTable(pool, schema);
-  const relay = startChild('relay', { BENCH_SCHEMA: schema });
+  const relay = startChild('relay', { BENCH_SCHEMA: schema, BENCH_RELAY_OPTIONS: JSON.stringify(relayOptions) });
   const consumer = withConsumer
     ? startChild('consumer', { BENCH_SCHEMA: schema, BENCH_TOPIC: topic, BENCH_GROUP: `bench-lat-${randomUUID()}`, BENCH_PARTITIONS: String(PARTITIONS) })
     : { ready: Promise.resolve(), acks: [] as Array<[number, number]>, stop: async () => undefined };
