@@ -31,6 +31,11 @@ export interface EffectKeyParts {
   version: EffectKeyPart;
 }
 
+function describe(value: unknown): string {
+  if (value === null || value === undefined) return String(value);
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
+}
+
 function part(name: string, value: unknown): string {
   if (typeof value === 'string') {
     if (value.trim() === '') throw new EffectKeyError(name, `is ${value === '' ? 'empty' : 'blank'}: it would not tell effects apart`);
@@ -43,7 +48,7 @@ function part(name: string, value: unknown): string {
     if (!Number.isSafeInteger(value)) throw new EffectKeyError(name, `is ${String(value)}: a number part must be a safe integer (NaN, infinities and fractions do not make stable keys)`);
     return String(value);
   }
-  const what = value === null ? 'null' : value instanceof Date ? 'a Date (a time is not a stable key: use the event\'s version or id)' : value === undefined ? 'undefined' : `a ${typeof value}`;
+  const what = value instanceof Date ? 'a Date (a time is not a stable key: use the event\'s version or id)' : describe(value);
   throw new EffectKeyError(name, `is ${what}: a part must be a non-empty string, a safe integer or a bigint`);
 }
 
@@ -78,7 +83,7 @@ function buildEffectKey(parts: EffectKeyParts): string {
  * @throws EffectKeyError when the id or the type is empty, blank, not a string, or too long
  */
 function fromRequest(requestId: string, type?: string): string {
-  if (typeof requestId !== 'string') throw new EffectKeyError('requestId', `is ${requestId === undefined ? 'undefined' : `a ${typeof requestId}`}: it must be a string`);
+  if (typeof requestId !== 'string') throw new EffectKeyError('requestId', `is ${describe(requestId)}: it must be a string`);
   const id = part('requestId', requestId);
   return checkKey(type === undefined ? `req:${id}` : `${part('type', type)}:req:${id}`);
 }
