@@ -14,6 +14,12 @@ const MS = `::float8 * interval '1 millisecond'`;
  * holds the key; under a concurrent change it can be a moment behind what the INSERT saw,
  * and the caller then asks again.
  *
+ * When the snapshot already shows the key done or held, the INSERT is not even tried: ON
+ * CONFLICT DO UPDATE locks the row it conflicts with even when its WHERE is false, and
+ * that lock costs a transaction id and a WAL flush at commit. So a duplicate skipped is a
+ * read-only statement. (A snapshot a moment behind still tries, and ON CONFLICT decides on
+ * the row's latest version.)
+ *
  * $1 text key, $2 uuid token, $3 reservation ms, $4 ttl ms, $5 boolean take over an expired reservation
  */
 export function reserveSql(table: string): string {
@@ -22,7 +28,11 @@ WITH prior AS (
   SELECT token, confirmed_at, expires_at, reserved_until FROM ${table} WHERE key = $1
 ), taken AS (
   INSERT INTO ${table} AS e (key, token, reserved_until, expires_at)
-  VALUES ($1, $2, clock_timestamp() + $3${MS}, clock_timestamp() + $4${MS})
+  SELECT $1, $2, clock_timestamp() + $3${MS}, clock_timestamp() + $4${MS}
+   WHERE NOT EXISTS (
+     SELECT 1 FROM prior p
+      WHERE p.expires_at > clock_timestamp()
+        AND (p.confirmed_at IS NOT NULL OR p.reserved_until > clock_timestamp() OR NOT $5))
   ON CONFLICT (key) DO UPDATE
      SET token = EXCLUDED.token, reserved_until = EXCLUDED.reserved_until, confirmed_at = NULL, expires_at = EXCLUDED.expires_at,
          attempts = CASE WHEN e.expires_at <= clock_timestamp() THEN 1 ELSE e.attempts + 1 END
