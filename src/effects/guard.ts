@@ -118,23 +118,19 @@ export function createEffectGuard(options: EffectGuardOptions): EffectGuard {
       const resolved = callOptions === undefined ? o.defaults : resolveEffectOptions(callOptions, o.defaults, o.replayHorizonMs, 'once');
       return reserveThenRun(store, metrics, key, effect, resolved);
     },
-    async inspect(key) {
-      checkKey(key);
-      try {
-        return await store.inspect(key);
-      } catch (error) {
-        throw new EffectStoreError('inspect', key, error);
-      }
-    },
-    async forget(key) {
-      checkKey(key);
-      try {
-        return await store.forget(key);
-      } catch (error) {
-        throw new EffectStoreError('forget', key, error);
-      }
-    },
+    inspect: (key) => storeCall('inspect', key, () => store.inspect(key)),
+    forget: (key) => storeCall('forget', key, () => store.forget(key)),
   };
+}
+
+/** An operator's call on the store for `key`: the key checked, a failure as EffectStoreError. */
+async function storeCall<T>(operation: string, key: string, call: () => Promise<T>): Promise<T> {
+  checkKey(key);
+  try {
+    return await call();
+  } catch (error) {
+    throw new EffectStoreError(operation, key, error);
+  }
 }
 
 async function reserveThenRun<T>(store: EffectStore, metrics: EffectRecorder, key: string, effect: Effect<T>, o: ResolvedEffectOptions): Promise<EffectResult<T>> {

@@ -6,6 +6,7 @@
  * of one key were in flight at once, and which effects it applied.
  */
 import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { listenOnLoopback } from './loopback.js';
 
 export interface SinkRequest {
   key: string;
@@ -64,12 +65,7 @@ export async function startEffectSink(delayMs = 20): Promise<EffectSink> {
     });
   });
   server.keepAliveTimeout = 1_000;
-  await new Promise<void>((resolve, reject) => {
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve());
-  });
-  const address = server.address();
-  const port = typeof address === 'object' && address ? address.port : 0;
+  const port = await listenOnLoopback(server);
   return {
     url: `http://127.0.0.1:${port}/notifications`,
     requests,
