@@ -200,9 +200,10 @@ async function run<T>(store: EffectStore, metrics: EffectRecorder, key: string, 
   await held.stop();
   for (let attempt = 1; ; attempt++) {
     try {
-      const stillHeld = await store.confirm(key, token, { ttlMs: o.ttlMs });
-      // Not held: another attempt took the key over meanwhile and may run the effect too; the confirmation stands.
-      if (!stillHeld) held.lostAtConfirm();
+      const outcome = await store.confirm(key, token, { ttlMs: o.ttlMs });
+      // Not held: another attempt took the key over meanwhile and may have run the effect too; the
+      // confirmation stands. Done already, on a retry: most likely this confirmation's earlier try.
+      if (outcome === 'unheld' || (outcome === 'done' && attempt === 1)) held.lostAtConfirm();
       metrics.run('confirmed', seconds);
       return { status: 'ran', value, confirmed: true, tookOver };
     } catch {

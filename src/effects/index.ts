@@ -12,7 +12,7 @@ export { redisEffectStore } from './redisStore.js';
 export type { RedisEffectStoreOptions } from './redisStore.js';
 export { postgresEffectStore } from './postgresStore.js';
 export type { PostgresEffectStore, PostgresEffectStoreOptions } from './postgresStore.js';
-export type { EffectRecord, EffectStore, ReserveOutcome } from './store.js';
+export type { ConfirmOutcome, EffectRecord, EffectStore, ReserveOutcome } from './store.js';
 export { effectMetricNames } from './metrics.js';
 export { EffectError, EffectBusyError, EffectInDoubtError, EffectKeyError, EffectReservationLostError, EffectStoreError } from './errors.js';
 export type { RedisCommandClient } from '../shared/redisCommands.js';

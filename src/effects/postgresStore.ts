@@ -12,7 +12,7 @@
 import type pg from 'pg';
 import { ConfigError, SchemaError } from '../shared/errors.js';
 import { quoteSchema } from '../shared/identifiers.js';
-import type { EffectRecord, EffectStore, ReserveOutcome } from './store.js';
+import type { ConfirmOutcome, EffectRecord, EffectStore, ReserveOutcome } from './store.js';
 import { confirmAnySql, confirmOwnedSql, forgetSql, inspectSql, purgeExpiredSql, releaseSql, renewSql, reserveSql } from './sql/effectKeys.js';
 
 /** Options of {@link postgresEffectStore}. */
@@ -103,10 +103,9 @@ export function postgresEffectStore(pool: pg.Pool, options: PostgresEffectStoreO
     async renew(key, token, o) {
       return (await query(sql.renew, [key, token, o.reservationMs, o.ttlMs])).rowCount === 1;
     },
-    async confirm(key, token, o) {
-      if ((await query(sql.confirmOwned, [key, token, o.ttlMs])).rowCount === 1) return true;
-      await query(sql.confirmAny, [key, o.ttlMs]);
-      return false;
+    async confirm(key, token, o): Promise<ConfirmOutcome> {
+      if ((await query(sql.confirmOwned, [key, token, o.ttlMs])).rowCount === 1) return 'held';
+      return (await query(sql.confirmAny, [key, o.ttlMs])).rowCount === 1 ? 'unheld' : 'done';
     },
     async release(key, token) {
       return (await query(sql.release, [key, token])).rowCount === 1;

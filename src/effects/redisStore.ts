@@ -11,7 +11,7 @@
  */
 import { ConfigError } from '../shared/errors.js';
 import { boundedClient, runScript, script, type RedisCommandClient } from '../shared/redisCommands.js';
-import type { EffectRecord, EffectStore, ReserveOutcome } from './store.js';
+import type { ConfirmOutcome, EffectRecord, EffectStore, ReserveOutcome } from './store.js';
 
 /** Options of {@link redisEffectStore}. */
 export interface RedisEffectStoreOptions {
@@ -54,13 +54,13 @@ end
 return 0
 `);
 
-/** KEYS[1]; ARGV: token, ttlMs. 1 when the token held the reservation, 0 otherwise; done either way. */
+/** KEYS[1]; ARGV: token, ttlMs. 'held' or 'unheld' (now done either way), or 'done' (done already, left alone). */
 const CONFIRM = script(`${NOW}
 local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, 2) == 'c:' then return 0 end
+if v and string.sub(v, 1, 2) == 'c:' then return 'done' end
 redis.call('SET', KEYS[1], 'c:' .. string.format('%.0f', now), 'PX', ARGV[2])
-if v and string.match(v, '^r:%d+:(.+)$') == ARGV[1] then return 1 end
-return 0
+if v and string.match(v, '^r:%d+:(.+)$') == ARGV[1] then return 'held' end
+return 'unheld'
 `);
 
 /** KEYS[1]; ARGV: token. */
@@ -116,8 +116,10 @@ export function redisEffectStore(client: RedisCommandClient, options: RedisEffec
     async renew(key, token, o) {
       return Number(await run(RENEW, key, [token, String(o.reservationMs), String(o.ttlMs)])) === 1;
     },
-    async confirm(key, token, o) {
-      return Number(await run(CONFIRM, key, [token, String(o.ttlMs)])) === 1;
+    async confirm(key, token, o): Promise<ConfirmOutcome> {
+      const outcome = String(await run(CONFIRM, key, [token, String(o.ttlMs)]));
+      if (outcome !== 'held' && outcome !== 'unheld' && outcome !== 'done') throw new Error(`effect store: unexpected reply ${outcome} from Redis`);
+      return outcome;
     },
     async release(key, token) {
       return Number(await run(RELEASE, key, [token])) === 1;

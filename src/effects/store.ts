@@ -21,6 +21,9 @@ export type ReserveOutcome =
   /** The effect is confirmed: done. */
   | { state: 'done' };
 
+/** What {@link EffectStore.confirm} found: see there. */
+export type ConfirmOutcome = 'held' | 'unheld' | 'done';
+
 /** A key's record as {@link EffectStore.inspect} reads it. */
 export type EffectRecord =
   | {
@@ -54,10 +57,13 @@ export interface EffectStore {
   /** Extends `token`'s reservation of `key` by `reservationMs` from now; false when `token` no longer holds it. */
   renew(key: string, token: string, o: { reservationMs: number; ttlMs: number }): Promise<boolean>;
   /**
-   * Records `key` as done for `ttlMs` (unless it already is). Resolves with whether
-   * `token` still held the reservation (false: it expired and was taken over, or was gone).
+   * Records `key` as done for `ttlMs`, unless it already is: `'held'` when `token` still
+   * held the reservation; `'unheld'` when it did not (the reservation expired and was taken
+   * over, or was forgotten: the key is done now all the same); `'done'` when the key was
+   * done already (another attempt confirmed it, or an earlier try of this confirmation
+   * landed), left as it was.
    */
-  confirm(key: string, token: string, o: { ttlMs: number }): Promise<boolean>;
+  confirm(key: string, token: string, o: { ttlMs: number }): Promise<ConfirmOutcome>;
   /** Drops `token`'s reservation of `key` (the effect failed: the next attempt runs it); false when `token` did not hold it. */
   release(key: string, token: string): Promise<boolean>;
   /** `key`'s record, or undefined when there is none. */

@@ -41,7 +41,7 @@ const EFFECTS_VALUES = [
   'createEffectGuard', 'effectKey', 'effectMetricNames', 'postgresEffectStore', 'redisEffectStore',
 ];
 const EFFECTS_TYPES = [
-  'Effect', 'EffectContext', 'EffectGuard', 'EffectGuardOptions', 'EffectKeyPart', 'EffectKeyParts', 'EffectOptions', 'EffectRecord', 'EffectResult',
+  'ConfirmOutcome', 'Effect', 'EffectContext', 'EffectGuard', 'EffectGuardOptions', 'EffectKeyPart', 'EffectKeyParts', 'EffectOptions', 'EffectRecord', 'EffectResult',
   'EffectStore', 'PostgresEffectStore', 'PostgresEffectStoreOptions', 'RedisCommandClient', 'RedisEffectStoreOptions', 'ReserveOutcome',
 ];
 
