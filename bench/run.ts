@@ -34,8 +34,9 @@ import { debezium } from './sections/debezium.js';
 import { multiOutbox } from './sections/multiOutbox.js';
 import { retention } from './sections/retention.js';
 import { pooler } from './sections/pooler.js';
+import { effects } from './sections/effects.js';
 
-const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler'] as const;
+const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler', 'effects'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
@@ -114,6 +115,8 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
   { name: 'retention', title: '12. retention', run: (pool) => retention(pool, { rate: P.retentionRate, seconds: P.retentionSeconds, quick: args.quick }) },
   // The relay direct against through PgBouncer in transaction pooling (pooler: 'transaction'): drain rows/s, Postgres CPU per row, pick-up latency.
   { name: 'pooler', title: '13. pooled mode', run: (pool) => pooler(pool, { rows: P.poolerRows, rounds: P.poolerRounds, pickUpSeconds: P.poolerPickUpSeconds }) },
+  // The effect guard's cost per effect on Redis and on Postgres against an unguarded no-op effect: one at a time, a duplicate, 32 at a time with CPU.
+  { name: 'effects', title: '14. effect guard', run: (pool) => effects(pool, { effects: P.effects, rounds: P.effectsRounds }) },
 ];
 
 // The selected sections and those they need, in the order of the list.

@@ -18,7 +18,7 @@ import type { RunSummary } from './summary.js';
 /** The files with tables, relative to the repository root. */
 export const TABLE_FILES = ['README.md', 'docs/benchmarks.md'] as const;
 
-export const KINDS = ['readme', 'docs', 'retention', 'pooler'] as const;
+export const KINDS = ['readme', 'docs', 'retention', 'pooler', 'effects'] as const;
 export type Kind = (typeof KINDS)[number];
 
 /**
@@ -26,7 +26,7 @@ export type Kind = (typeof KINDS)[number];
  * that explains that section: each names its own summary, so a run of that section alone
  * (`--only retention`) can feed it while the other tables keep theirs.
  */
-export const SECTION_KINDS: Partial<Record<Kind, string>> = { retention: '12. retention', pooler: '13. pooled mode' };
+export const SECTION_KINDS: Partial<Record<Kind, string>> = { retention: '12. retention', pooler: '13. pooled mode', effects: '14. effect guard' };
 
 /**
  * Rows without a target that README shows for context, by section and the start of their

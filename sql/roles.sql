@@ -56,3 +56,6 @@ GRANT SELECT, INSERT, DELETE ON :"schema".processed_messages TO :"consumer_role"
 GRANT UPDATE (processed_at) ON :"schema".processed_messages TO :"consumer_role";
 -- The version gate.
 GRANT SELECT, INSERT, UPDATE ON :"schema".entity_versions TO :"consumer_role";
+-- The effect guard's Postgres store (migration 009, outbox-relay/effects): reserve, renew,
+-- confirm, release and forget keys; purgeExpired deletes rows past their TTL.
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".effect_keys TO :"consumer_role";

@@ -255,7 +255,7 @@ test('integration: a schema migrated to 007 with a table attached gets 008 from 
       'aggregatetype', 't', 'aggregateid', 'id', 'uuid', 'payload', 'jsonb', '', '', 'false', 'json', 'json')`);
 
     const first = await migrate({ client, schema });
-    assert.deepEqual(first.applied, ['008_debezium_json_converter.sql']);
+    assert.deepEqual(first.applied, ['008_debezium_json_converter.sql', '009_effect_keys.sql']);
     assert.equal(first.alreadyApplied.length, 7);
     assert.deepEqual((await migrate({ client, schema })).applied, [], 'applied once');
 

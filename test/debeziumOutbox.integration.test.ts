@@ -381,6 +381,7 @@ test('integration: attach checks the table, its columns and the options first; r
   await refused({ additionalPlacement: 'tenant:partition' }, 'additionalPlacement', /placement partition is not supported/);
   await refused({ additionalPlacement: 'tenant:header:message-id' }, 'additionalPlacement', /set by outbox-relay itself/);
   await refused({ table: `${db.schema}.outbox` }, 'table', /one of outbox-relay's own tables/);
+  await refused({ table: `${db.schema}.effect_keys` }, 'table', /one of outbox-relay's own tables/);
   // A typo would otherwise attach with the router's default for that option.
   await refused({ topicPatern: 'x' } as never, 'topicPatern', /is not an option of the Debezium attach \(table, routeByColumn, topicPattern/);
   await assert.rejects(detachDebeziumOutbox({ ...base, tabel: 'x' } as never), /tabel: is not an option/);

@@ -1,7 +1,8 @@
 // Every code block of README.md and docs/*.md is checked as a user would meet it.
 // TypeScript and JavaScript blocks are type-checked against the package's public entry
-// points: `outbox-relay` and `outbox-relay/cache`, mapped to src/index.ts and
-// src/cache/index.ts (what package.json's exports map publishes), and nothing deeper. JSON
+// points: `outbox-relay`, `outbox-relay/cache` and `outbox-relay/effects`, mapped to
+// src/index.ts, src/cache/index.ts and src/effects/index.ts (what package.json's exports
+// map publishes), and nothing deeper. JSON
 // blocks must parse. In shell blocks, every `outbox-relay <command> --flag` shown must be a
 // command and a flag of that command's --help.
 //
@@ -27,7 +28,7 @@ const DOCS = ['README.md', ...readdirSync(join(ROOT, 'docs')).filter((f) => f.en
 
 // What the harness must have found, so that a broken extraction cannot pass by checking
 // nothing. Raise them when blocks are added.
-const MIN_COMPILED_BLOCKS = 11;
+const MIN_COMPILED_BLOCKS = 14;
 const MIN_CLI_INVOCATIONS = 23;
 
 const CODE = new Set(['ts', 'typescript', 'js', 'javascript']);
@@ -94,7 +95,7 @@ function typeCheck(blocks: Block[]): { problems: string[]; resolved: Map<string,
     noUnusedParameters: false,
     // Not part of `strict`: what a user's strict project sees.
     noUncheckedIndexedAccess: false,
-    paths: { 'outbox-relay': [join(ROOT, 'src/index.ts')], 'outbox-relay/cache': [join(ROOT, 'src/cache/index.ts')] },
+    paths: { 'outbox-relay': [join(ROOT, 'src/index.ts')], 'outbox-relay/cache': [join(ROOT, 'src/cache/index.ts')], 'outbox-relay/effects': [join(ROOT, 'src/effects/index.ts')] },
   };
   // Virtual files at the repository's root: module resolution finds node_modules and the
   // package.json ("type": "module": top-level await is allowed, as in an ESM app).
@@ -127,7 +128,7 @@ function typeCheck(blocks: Block[]): { problems: string[]; resolved: Map<string,
     }
   }
   const resolved = new Map<string, string | undefined>();
-  for (const specifier of ['outbox-relay', 'outbox-relay/cache', 'outbox-relay/dist/relay/relay.js']) {
+  for (const specifier of ['outbox-relay', 'outbox-relay/cache', 'outbox-relay/effects', 'outbox-relay/dist/relay/relay.js']) {
     resolved.set(specifier, ts.resolveModuleName(specifier, join(ROOT, '__probe__.ts'), options, host).resolvedModule?.resolvedFileName);
   }
   return { problems, resolved };
@@ -148,12 +149,13 @@ test('docs: every fragment marker gives its reason and stands before a code bloc
   }
 });
 
-test('docs: every TypeScript and JavaScript block of README.md and docs/ compiles against the public entry points (outbox-relay, outbox-relay/cache)', () => {
+test('docs: every TypeScript and JavaScript block of README.md and docs/ compiles against the public entry points (outbox-relay, outbox-relay/cache, outbox-relay/effects)', () => {
   const blocks = codeBlocks();
   const { problems, resolved } = typeCheck(blocks);
   // The harness checks itself: the entry points are the sources a user's import reaches...
   assert.equal(resolved.get('outbox-relay'), join(ROOT, 'src/index.ts'));
   assert.equal(resolved.get('outbox-relay/cache'), join(ROOT, 'src/cache/index.ts'));
+  assert.equal(resolved.get('outbox-relay/effects'), join(ROOT, 'src/effects/index.ts'));
   // ...and only those: a path into the package is not public (package.json's exports).
   assert.notEqual(resolved.get('outbox-relay/dist/relay/relay.js'), join(ROOT, 'src/relay/relay.ts'));
   assert.ok(blocks.length >= MIN_COMPILED_BLOCKS, `compiled ${blocks.length} blocks, expected at least ${MIN_COMPILED_BLOCKS}: is the extraction broken?`);

@@ -8,6 +8,8 @@ import { enqueue } from '../src/enqueue.js';
 import { getStatus } from '../src/commands/status.js';
 import { instrumentRelay, type RelayInstrumentation } from '../src/metrics/relayMetrics.js';
 import { roleScript } from '../src/commands/roles.js';
+import { createEffectGuard } from '../src/effects/guard.js';
+import { postgresEffectStore } from '../src/effects/postgresStore.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { produce } from './helpers/consumer.js';
@@ -185,6 +187,26 @@ test('integration: the consumer role records processed messages and can do nothi
   assert.equal(await asRole(consumerLogin, `TRUNCATE ${s}.processed_messages`), '42501');
   assert.equal(await asRole(consumerLogin, `SELECT * FROM ${s}.outbox`), '42501');
   assert.equal(await asRole(consumerLogin, `DELETE FROM ${s}.outbox_shard_leases`), '42501');
+});
+
+test("integration: the consumer role runs the effect guard's Postgres store (reserve, confirm, skip, release, purge) and cannot drop or truncate effect_keys", async () => {
+  const pool = new pg.Pool({ connectionString: urlFor(consumerLogin), max: 2 });
+  cleanups.push(() => pool.end());
+  const store = postgresEffectStore(pool, { schema: db.schema });
+  const guard = createEffectGuard({ store, replayHorizonMs: 1_000 });
+  const key = uniqueName('lp:notif');
+  assert.equal((await guard.once(key, () => 1)).status, 'ran');
+  assert.deepEqual(await guard.once(key, () => 2), { status: 'skipped', reason: 'done' });
+  await assert.rejects(guard.once(uniqueName('lp:fails'), () => Promise.reject(new Error('downstream down'))), /downstream down/);
+  const short = uniqueName('lp:short');
+  await guard.once(short, () => 1, { ttlMs: 1_000, reservationMs: 100 });
+  await waitFor('the short key forgotten', async () => (await guard.inspect(short)) === undefined, { intervalMs: 100, timeoutMs: 5_000 });
+  assert.ok((await store.purgeExpired()) >= 1);
+  assert.equal(await guard.forget(key), true);
+  const s = `"${db.schema}"`;
+  assert.equal(await asRole(consumerLogin, `DROP TABLE ${s}.effect_keys`), '42501');
+  assert.equal(await asRole(consumerLogin, `TRUNCATE ${s}.effect_keys`), '42501');
+  assert.equal(await asRole(relayLogin, `SELECT * FROM ${s}.effect_keys`), '42501');
 });
 
 test('roleScript: names are validated and quoted', async () => {

@@ -21,7 +21,7 @@ async function npm(args: string[], cwd: string): Promise<string> {
   return `${stdout}\n${stderr}`;
 }
 
-test('package: the packed tarball installs into a fresh app with no install script, imports outbox-relay and outbox-relay/cache, and runs outbox-relay --help', async () => {
+test('package: the packed tarball installs into a fresh app with no install script, imports outbox-relay, outbox-relay/cache and outbox-relay/effects, and runs outbox-relay --help', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'outbox-relay-pack-'));
   try {
     const packed = JSON.parse(await run('npm', ['pack', '--json', '--pack-destination', dir], { cwd: ROOT, maxBuffer: 64 << 20 }).then((r) => r.stdout)) as Array<{
@@ -29,7 +29,7 @@ test('package: the packed tarball installs into a fresh app with no install scri
       files: Array<{ path: string }>;
     }>;
     const files = new Set(packed[0]!.files.map((f) => f.path));
-    for (const f of ['bin/outbox-relay.js', 'dist/index.js', 'dist/index.d.ts', 'dist/cache/index.js', 'dist/cache/index.d.ts', 'dist/cli.js', 'sql/001_outbox.sql']) {
+    for (const f of ['bin/outbox-relay.js', 'dist/index.js', 'dist/index.d.ts', 'dist/cache/index.js', 'dist/cache/index.d.ts', 'dist/effects/index.js', 'dist/effects/index.d.ts', 'dist/cli.js', 'sql/001_outbox.sql', 'sql/009_effect_keys.sql']) {
       assert.ok(files.has(f), `the tarball has ${f}`);
     }
     assert.ok(![...files].some((f) => f.startsWith('src/') || f.startsWith('test/')), 'no sources or tests in the tarball');
@@ -46,10 +46,10 @@ test('package: the packed tarball installs into a fresh app with no install scri
 
     const imported = await run(
       process.execPath,
-      ['--input-type=module', '-e', "const a = await import('outbox-relay'); const c = await import('outbox-relay/cache'); console.log(typeof a.createRelay, typeof a.enqueue, typeof c.createCache)"],
+      ['--input-type=module', '-e', "const a = await import('outbox-relay'); const c = await import('outbox-relay/cache'); const e = await import('outbox-relay/effects'); console.log(typeof a.createRelay, typeof a.enqueue, typeof c.createCache, typeof e.createEffectGuard)"],
       { cwd: app },
     );
-    assert.equal(imported.stdout.trim(), 'function function function');
+    assert.equal(imported.stdout.trim(), 'function function function function');
     const help = await run(join(app, 'node_modules/.bin/outbox-relay'), ['--help'], { cwd: app });
     assert.match(help.stdout, /^Usage: outbox-relay /m);
     assert.match(help.stdout, /^ {2}run\b/m);

@@ -91,7 +91,7 @@ const TIMESTAMP_TYPES = ['timestamp without time zone', 'timestamp with time zon
 // as a string, so their keys, and partitions, would change at the switch.
 const KEY_TYPES = ['text', 'character varying', 'uuid', 'smallint', 'integer', 'bigint', 'boolean'];
 // Our own tables: capturing one of them into the outbox would loop or make no sense.
-const OWN_TABLES = [...Object.keys(RELAY_COLUMNS), 'outbox_migrations', 'outbox_claim_floors', 'processed_messages', 'entity_versions'];
+const OWN_TABLES = [...Object.keys(RELAY_COLUMNS), 'outbox_migrations', 'outbox_claim_floors', 'processed_messages', 'entity_versions', 'effect_keys'];
 
 /**
  * Postgres' "permission denied" / "must be owner" (42501) on creating or dropping the

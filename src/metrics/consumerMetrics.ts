@@ -10,7 +10,7 @@ import type { ConsumerEvents, MessageHandler } from '../consumer/types.js';
 import { createKafka } from '../shared/kafka.js';
 import { describeError } from '../shared/errors.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
-import { CALL_BUCKETS, LATENCY_BUCKETS, registerMetrics, type MetricTable } from './definitions.js';
+import { CALL_BUCKETS, LATENCY_BUCKETS, registerMetrics, type MetricTable } from '../shared/metricDefinitions.js';
 import { errorLabel } from './errorLabel.js';
 import { addProcessMetrics } from './processMetrics.js';
 import { serialized } from './promises.js';

@@ -8,7 +8,7 @@ import { RELAY_METRICS } from './relayMetrics.js';
 //   consumerMetrics.ts   the consumer's metrics, instrumentConsumer and instrumentHandler
 //   errorLabel.ts        the error_class label
 //   processMetrics.ts    Node.js process metrics
-//   definitions.ts       metric tables to prom-client objects, buckets
+//   (src/shared/metricDefinitions.ts: metric tables to prom-client objects, buckets; the effect guard uses it too)
 //   server.ts            the /metrics, /healthz, /readyz server
 // Every instrumented instance gets a prom-client Registry of its own; labels are bounded
 // (topic, error label, outcome, partition), never a key, a message id or a payload.

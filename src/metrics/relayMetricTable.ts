@@ -5,7 +5,7 @@
  */
 import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { SHARD_COUNT } from '../relay/shards.js';
-import { BATCH_SIZE_BUCKETS, CALL_BUCKETS, LATENCY_BUCKETS, registerMetrics, type MetricTable } from './definitions.js';
+import { BATCH_SIZE_BUCKETS, CALL_BUCKETS, LATENCY_BUCKETS, registerMetrics, type MetricTable } from '../shared/metricDefinitions.js';
 
 /** The relay's metric objects. Created by instrumentRelay (./relayMetrics.ts). */
 export interface RelayMetrics {

@@ -6,7 +6,7 @@ const FIXTURE = fileURLToPath(new URL('../fixtures/consumerProcess.ts', import.m
 
 export type ChildEvent = { event: string } & Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
-/** test/fixtures/consumerProcess.ts running in a child process. */
+/** test/fixtures/consumerProcess.ts (or another fixture that reports the same way) running in a child process. */
 export interface ChildConsumer {
   process: ChildProcess;
   /** Every line it reported so far. */
@@ -19,8 +19,8 @@ export interface ChildConsumer {
   stderr(): string;
 }
 
-export function startChildConsumer(env: Record<string, string>): ChildConsumer {
-  const child = spawn(process.execPath, ['--import', 'tsx', FIXTURE], {
+export function startChildConsumer(env: Record<string, string>, fixture = FIXTURE): ChildConsumer {
+  const child = spawn(process.execPath, ['--import', 'tsx', fixture], {
     // Without NODE_TEST_CONTEXT: the child is a service, not a node:test subprocess.
     env: { ...withoutTestContext(process.env), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -39,8 +39,18 @@ const CACHE_TYPES = [
   'PrewarmFailure', 'PrewarmKeys', 'PrewarmOptions', 'PrewarmResult', 'Prewarmer', 'PrewarmerEvents', 'PrewarmerOptions',
 ];
 
+const EFFECTS_VALUES = [
+  'EffectBusyError', 'EffectError', 'EffectInDoubtError', 'EffectKeyError', 'EffectReservationLostError', 'EffectStoreError',
+  'createEffectGuard', 'effectKey', 'effectMetricNames', 'postgresEffectStore', 'redisEffectStore',
+];
+const EFFECTS_TYPES = [
+  'ConfirmOutcome', 'Effect', 'EffectContext', 'EffectGuard', 'EffectGuardOptions', 'EffectKeyPart', 'EffectKeyParts', 'EffectOptions', 'EffectRecord', 'EffectResult',
+  'EffectStore', 'PostgresEffectStore', 'PostgresEffectStoreOptions', 'RedisCommandClient', 'RedisEffectStoreOptions', 'ReserveOutcome',
+];
+
 const INDEX = fileURLToPath(new URL('../../src/index.ts', import.meta.url));
 const CACHE_INDEX = fileURLToPath(new URL('../../src/cache/index.ts', import.meta.url));
+const EFFECTS_INDEX = fileURLToPath(new URL('../../src/effects/index.ts', import.meta.url));
 
 function exportedSymbols(file = INDEX): { checker: ts.TypeChecker; symbols: ts.Symbol[] } {
   const program = ts.createProgram([file], { module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, strict: true, noEmit: true });
@@ -57,11 +67,14 @@ test('the package exports exactly the documented values', async () => {
   assert.deepEqual(Object.keys(api).sort(), [...VALUES].sort());
   const cache = await import('../../src/cache/index.js');
   assert.deepEqual(Object.keys(cache).sort(), [...CACHE_VALUES].sort());
+  const effects = await import('../../src/effects/index.js');
+  assert.deepEqual(Object.keys(effects).sort(), [...EFFECTS_VALUES].sort());
 });
 
 for (const [entry, file, values, types] of [
   ['outbox-relay', INDEX, VALUES, TYPES],
   ['outbox-relay/cache', CACHE_INDEX, CACHE_VALUES, CACHE_TYPES],
+  ['outbox-relay/effects', EFFECTS_INDEX, EFFECTS_VALUES, EFFECTS_TYPES],
 ] as const) {
 test(`${entry} exports exactly the documented types, and every export carries TSDoc`, () => {
   const { checker, symbols } = exportedSymbols(file);

@@ -1,7 +1,7 @@
 // Lower layers never import upper ones, so each folder can be read on its own:
 //   shared  <  relay, consumer  <  metrics  <  commands  <  cli (cli.ts and src/cli/), index.ts
 // The relay and the consumer do not know each other (nor the cache helper, src/cache/,
-// which needs only shared); the metrics observe them from the
+// nor the effect guard, src/effects/, which need only shared); the metrics observe them from the
 // outside; the operator commands may use all of them.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,6 +17,7 @@ const MAY_IMPORT: Record<string, string[]> = {
   relay: ['shared'],
   consumer: ['shared'],
   cache: ['shared'],
+  effects: ['shared'],
   metrics: ['shared', 'relay', 'consumer'],
   commands: ['shared', 'relay', 'consumer', 'metrics'],
   cli: ['shared', 'relay', 'consumer', 'metrics', 'commands'],
@@ -97,10 +98,10 @@ function cycles(graph: Map<string, string[]>): string[][] {
   return [...found.values()];
 }
 
-test('no import cycle among the modules reachable from src/index.ts, src/cli.ts and src/cache/index.ts', () => {
-  const graph = moduleGraph(['index.ts', 'cli.ts', 'cache/index.ts'].map((f) => join(SRC, f)));
+test('no import cycle among the modules reachable from src/index.ts, src/cli.ts, src/cache/index.ts and src/effects/index.ts', () => {
+  const graph = moduleGraph(['index.ts', 'cli.ts', 'cache/index.ts', 'effects/index.ts'].map((f) => join(SRC, f)));
   // The walk reached the whole tree (a broken pattern would see only the entry points).
-  assert.ok(graph.has(join(SRC, 'relay/relay.ts')) && graph.has(join(SRC, 'consumer/consumer.ts')) && graph.has(join(SRC, 'metrics/backlogSampler.ts')), `reached ${graph.size} modules`);
+  assert.ok(graph.has(join(SRC, 'relay/relay.ts')) && graph.has(join(SRC, 'consumer/consumer.ts')) && graph.has(join(SRC, 'metrics/backlogSampler.ts')) && graph.has(join(SRC, 'effects/reservation.ts')), `reached ${graph.size} modules`);
   assert.deepEqual(cycles(graph).map((c) => c.join(' -> ')), []);
 });
 
