@@ -1,10 +1,11 @@
 import { createRequire } from 'node:module';
 import { ConfigError } from '../shared/errors.js';
 
-// Whether the optional peer dependency behind `producer: 'platformatic'` is installed: a
-// module of its own so that the options check it without importing the adapter.
+// Whether the dependency behind `producer: 'platformatic'` is installed (an install that
+// left it out, say with --omit): a module of its own so that the options check it without
+// importing the adapter.
 
-/** The npm package behind `producer: 'platformatic'` (an optional peer dependency). */
+/** The npm package behind `producer: 'platformatic'` (a dependency). */
 export const PLATFORMATIC_PACKAGE = '@platformatic/kafka';
 
 /** The error of a missing package, naming the setting and the fix. */
