@@ -116,8 +116,6 @@ export interface BatchResult {
   claimed: number;
   published: ClaimedRow[];
   deadLetters: DeadLetterPlan[];
-  /** Rows held behind a key this batch parked (handled: the claim skips them now). */
-  held: ClaimedRow[];
   /** Rows left unsent for a reason that may pass (committed without them; a later batch retries them). */
   unsent: ClaimedRow[];
   /** Why the first of `unsent` was not sent. */
@@ -205,7 +203,7 @@ export async function finishBatch(ctx: BatchContext, open: OpenBatch): Promise<B
     if (rows.length === 0) {
       await client.query('COMMIT');
       await endBatch(open, undefined, undefined);
-      return { claimed: 0, published: [], deadLetters: [], held: [], unsent: [], unsentError: undefined, startedAtMs, ackedAtMs: 0, claimMs: 0, publishMs: 0, markMs: 0 };
+      return { claimed: 0, published: [], deadLetters: [], unsent: [], unsentError: undefined, startedAtMs, ackedAtMs: 0, claimMs: 0, publishMs: 0, markMs: 0 };
     }
     const publishStarted = Date.now();
     let outcome;
@@ -259,7 +257,7 @@ export async function finishBatch(ctx: BatchContext, open: OpenBatch): Promise<B
       await ctx.pool.query(recordAttemptSql(ctx.quotedSchema), [unsent.map((r) => r.id), error]).catch(() => undefined);
     }
     // Held rows (behind a key parked just now) count as handled: the claim skips them now.
-    return { claimed: rows.length, published, deadLetters, held, unsent, unsentError: outcome.unsentError, startedAtMs, ackedAtMs, claimMs, publishMs, markMs };
+    return { claimed: rows.length, published, deadLetters, unsent, unsentError: outcome.unsentError, startedAtMs, ackedAtMs, claimMs, publishMs, markMs };
   } catch (error) {
     await endBatch(open, error as Error, failedIds && !ctx.aborted() ? { ctx, failedIds } : undefined);
     throw error;

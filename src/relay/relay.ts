@@ -135,7 +135,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private async doStart(): Promise<void> {
     if (this.stopping) throw stoppedWhileStarting();
     const o = this.options;
-    // Two connections a worker (its batch being published and the next, claimed ahead: workerLoop.ts), and two for the horizon probe and the leases.
+    // Two connections a worker (its batch being published and the next, claimed ahead:
+    // workerLoop.ts), the lease renewal and one spare; the horizon probe has its own.
     const pool = createPool(o.databaseUrl, this.applicationName, 2 * o.batchesInFlight + 2, this.logger);
     this.pool = pool;
     try {
