@@ -39,8 +39,7 @@ test('integration: partition-outbox converts a live outbox (writers and a relay 
   const db = await schema('partconv');
   const topic = await createTopic(4);
   // Partitions of 1,000 ids go fast under four writers, and a writer stops at its first
-  // error: the relay keeps ten ahead, every 200 ms (a Node 24 run's writers used up the
-  // conversion's two before the default once-a-minute pass).
+  // error: the relay keeps ten ahead, every 200 ms.
   const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 100, partitionMaintenanceIntervalMs: 200, partitionsAhead: 10 });
   await relay.start();
   const writers = startWriters(db.pool, db.schema, topic, 4, 40);
@@ -78,6 +77,67 @@ test('integration: partition-outbox converts a live outbox (writers and a relay 
   } finally {
     await writers.stop().catch(() => undefined);
     await relay.stop();
+  }
+});
+
+test('integration: writers are never refused while the conversion cannot get its lock: its bound stays ahead of them, and a conversion that gives up removes its check', async () => {
+  const db = await schema('partahead');
+  const topic = await createTopic(1);
+  const writers = startWriters(db.pool, db.schema, topic, 4, 40);
+  const holder = await db.pool.connect();
+  const boundCheck = async (): Promise<string | undefined> => {
+    const { rows } = await db.pool.query<{ def: string }>(
+      `SELECT pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conname = 'outbox_partition_bound' AND conrelid = $1::regclass`,
+      [`"${db.schema}".outbox`],
+    );
+    return rows[0]?.def;
+  };
+  try {
+    await waitFor('rows before the conversion', () => writers.rows >= 500);
+    // Partitions of 1,000 ids, and once the check is in place a transaction holds the
+    // outbox while the writers take three partitions' worth of ids: a bound one partition
+    // above the sequence would refuse them (check violation). The conversion gives up
+    // 10 s after it started, then tries to remove its check.
+    const conversion = partitionOutbox({ pool: db.pool, schema: db.schema, partitionSizeIds: 1_000, maxWaitMs: 10_000 }).then(
+      () => assert.fail('converted while the outbox was held'),
+      (error: Error & { retriable?: boolean }) => error,
+    );
+    await waitFor('the bound check in place', async () => (await boundCheck()) !== undefined, { intervalMs: 5 });
+    await holder.query('BEGIN');
+    await holder.query(`LOCK TABLE "${db.schema}".outbox IN ROW EXCLUSIVE MODE`);
+    const held = writers.rows;
+    await waitFor('writers taking three partitions of ids', () => {
+      if (writers.error) throw writers.error;
+      return writers.rows >= held + 3_000;
+    });
+    // Given up, it tries to remove its check: the holder commits, and a try gets the lock.
+    await waitFor('the conversion trying to remove its check', async () => {
+      const { rowCount } = await db.pool.query(
+        `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1 AND query NOT LIKE '%ADD CONSTRAINT%'`,
+        [`ALTER TABLE "${db.schema}".outbox DROP CONSTRAINT IF EXISTS outbox_partition_bound%`],
+      );
+      return rowCount === 1;
+    }, { intervalMs: 5 });
+    await holder.query('COMMIT');
+    const failure = await conversion;
+    assert.match(failure.message, /its deadline: a long transaction holds/);
+    assert.doesNotMatch(failure.message, /could not be removed/);
+    assert.equal(failure.retriable, true);
+    assert.equal(await boundCheck(), undefined, 'the check is removed');
+    const converted = await partitionOutbox({ pool: db.pool, schema: db.schema, partitionSizeIds: 1_000, maxWaitMs: 60_000 });
+    assert.equal(converted.converted, true);
+    const after = writers.rows;
+    await waitFor('rows after the conversion', () => {
+      if (writers.error) throw writers.error;
+      return writers.rows >= after + 500;
+    });
+    await writers.stop();
+    const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox`);
+    assert.equal(rows[0]!.n, writers.committed.size, 'every committed row is in the outbox');
+  } finally {
+    await holder.query('ROLLBACK').catch(() => undefined);
+    holder.release();
+    await writers.stop().catch(() => undefined);
   }
 });
 

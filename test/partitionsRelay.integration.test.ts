@@ -127,8 +127,13 @@ test('integration: a row committed while its partition is being detached is kept
     const pass = maintainPartitions({ pool: db.pool, schema: db.schema, retention: '0s' });
     // The partition looks empty of unsent rows to the pass, so it detaches it: the detach
     // waits for the writer's transaction.
+    // This schema's detach: other test files detach partitions of their own meanwhile, and
+    // a match on theirs let the writer commit before this pass looked (CI: kept nothing).
     await waitFor('the detach waiting for the writer', async () => {
-      const r = await db.pool.query(`SELECT 1 FROM pg_stat_activity WHERE query LIKE '%DETACH PARTITION%CONCURRENTLY%' AND wait_event = 'virtualxid'`);
+      const r = await db.pool.query(
+        `SELECT 1 FROM pg_stat_activity WHERE query LIKE '%DETACH PARTITION%CONCURRENTLY%' AND position($1 in query) > 0 AND wait_event = 'virtualxid'`,
+        [`"${db.schema}".`],
+      );
       return r.rowCount === 1;
     });
     await writer.query('COMMIT');

@@ -37,6 +37,10 @@ export interface PartitionOutboxResult {
 /** Each try at the swap's lock waits this long at most, so writers never queue behind it for longer. */
 const SWAP_LOCK_TIMEOUT_MS = 200;
 const BOUND_CHECK = 'outbox_partition_bound';
+/** How long the writers' rate is sampled before B is chosen. */
+const RATE_SAMPLE_MS = 1_000;
+/** Time allowed for the validation scan and the index build, beyond the lock waits. */
+const SCAN_ALLOWANCE_MS = 600_000;
 
 /**
  * `outbox-relay partition-outbox`: turn the plain outbox table of a schema into one
@@ -45,7 +49,8 @@ const BOUND_CHECK = 'outbox_partition_bound';
  * swap itself (catalog changes only).
  *
  * 1. `CHECK (id < B) NOT VALID`, then VALIDATE (SHARE UPDATE EXCLUSIVE: writers go on),
- *    B being the sequence's last value plus a partition's worth of ids, rounded up.
+ *    B far enough above the sequence that writers cannot reach it before the swap
+ *    ({@link boundFor}): an insert at or above B would fail. Given up, the check is removed.
  * 2. A non-unique twin of the dedup index, built CONCURRENTLY (see below).
  * 3. One short transaction, under a lock timeout and tried again until it gets its lock:
  *    rename the table to `outbox_p0`, create the partitioned `outbox` like it (columns,
@@ -82,18 +87,27 @@ export async function partitionOutbox(options: PartitionOutboxOptions = {}): Pro
     }
     const deadline = Date.now() + maxWaitMs;
     let lockRetries = 0;
-    for (;;) {
-      const { bound, retries } = await addBoundCheck(client, q, size, deadline);
-      lockRetries += retries;
-      await buildDedupTwin(client, q);
-      const outcome = await swap(client, q, bound, size, deadline);
-      lockRetries += outcome.retries;
-      if (outcome.done) {
-        logger.info({ schema, firstBoundId: bound, partitionSizeIds: size, lockRetries }, 'outbox partitioned');
-        return { converted: true, firstPartition: partitionName(null), firstBoundId: bound, partitionSizeIds: size, lockRetries };
+    let checked: number | undefined;
+    try {
+      for (;;) {
+        const { last, idsPerSecond } = await sequenceRate(client, q);
+        const bound = boundFor(last, idsPerSecond, size, maxWaitMs);
+        lockRetries += await addBoundCheck(client, q, bound, deadline);
+        checked = bound;
+        await buildDedupTwin(client, q, deadline);
+        const outcome = await swap(client, q, bound, size, deadline);
+        lockRetries += outcome.retries;
+        if (outcome.done) {
+          checked = undefined;
+          logger.info({ schema, firstBoundId: bound, partitionSizeIds: size, lockRetries }, 'outbox partitioned');
+          return { converted: true, firstPartition: partitionName(null), firstBoundId: bound, partitionSizeIds: size, lockRetries };
+        }
+        // Writers came close to B while the swap waited for its lock: a new B, further up.
+        logger.warn({ schema, bound }, 'outbox ids neared the partition bound before the swap got its lock: moving the bound up');
       }
-      // Writers came close to B while the swap waited for its lock: a new B, further up.
-      logger.warn({ schema, bound }, 'outbox ids neared the partition bound before the swap got its lock: moving the bound up');
+    } catch (error) {
+      if (checked === undefined) throw error;
+      throw await removeBoundCheck(client, q, checked, maxWaitMs, error);
     }
   } finally {
     if (db instanceof pg.Pool) (client as pg.PoolClient).release();
@@ -134,10 +148,33 @@ async function withLockRetries<T>(client: pg.ClientBase, deadline: number, fn: (
   }
 }
 
-/** Step 1: the check that lets the attach skip its scan. Returns B, and how often its lock was tried again. */
-async function addBoundCheck(client: pg.ClientBase, q: string, size: number, deadline: number): Promise<{ bound: number; retries: number }> {
+/**
+ * The sequence's last value, and the ids writers take per second, sampled over a second.
+ * The bound check must stay ahead of the writers for as long as the conversion may take,
+ * since every insert at or above it fails until the swap.
+ */
+async function sequenceRate(client: pg.ClientBase, q: string): Promise<{ last: number; idsPerSecond: number }> {
+  const first = await sequenceLastId(client, q);
+  const started = performance.now();
+  await pause(RATE_SAMPLE_MS);
   const last = await sequenceLastId(client, q);
-  const bound = Math.ceil((last + size) / size) * size;
+  return { last, idsPerSecond: ((last - first) * 1_000) / (performance.now() - started) };
+}
+
+/**
+ * B: the sequence's last value plus what writers take, at the sampled rate, in the longest
+ * the conversion may run with its check in place (its lock waits and the check's removal
+ * on giving up, each up to maxWaitMs, plus {@link SCAN_ALLOWANCE_MS} for the validation
+ * and the index build), at least one partition's worth; rounded up to a partition size.
+ * Rows up to B go into outbox_p0.
+ */
+export function boundFor(last: number, idsPerSecond: number, size: number, maxWaitMs: number): number {
+  const headroom = Math.max(size, Math.ceil((idsPerSecond * (2 * maxWaitMs + SCAN_ALLOWANCE_MS)) / 1_000));
+  return Math.ceil((last + headroom) / size) * size;
+}
+
+/** Step 1: the check that lets the attach skip its scan. Returns how often its lock was tried again. */
+async function addBoundCheck(client: pg.ClientBase, q: string, bound: number, deadline: number): Promise<number> {
   const { retries } = await withLockRetries(client, deadline, () =>
     client.query(
       `ALTER TABLE ${q}.outbox DROP CONSTRAINT IF EXISTS ${BOUND_CHECK}, ADD CONSTRAINT ${BOUND_CHECK} CHECK (id < ${bound}) NOT VALID`,
@@ -145,7 +182,25 @@ async function addBoundCheck(client: pg.ClientBase, q: string, size: number, dea
   );
   // SHARE UPDATE EXCLUSIVE: reads the table while writers and relays go on.
   await client.query(`ALTER TABLE ${q}.outbox VALIDATE CONSTRAINT ${BOUND_CHECK}`);
-  return { bound, retries };
+  return retries;
+}
+
+/**
+ * On giving up, the bound check must not stay behind: writers would fail once the
+ * sequence reached it. Removing it needs the same lock, tried for up to maxWaitMs more.
+ * Returns the error to throw.
+ */
+async function removeBoundCheck(client: pg.ClientBase, q: string, bound: number, maxWaitMs: number, cause: unknown): Promise<unknown> {
+  try {
+    await withLockRetries(client, Date.now() + maxWaitMs, () => client.query(`ALTER TABLE ${q}.outbox DROP CONSTRAINT IF EXISTS ${BOUND_CHECK}`));
+    return cause;
+  } catch (error) {
+    const message = cause instanceof Error ? cause.message : String(cause);
+    return new OutboxError(
+      `${message}; its check ${BOUND_CHECK} (id < ${bound}) could not be removed either: every insert fails once the outbox sequence reaches ${bound}. Run partition-outbox again, or ALTER TABLE ${q}.outbox DROP CONSTRAINT ${BOUND_CHECK}, before then`,
+      { retriable: true, context: { bound }, cause: error },
+    );
+  }
 }
 
 /**
@@ -153,7 +208,7 @@ async function addBoundCheck(client: pg.ClientBase, q: string, size: number, dea
  * and the attach adopts only an index that matches exactly: a plain one is built now,
  * concurrently, so the attach does not build it under the swap's lock.
  */
-async function buildDedupTwin(client: pg.ClientBase, q: string): Promise<void> {
+async function buildDedupTwin(client: pg.ClientBase, q: string, deadline: number): Promise<void> {
   const { rows } = await client.query<{ valid: boolean }>(
     `SELECT i.indisvalid AS valid FROM pg_catalog.pg_index AS i
       WHERE i.indexrelid = to_regclass($1)`,
@@ -161,8 +216,22 @@ async function buildDedupTwin(client: pg.ClientBase, q: string): Promise<void> {
   );
   if (rows[0]?.valid) return;
   // A crash during an earlier build leaves an invalid index: start it over.
-  if (rows.length) await client.query(`DROP INDEX CONCURRENTLY ${q}.outbox_p0_dedup_idx`);
-  await client.query(`CREATE INDEX CONCURRENTLY outbox_p0_dedup_idx ON ${q}.outbox (dedup_key) WHERE dedup_key IS NOT NULL`);
+  // A concurrent build waits for every transaction older than it: bounded by the deadline
+  // like the lock tries, since the bound check is in place meanwhile.
+  const { rows: setting } = await client.query<{ t: string }>(`SELECT current_setting('lock_timeout') AS t`);
+  await client.query(`SELECT set_config('lock_timeout', $1, false)`, [`${Math.max(1, deadline - Date.now())}ms`]);
+  try {
+    if (rows.length) await client.query(`DROP INDEX CONCURRENTLY ${q}.outbox_p0_dedup_idx`);
+    await client.query(`CREATE INDEX CONCURRENTLY outbox_p0_dedup_idx ON ${q}.outbox (dedup_key) WHERE dedup_key IS NOT NULL`);
+  } catch (error) {
+    if (code(error) !== '55P03') throw error;
+    throw new OutboxError('partition-outbox waited for transactions older than its index build until its deadline: a long transaction holds the outbox; try again', {
+      retriable: true,
+      cause: error,
+    });
+  } finally {
+    await client.query(`SELECT set_config('lock_timeout', $1, false)`, [setting[0]!.t]);
+  }
 }
 
 /** Step 3, the swap. `done: false` when writers neared B meanwhile (the caller picks a new one). */
