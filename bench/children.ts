@@ -3,26 +3,22 @@
  * that no TypeScript loader runs in them), so that their RSS is their own and their event
  * loop is not the load generators'. The parent reads what they report on stdout.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { bundleForNode } from '../scripts/bundle.js';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 import { DATABASE_URL, brokers } from './common.js';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
-// src/shared/schema.ts finds sql/ two levels up from itself (src/shared/ → the repository):
-// two levels up from .cache/bench-build/ is the repository too.
+// Two directories under the repository, as scripts/bundle.ts requires.
 const CHILD = join(ROOT, '.cache/bench-build/child.mjs');
 let built = false;
 
 /** Bundle bench/child.ts (and the code under test) into one plain JS file, once per process. */
 export function buildChild(): void {
   if (built) return;
-  execFileSync(
-    join(ROOT, 'node_modules/.bin/esbuild'),
-    ['bench/child.ts', '--bundle', '--platform=node', '--format=esm', '--target=node20', '--packages=external', `--outfile=${CHILD}`, '--log-level=warning'],
-    { cwd: ROOT, stdio: 'inherit' },
-  );
+  bundleForNode('bench/child.ts', CHILD);
   built = true;
 }
 

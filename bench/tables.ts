@@ -1,6 +1,6 @@
 /**
- * The benchmark tables of README.md and docs/benchmarks.md, written from a committed run
- * summary (bench/summary.ts) and never by hand. A table sits between
+ * The benchmark tables of README.md, docs/benchmarks.md and docs/console.md, written from a
+ * committed run summary (bench/summary.ts) and never by hand. A table sits between
  *
  *   <!-- bench:table:<kind> from=bench/committed/<file>.json -->
  *   <!-- /bench:table -->
@@ -16,9 +16,9 @@ import type { Row } from './report.js';
 import type { RunSummary } from './summary.js';
 
 /** The files with tables, relative to the repository root. */
-export const TABLE_FILES = ['README.md', 'docs/benchmarks.md'] as const;
+export const TABLE_FILES = ['README.md', 'docs/benchmarks.md', 'docs/console.md'] as const;
 
-export const KINDS = ['readme', 'docs', 'retention', 'pooler', 'effects'] as const;
+export const KINDS = ['readme', 'docs', 'retention', 'pooler', 'effects', 'console'] as const;
 export type Kind = (typeof KINDS)[number];
 
 /**
@@ -26,7 +26,7 @@ export type Kind = (typeof KINDS)[number];
  * that explains that section: each names its own summary, so a run of that section alone
  * (`--only retention`) can feed it while the other tables keep theirs.
  */
-export const SECTION_KINDS: Partial<Record<Kind, string>> = { retention: '12. retention', pooler: '13. pooled mode', effects: '14. effect guard' };
+export const SECTION_KINDS: Partial<Record<Kind, string>> = { retention: '12. retention', pooler: '13. pooled mode', effects: '14. effect guard', console: '15. console' };
 
 /**
  * Rows without a target that README shows for context, by section and the start of their
@@ -85,11 +85,36 @@ export function readmeRows(rows: Row[]): Row[] {
   return rows.filter((r) => r.target !== undefined || README_CONTEXT.some(([section, start]) => r.section === section && r.what.startsWith(start)));
 }
 
+/**
+ * The console's page on big tables (docs/console.md): the run, the tables' sizes, one row
+ * per page timed over HTTP (the section's `page: <page>, ms p50 / p95` rows), and every
+ * target of the section not met (the data-layer reads' too).
+ */
+function renderConsole(s: RunSummary, from: string, rows: Row[]): string {
+  if (rows.length === 0) {
+    return `No committed run has timed the console's pages yet: \`${from}\` has no rows of section "${SECTION_KINDS.console}" (its sections: ${s.sectionsSelected.join(', ')}).`;
+  }
+  const pages = rows.filter((x) => x.what.startsWith('page: '));
+  // A section that ran always times pages: none means their rows were renamed.
+  if (pages.length === 0) throw new Error(`${from}: section "${SECTION_KINDS.console}" has no "page: …" rows`);
+  const out = [describeRun(s, from), ''];
+  for (const r of rows.filter((x) => x.what.startsWith('tables: '))) out.push(`- ${cell(r.what.slice('tables: '.length))}: ${cell(r.value)}`);
+  out.push('', '| page | p50, ms | p95, ms | target | met |', '|---|---:|---:|---|---|');
+  for (const r of pages) {
+    const m = /^(\S+) \/ (\S+)$/.exec(r.value);
+    if (!m || !r.what.endsWith(', ms p50 / p95')) throw new Error(`${from}: console row "${r.what}" is not a page's "p50 / p95" in ms (value ${r.value})`);
+    out.push(`| ${cell(r.what.slice('page: '.length, -', ms p50 / p95'.length))} | ${m[1]} | ${m[2]} | ${cell(r.target ?? '')} | ${met(r)} |`);
+  }
+  out.push('', notMet({ ...s, rows }));
+  return out.join('\n');
+}
+
 /** What goes between a block's markers (without the markers). */
 export function renderBlock(kind: Kind, s: RunSummary, from: string): string {
   const sectionLabel = SECTION_KINDS[kind];
   if (sectionLabel !== undefined) {
     const rows = s.rows.filter((r) => r.section === sectionLabel);
+    if (kind === 'console') return renderConsole(s, from, rows);
     if (rows.length === 0) return `The run in \`${from}\` has no rows of section "${sectionLabel}" (its sections: ${s.sectionsSelected.join(', ')}).`;
     const out = [describeRun(s, from), '', '| what | result | target | met | load |', '|---|---|---|---|---:|'];
     for (const r of rows) out.push(`| ${cell(r.what)} | ${cell(r.value)} | ${cell(r.target ?? '')} | ${met(r)} | ${r.load1} |`);

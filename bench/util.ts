@@ -46,3 +46,22 @@ export function percentileSeries(sorted: number[]): Array<[number, number]> {
   for (let p = 0; p <= 99.9; p += p < 90 ? 1 : 0.1) points.push([p, percentile(sorted, p)]);
   return points;
 }
+
+/** The median of `xs` (the mean of the middle two for an even count). */
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+/** The median of each numeric figure (nested objects too) across rounds; other values from the first. */
+export function medianOf<T>(xs: T[]): T {
+  const first = xs[0] as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(first)) {
+    if (typeof v === 'number') out[k] = median(xs.map((x) => (x as Record<string, number>)[k]!));
+    else if (v && typeof v === 'object') out[k] = medianOf(xs.map((x) => (x as Record<string, unknown>)[k]));
+    else out[k] = v;
+  }
+  return out as T;
+}

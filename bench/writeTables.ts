@@ -1,11 +1,12 @@
 /**
- * Rewrites the benchmark tables of README.md and docs/benchmarks.md (bench/tables.ts)
- * from the committed summary each names, or, with `--from`, from that one summary, which
- * every table then names:
+ * Rewrites the benchmark tables of README.md, docs/benchmarks.md and docs/console.md
+ * (bench/tables.ts, TABLE_FILES) from the committed summary each names, or, with
+ * `--from`, from that one summary, which every table then names:
  *
  *   npm run bench:tables
  *   npm run bench:tables -- --from bench/committed/2026-12-01T20-31-02-117Z-full.json
  *   npm run bench:tables -- --from bench/committed/<file>.json --kinds retention,pooler
+ *   npm run bench:tables -- --from bench/committed/<file>.json --kinds console   # docs/console.md
  *
  * With `--kinds`, only the tables of those kinds take the `--from` summary (a run of some
  * sections alone feeds their pages; the other tables keep the summaries they name).

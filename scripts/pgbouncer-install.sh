@@ -29,36 +29,13 @@ if path=$(find_pgbouncer); then
   exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-  say "pgbouncer is not on PATH and apt-get is missing; install PgBouncer (1.18 or later) and put it on PATH"
-  exit 1
-fi
-if [ "$(id -u)" -ne 0 ]; then
-  say "pgbouncer is not on PATH; installing Debian's pgbouncer package needs root: run 'sudo apt-get install pgbouncer', then run the tests again"
-  exit 1
-fi
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/pgbouncer-install.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-install() {
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=120 pgbouncer >"$work/apt.log" 2>&1
-}
-
-say "pgbouncer not found; installing Debian's pgbouncer package (apt-get install)..."
-if ! install; then
-  say "apt-get install failed ($(tail -n 1 "$work/apt.log")); running apt-get update"
-  if ! apt-get update -qq >"$work/update.log" 2>&1; then
-    say "apt-get update failed: $(tail -n 3 "$work/update.log")"
-    exit 1
-  fi
-  if ! install; then
-    say "apt-get install pgbouncer failed after apt-get update: $(tail -n 3 "$work/apt.log")"
-    exit 1
-  fi
-fi
+say "pgbouncer not found"
+# shellcheck source=apt-install.sh
+. "$(dirname "$0")/apt-install.sh"
+apt_install pgbouncer pgbouncer-install.sh || exit 1
 
 if ! path=$(find_pgbouncer); then
-  say "apt-get installed the pgbouncer package but no working pgbouncer is on PATH or in /usr/sbin: $(tail -n 3 "$work/apt.log")"
+  say "apt-get installed the pgbouncer package but no working pgbouncer is on PATH or in /usr/sbin"
   exit 1
 fi
 say "$("$path" --version 2>&1 | head -n 1) at $path"

@@ -7,6 +7,7 @@ import { addMaintenanceCommands } from './cli/maintenance.js';
 import { addDeadLetterCommands } from './cli/deadLetters.js';
 import { addDebeziumCommands } from './cli/debezium.js';
 import { addPartitionCommands } from './cli/partitions.js';
+import { addConsoleCommands } from './cli/console.js';
 
 // Only parsing and dispatch live here and in src/cli/; every command is a library
 // function of src/commands/.
@@ -25,6 +26,7 @@ addMaintenanceCommands(program);
 addDeadLetterCommands(program);
 addDebeziumCommands(program);
 addPartitionCommands(program);
+addConsoleCommands(program);
 
 try {
   await program.parseAsync(process.argv);

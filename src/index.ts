@@ -48,20 +48,27 @@ export type { MigrateOptions, MigrateResult } from './commands/migrate.js';
 export { getStatus, formatStatus } from './commands/status.js';
 export type { OutboxStatus, StatusOptions } from './commands/status.js';
 export { listDeadLetters, replayDeadLetters, discardDeadLetters } from './commands/deadLetters.js';
-export { DeadLetterNotFoundError } from './commands/deadLetterSelection.js';
+export { DeadLetterNotFoundError, DeadLetterPermissionError } from './commands/deadLetterSelection.js';
+export { unparkKey, KeyNotParkedError } from './commands/parkedKeys.js';
+export type { UnparkKeyOptions, UnparkResult } from './commands/parkedKeys.js';
 export type { DeadLetter, DeadLetterFilter } from './commands/deadLetterSelection.js';
 export type { ListDeadLettersOptions, ListDeadLettersResult, ReplayDeadLettersOptions, ReplayProgress, ReplayResult, DiscardDeadLettersOptions, DiscardResult } from './commands/deadLetters.js';
 export { cleanupOutbox } from './commands/cleanup.js';
-export type { CleanupOptions, CleanupResult } from './commands/cleanup.js';
+export type { CleanupOptions, CleanupProgress, CleanupResult } from './commands/cleanup.js';
 export { partitionOutbox, maintainPartitions } from './commands/partitions.js';
 export type { PartitionOutboxOptions, PartitionOutboxResult, MaintainPartitionsOptions, PartitionMaintenance } from './commands/partitions.js';
 export { purgeProcessedMessages } from './commands/purgeProcessed.js';
-export type { PurgeProcessedOptions, PurgeProcessedResult } from './commands/purgeProcessed.js';
+export type { PurgeProcessedOptions, PurgeProcessedProgress, PurgeProcessedResult } from './commands/purgeProcessed.js';
 export { roleScript } from './commands/roles.js';
 export type { RoleScriptOptions } from './commands/roles.js';
 export { attachDebeziumOutbox, detachDebeziumOutbox, debeziumAttachScript } from './commands/debeziumOutbox.js';
 export type { DebeziumOutboxOptions, AttachDebeziumResult, DetachDebeziumResult } from './commands/debeziumOutbox.js';
 export type { DatabaseOptions } from './shared/database.js';
+
+// The operator console in a browser (src/console/, docs/console.md).
+export { startConsole } from './console/console.js';
+export type { ConsoleOptions, ConsoleUserOption, OperatorConsole } from './console/console.js';
+export type { ConsoleRole } from './console/web/users.js';
 
 // Metrics and health (src/metrics/).
 export { instrumentConsumer, instrumentHandler } from './metrics/consumerMetrics.js';

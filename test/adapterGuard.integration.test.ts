@@ -2,6 +2,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 // The producer-adapter matrix checks itself (test/helpers/adapterGuard.mjs): a relay test
 // that ignores OUTBOX_TEST_PRODUCER fails its run, whether the relay runs in the test's
@@ -10,14 +13,14 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const GUARD = fileURLToPath(new URL('./helpers/adapterGuard.mjs', import.meta.url));
 const FIXTURE = 'test/fixtures/relayIgnoringAdapter.ts';
 
-async function runFixture(producer: string, relay: 'in-process' | 'process'): Promise<{ code: number | null; output: string }> {
+async function runFixture(producer: string, relay: 'in-process' | 'process', extra: Record<string, string> = {}): Promise<{ code: number | null; output: string }> {
   // A fresh root of the harness: not this test's NODE_OPTIONS or report directory, or the
   // fixture's failure would (rightly) fail this test's own process; not a
   // test file of this run either.
-  const { NODE_OPTIONS: _options, OUTBOX_TEST_ADAPTER_REPORTS: _reports, NODE_TEST_CONTEXT: _context, ...env } = process.env;
+  const { NODE_OPTIONS: _options, OUTBOX_TEST_ADAPTER_REPORTS: _reports, NODE_TEST_CONTEXT: _context, OUTBOX_TEST_FILE: _file, OUTBOX_TEST_RELAY_LOG: _log, ...env } = process.env;
   const child = spawn(process.execPath, ['--import', 'tsx', '--import', GUARD, '--test', '--test-reporter=tap', FIXTURE], {
     cwd: ROOT,
-    env: { ...env, OUTBOX_TEST_PRODUCER: producer, FIXTURE_RELAY: relay },
+    env: { ...env, OUTBOX_TEST_PRODUCER: producer, FIXTURE_RELAY: relay, ...extra },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
@@ -46,6 +49,22 @@ test('integration: the adapter guard fails a test whose relay process ignores OU
   assert.match(ignored.output, /# pass 1/, 'the fixture test itself passed: the harness, not the test, failed the run');
   const honest = await runFixture('kafkajs', 'process');
   assert.equal(honest.code, 0, honest.output);
+});
+
+test('integration: with OUTBOX_TEST_RELAY_LOG, every relay start is logged with the test file it started for, in the test process or one it started (what CI\'s second pass runs again)', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'relay-log-'));
+  try {
+    for (const relay of ['in-process', 'process'] as const) {
+      const log = join(dir, `${relay}.txt`);
+      const run = await runFixture('kafkajs', relay, { OUTBOX_TEST_RELAY_LOG: log });
+      assert.equal(run.code, 0, run.output);
+      const lines = existsSync(log) ? readFileSync(log, 'utf8').trim().split('\n') : [];
+      assert.ok(lines.length >= 1, `${relay}: a relay start was logged`);
+      assert.deepEqual([...new Set(lines)], [FIXTURE], `${relay}: ${lines.join(', ')}`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('the harness refuses a test process on another Node major than OUTBOX_TEST_NODE_MAJOR (what .ci/run claims for each pass)', async () => {

@@ -8,7 +8,7 @@ import { OutboxError } from '../src/shared/errors.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
-import { startChildConsumer, type ChildConsumer } from './helpers/childConsumer.js';
+import { explainedBy, startChildConsumer, type ChildConsumer } from './helpers/childConsumer.js';
 import { instrumentConsumer } from '../src/metrics/consumerMetrics.js';
 import { metricValue } from './helpers/metrics.js';
 import { applyBatchEffect, collect, committedOffset, committedOffsets, countRows, createEffectTables, effectCounts, produce, testConsumerOptions, testConsumers } from './helpers/consumer.js';
@@ -403,11 +403,18 @@ for (const kill of ['after-db-commit', 'batch'] as const) {
       assert.equal(written, 0, "the killed batch's effects were rolled back with the connection");
     }
     const second = startBatchChild({ GROUP_ID: groupId, TOPICS: topic, MESSAGES_PER_TRANSACTION: '5' });
-    await waitFor('every message handled after the restart', async () => (await effectCounts(db.pool, db.schema, topic)).size === ids.length, { timeoutMs: 60_000 });
-    await waitFor('offsets committed to the end', async () => {
-      const offsets = await committedOffsets(groupId, topic);
-      return Number(offsets.get(0) ?? 0) + Number(offsets.get(1) ?? 0) === 60;
-    });
+    await explainedBy(waitFor('every message handled after the restart', async () => (await effectCounts(db.pool, db.schema, topic)).size === ids.length, { timeoutMs: 60_000 }), { first, second });
+    let offsets = new Map<number, string>();
+    await explainedBy(
+      waitFor('offsets committed to the end', async () => {
+        offsets = await committedOffsets(groupId, topic);
+        return Number(offsets.get(0) ?? 0) + Number(offsets.get(1) ?? 0) === 60;
+      }).catch((error: Error) => {
+        error.message += `\ncommitted offsets: ${JSON.stringify([...offsets])}`;
+        throw error;
+      }),
+      { first, second },
+    );
     const stopped = await second.stop();
     await assertOnce(topic, ids);
     if (kill === 'after-db-commit') assert.ok(stopped.stats.duplicates >= killed.count, `the redelivered transaction was skipped as duplicates (${stopped.stats.duplicates})`);

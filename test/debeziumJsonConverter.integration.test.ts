@@ -255,7 +255,9 @@ test('integration: a schema migrated to 007 with a table attached gets 008 from 
       'aggregatetype', 't', 'aggregateid', 'id', 'uuid', 'payload', 'jsonb', '', '', 'false', 'json', 'json')`);
 
     const first = await migrate({ client, schema });
-    assert.deepEqual(first.applied, ['008_debezium_json_converter.sql', '009_effect_keys.sql']);
+    const after007 = (await loadMigrations(schema)).filter((m) => m.id > 7).map((m) => m.name);
+    assert.equal(after007[0], '008_debezium_json_converter.sql');
+    assert.deepEqual(first.applied, after007, 'every migration after 007, 008 first');
     assert.equal(first.alreadyApplied.length, 7);
     assert.deepEqual((await migrate({ client, schema })).applied, [], 'applied once');
 

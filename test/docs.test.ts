@@ -22,6 +22,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import ts from 'typescript';
+import { cliBundle } from './helpers/processes.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const DOCS = ['README.md', ...readdirSync(join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).sort().map((f) => `docs/${f}`)];
@@ -214,7 +215,7 @@ function invocations(blocks: Block[] = ALL): Invocation[] {
 const execFileAsync = promisify(execFile);
 
 async function help(command: string[]): Promise<string> {
-  const { stdout } = await execFileAsync(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...command, '--help'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME } });
+  const { stdout } = await execFileAsync(process.execPath, [cliBundle(), ...command, '--help'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME } });
   return stdout;
 }
 

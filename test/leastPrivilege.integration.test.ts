@@ -10,6 +10,12 @@ import { instrumentRelay, type RelayInstrumentation } from '../src/metrics/relay
 import { roleScript } from '../src/commands/roles.js';
 import { createEffectGuard } from '../src/effects/guard.js';
 import { postgresEffectStore } from '../src/effects/postgresStore.js';
+import { discardDeadLetters, listDeadLetters, replayDeadLetters } from '../src/commands/deadLetters.js';
+import { DeadLetterPermissionError } from '../src/commands/deadLetterSelection.js';
+import { unparkKey } from '../src/commands/parkedKeys.js';
+import { readOverview } from '../src/console/data/overview.js';
+import { countDeadLetters, readDeadLetter, searchDeadLetters } from '../src/console/data/deadLetters.js';
+import { listParkedKeys } from '../src/console/data/parkedKeys.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { produce } from './helpers/consumer.js';
@@ -22,6 +28,10 @@ const relayGroup = uniqueName('lp_relay');
 const consumerGroup = uniqueName('lp_consumer');
 const relayLogin = uniqueName('lp_relay_login');
 const consumerLogin = uniqueName('lp_consumer_login');
+const viewerGroup = uniqueName('lp_viewer');
+const operatorGroup = uniqueName('lp_operator');
+const viewerLogin = uniqueName('lp_viewer_login');
+const operatorLogin = uniqueName('lp_operator_login');
 
 let db: TestSchema;
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -35,16 +45,18 @@ function urlFor(role: string): string {
 
 before(async () => {
   db = await createTestSchema('lp');
-  const script = await roleScript(db.schema, { relayRole: relayGroup, consumerRole: consumerGroup });
+  const script = await roleScript(db.schema, { relayRole: relayGroup, consumerRole: consumerGroup, viewerRole: viewerGroup, operatorRole: operatorGroup });
   await db.pool.query(script);
   await db.pool.query(script); // idempotent: applying it again changes nothing and fails nothing
   await db.pool.query(`CREATE ROLE "${relayLogin}" LOGIN IN ROLE "${relayGroup}"`);
   await db.pool.query(`CREATE ROLE "${consumerLogin}" LOGIN IN ROLE "${consumerGroup}"`);
+  await db.pool.query(`CREATE ROLE "${viewerLogin}" LOGIN IN ROLE "${viewerGroup}"`);
+  await db.pool.query(`CREATE ROLE "${operatorLogin}" LOGIN IN ROLE "${operatorGroup}"`);
 });
 
 after(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => undefined);
-  const roles = [relayLogin, consumerLogin, relayGroup, consumerGroup];
+  const roles = [relayLogin, consumerLogin, viewerLogin, operatorLogin, relayGroup, consumerGroup, viewerGroup, operatorGroup];
   await db.pool.query(`DROP OWNED BY ${roles.map((r) => `"${r}"`).join(', ')}`).catch(() => undefined);
   for (const r of roles) await db.pool.query(`DROP ROLE IF EXISTS "${r}"`);
   await db.drop();
@@ -124,6 +136,9 @@ test('integration: the relay role does the relay\'s whole job: start, leases, pu
   const status = await getStatus({ databaseUrl: urlFor(relayLogin), schema: db.schema });
   assert.ok(status, 'status works as the relay role');
   await second.relay.stop();
+  // Its per-minute counts for the console (written on stop, as the relay role).
+  const { rows: minutes } = await db.pool.query<{ sent: number }>(`SELECT coalesce(sum(sent), 0)::int AS sent FROM "${db.schema}".outbox_relay_minutes WHERE relay_id = $1`, [second.relay.instanceId]);
+  assert.ok(minutes[0]!.sent > 0, 'the relay role recorded what it published');
   assert.deepEqual(errors.filter((e) => /permission denied/i.test(e)), [], 'no permission errors');
 
   const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.headers['message-id'])).size >= 100);
@@ -212,8 +227,65 @@ test("integration: the consumer role runs the effect guard's Postgres store (res
 test('roleScript: names are validated and quoted', async () => {
   const script = await roleScript('app', { relayRole: 'r1', consumerRole: 'c1' });
   assert.match(script, /GRANT SELECT, DELETE ON "app"\.outbox TO "r1";/);
-  assert.match(script, /CREATE ROLE "c1" NOLOGIN;/);
+  assert.match(script, /'"c1"'/);
+  assert.match(script, /TO "outbox_viewer";/);
+  assert.match(script, /TO "outbox_operator";/);
   assert.ok(!script.includes(':"'), 'every placeholder filled in');
   await assert.rejects(roleScript('app', { relayRole: 'x"; DROP TABLE outbox; --' }), /relayRole/);
   assert.match(await roleScript(), /TO "outbox_relay";/);
+});
+
+test("integration: the console's viewer role reads everything the console shows and changes nothing (a clear error, not retriable); the operator role replays, discards and unparks", async () => {
+  const s = `"${db.schema}"`;
+  const topic = uniqueName('lp_console');
+  await db.pool.query(
+    `INSERT INTO ${s}.outbox_dead_letters (id, message_id, topic, key, payload, created_at, attempts, reason, error_name, policy)
+     SELECT 800000 + g, gen_random_uuid(), $1, 'k' || g, jsonb_build_object('g', g), now(), 1, 'too big', 'MESSAGE_TOO_LARGE', 'park'
+       FROM generate_series(1, 3) AS g`,
+    [topic],
+  );
+  await db.pool.query(`INSERT INTO ${s}.outbox_parked_keys (topic, key, dead_letter_id) SELECT $1, 'k' || g, 800000 + g FROM generate_series(1, 3) AS g`, [topic]);
+
+  const viewer = new pg.Pool({ connectionString: urlFor(viewerLogin), max: 8 });
+  const operator = new pg.Pool({ connectionString: urlFor(operatorLogin), max: 8 });
+  cleanups.push(() => viewer.end(), () => operator.end());
+
+  // Reads: the console's data layer, status and the CLI's list.
+  const overview = await readOverview(viewer, { name: 'lp', schema: db.schema });
+  assert.ok(overview.deadLetters.total.count >= 3);
+  assert.ok(overview.parkedKeys.count >= 3);
+  const page = await searchDeadLetters(viewer, db.schema, { topic }, { afterId: null, limit: 10 });
+  assert.deepEqual(page.deadLetters.map((d) => d.id), [800001, 800002, 800003]);
+  assert.deepEqual(await countDeadLetters(viewer, db.schema, { topic, errorName: 'MESSAGE_TOO_LARGE' }, 100), { count: 3, capped: false });
+  assert.deepEqual((await readDeadLetter(viewer, db.schema, 800001))?.payload, { g: 1 });
+  assert.ok((await listParkedKeys(viewer, db.schema, { after: null, limit: 100 })).parkedKeys.some((p) => p.topic === topic));
+  assert.ok(await getStatus({ pool: viewer, schema: db.schema }));
+  assert.equal((await listDeadLetters({ pool: viewer, schema: db.schema, topic })).total, 3);
+  assert.equal((await discardDeadLetters({ pool: viewer, schema: db.schema, topic })).dryRun, true, 'a dry run only reads');
+
+  // Changes: refused up front, with the role named, nothing changed.
+  const refused = (verb: string) => (e: unknown): boolean =>
+    e instanceof DeadLetterPermissionError && e.retriable === false && e.message.includes(`role "${viewerLogin}" may not change dead letters (${verb})`) && /operator/.test(e.message);
+  await assert.rejects(replayDeadLetters({ pool: viewer, schema: db.schema, ids: [800001], rate: 100 }), refused('replay'));
+  await assert.rejects(discardDeadLetters({ pool: viewer, schema: db.schema, ids: [800001], yes: true }), refused('discard'));
+  await assert.rejects(unparkKey({ pool: viewer, schema: db.schema, topic, key: 'k1' }), refused('unpark'));
+  const { rows: still } = await db.pool.query<{ n: number }>(`SELECT (SELECT count(*) FROM ${s}.outbox_dead_letters WHERE topic = $1)::int + (SELECT count(*) FROM ${s}.outbox_parked_keys WHERE topic = $1)::int AS n`, [topic]);
+  assert.equal(still[0]!.n, 6, 'nothing changed');
+  assert.equal(await asRole(viewerLogin, `SELECT payload FROM ${s}.outbox`), '42501', "the viewer never sees a pending row's payload");
+  assert.equal(await asRole(viewerLogin, `DELETE FROM ${s}.outbox_dead_letters`), '42501');
+  assert.equal(await asRole(viewerLogin, `INSERT INTO ${s}.outbox (topic, key) VALUES ('t', 'k')`), '42501');
+  assert.equal(await asRole(operatorLogin, `DROP TABLE ${s}.outbox_dead_letters`), '42501');
+  assert.equal(await asRole(operatorLogin, `UPDATE ${s}.outbox SET payload = '{}'`), '42501');
+
+  // The operator does each of them.
+  const replayed = await replayDeadLetters({ pool: operator, schema: db.schema, ids: [800001], rate: 100 });
+  assert.deepEqual([replayed.replayed, replayed.releasedKeys.length], [1, 1]);
+  const discarded = await discardDeadLetters({ pool: operator, schema: db.schema, ids: [800002], yes: true });
+  assert.deepEqual([discarded.discarded, discarded.releasedKeys.length], [1, 1]);
+  const unparked = await unparkKey({ pool: operator, schema: db.schema, topic, key: 'k3' });
+  assert.equal(unparked.deadLetterId, 800003);
+  const { rows: after } = await db.pool.query(`SELECT id, policy FROM ${s}.outbox_dead_letters WHERE topic = $1`, [topic]);
+  assert.deepEqual(after.map((r) => [Number(r.id), r.policy]), [[800003, 'skip']]);
+  const { rows: back } = await db.pool.query(`SELECT id FROM ${s}.outbox WHERE id = 800001 AND sent_at IS NULL`);
+  assert.equal(back.length, 1, 'the replayed row is pending in the outbox');
 });

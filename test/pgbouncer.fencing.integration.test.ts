@@ -52,6 +52,14 @@ async function batchBackends(relayId: string): Promise<number> {
   return rows[0]!.n;
 }
 
+/** Backends still running a statement of the relay's batches (a claim sent just before SIGSTOP). */
+async function runningBatchStatements(relayId: string): Promise<number> {
+  const { rows } = await db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE state = 'active' AND left(query, length($1)) = $1", [
+    `/* outbox-relay batch ${relayId} */`,
+  ]);
+  return rows[0]!.n;
+}
+
 test('integration (PgBouncer, transaction pooling): a relay frozen mid-batch is fenced by the survivor, which terminates that batch and nothing else', async () => {
   const topic = await createTopic(4);
   const a = relayProcess('transaction');
@@ -71,6 +79,10 @@ test('integration (PgBouncer, transaction pooling): a relay frozen mid-batch is 
     for (let attempt = 0; attempt < 200 && !frozen; attempt++) {
       await waitFor('a batch of the first relay open', async () => (await batchBackends(frozenId)) > 0, { timeoutMs: 20_000, intervalMs: 2 });
       a.child.kill('SIGSTOP');
+      // A statement sent just before the signal still runs (the next batch claimed ahead,
+      // say) and opens one more batch when it ends: count once the frozen relay's
+      // statements are done, as the survivor will find them.
+      await waitFor('the frozen relay\'s statements to finish', async () => (await runningBatchStatements(frozenId)) === 0, { timeoutMs: 10_000, intervalMs: 5 });
       openBatches = await batchBackends(frozenId);
       frozen = openBatches > 0;
       if (!frozen) a.child.kill('SIGCONT');

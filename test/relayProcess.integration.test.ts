@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { enqueue } from '../src/enqueue.js';
 import { HEADERS } from '../src/shared/kafka.js';
-import { createTestSchema, type TestSchema } from './helpers/db.js';
+import { DATABASE_URL, createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, type ReadMessage } from './helpers/kafka.js';
 import { spawnCli } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';
@@ -239,5 +239,33 @@ test('integration: a Kafka that accepts and never answers: a batch in flight hol
     } finally {
       await kafka.close();
     }
+  }
+});
+
+test('integration: SIGHUP stops the relay cleanly like SIGTERM: exit 0, logged, leases released at once, rows sent', async () => {
+  const t = await createTestSchema('cli_hup');
+  const topic = await createTopic(2);
+  try {
+    await t.pool.query(`INSERT INTO "${t.schema}".outbox (topic, key, payload) SELECT $1, 'k' || g, '{}' FROM generate_series(1, 20) g`, [topic]);
+    const relay = spawnCli(['run'], { DATABASE_URL, KAFKA_BROKERS: testBrokers().join(','), OUTBOX_SCHEMA: t.schema, OUTBOX_LEASE_TTL_MS: '60000' });
+    await waitFor('rows sent and shards owned', async () => {
+      const { rows } = await t.pool.query(
+        `SELECT (SELECT count(*) FROM "${t.schema}".outbox WHERE sent_at IS NULL)::int AS unsent,
+                (SELECT count(*) FROM "${t.schema}".outbox_shard_leases WHERE owner IS NOT NULL)::int AS owned`,
+      );
+      return rows[0].unsent === 0 && rows[0].owned > 0;
+    }, { timeoutMs: 60_000 });
+    relay.child.kill('SIGHUP');
+    assert.equal(await relay.exited, 0, relay.output());
+    assert.match(relay.output(), /"signal":"SIGHUP"/, 'the signal is logged');
+    // Released on the way out, not left to expire (the TTL is a minute).
+    const { rows } = await t.pool.query(
+      `SELECT (SELECT count(*) FROM "${t.schema}".outbox_shard_leases WHERE owner IS NOT NULL AND expires_at > now())::int AS held,
+              (SELECT count(*) FROM "${t.schema}".outbox_relays)::int AS members,
+              (SELECT count(*) FROM "${t.schema}".outbox WHERE sent_at IS NULL)::int AS unsent`,
+    );
+    assert.deepEqual(rows[0], { held: 0, members: 0, unsent: 0 });
+  } finally {
+    await t.drop();
   }
 });

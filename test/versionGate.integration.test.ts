@@ -7,6 +7,7 @@ import { purgeProcessedMessages, resolvePurgeRetention } from '../src/commands/p
 import { ConfigError } from '../src/shared/errors.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { waitFor } from './helpers/wait.js';
+import { cliBundle } from './helpers/processes.js';
 
 let db: TestSchema;
 before(async () => {
@@ -143,7 +144,7 @@ test('purge (CLI): outbox-relay purge-processed --retention, and the deprecated 
   const db = await createTestSchema('purgecli');
   t.after(() => db.drop());
   const env = { ...process.env, DATABASE_URL: db.databaseUrl, NODE_TEST_CONTEXT: '' };
-  const cli = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'purge-processed', ...args], { env, encoding: 'utf8' });
+  const cli = (...args: string[]) => spawnSync(process.execPath, [cliBundle(), 'purge-processed', ...args], { env, encoding: 'utf8' });
   const keys = async () => (await db.pool.query(`SELECT key FROM "${db.schema}".processed_messages WHERE consumer_group = 'g' ORDER BY key`)).rows.map((r) => r.key);
   await db.pool.query(
     `INSERT INTO "${db.schema}".processed_messages (consumer_group, key, processed_at)

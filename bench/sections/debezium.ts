@@ -40,7 +40,7 @@ import { CpuMeter, backendPids, brokerPid } from '../procCpu.js';
 import { pgbench, tps } from '../pgbench.js';
 import { PROFILES } from '../profile.js';
 import { row, type Row, type SectionResult } from '../report.js';
-import { fmt, log, percentiles, sleep, until, type Percentiles } from '../util.js';
+import { fmt, log, medianOf, percentiles, sleep, until, type Percentiles } from '../util.js';
 
 const S = '10. vs Debezium';
 const STEADY_RATE = 1_000;
@@ -455,24 +455,6 @@ async function acknowledged(what: string, r: Running, count: number): Promise<vo
 function peakRss(pid: number): number {
   const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) * 1024 : NaN;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
-}
-
-/** The median of each numeric figure (percentiles included) across rounds. */
-function medianOf<T>(xs: T[]): T {
-  const first = xs[0] as Record<string, unknown>;
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(first)) {
-    if (typeof v === 'number') out[k] = median(xs.map((x) => (x as Record<string, number>)[k]!));
-    else if (v && typeof v === 'object') out[k] = medianOf(xs.map((x) => (x as Record<string, unknown>)[k]));
-    else out[k] = v;
-  }
-  return out as T;
 }
 
 export async function debezium(_pool: pg.Pool, o: { quick: boolean }): Promise<SectionResult<DebeziumData>> {

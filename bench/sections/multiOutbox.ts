@@ -35,7 +35,7 @@ import { KEYS, PARTITIONS, benchSchema, createTopic, fillBacklog, kafka } from '
 import { TICKS_PER_SECOND } from '../procCpu.js';
 import { peakRss, postgresClientPids, startRun, TickSeries, type OutboxPlace, type RunProcess } from '../multiOutboxRelays.js';
 import { row, type Plot, type Row, type SectionResult } from '../report.js';
-import { fmt, log, sleep, wall } from '../util.js';
+import { fmt, log, median, sleep, wall } from '../util.js';
 
 const S = '11. many outboxes';
 const OUTBOXES = 4;
@@ -268,12 +268,6 @@ async function sharingPlot(pool: pg.Pool, places: OutboxPlace[], t0: number, arm
     file: `multioutbox-${arm}.svg`,
     chart: { title: `${OUTBOXES} × ${fmt(rows)}-row backlogs, ${ARM_LABEL[arm]} (last round)`, xLabel: 'seconds since the first claim', yLabel: `rows/s per outbox (${BIN_MS} ms bins, by sent_at)`, series },
   };
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 }
 
 /** The median across rounds of each figure (per outbox for the lists). */

@@ -115,13 +115,13 @@ const STEADY_RATE = 1_000;
 const LOW_RATE = 50;
 
 /** Rows inserted by `pgbench` since `afterId`, id → commit time (ms since epoch). */
-async function committedSince(pool: pg.Pool, schema: string, afterId: number): Promise<Map<number, number>> {
+export async function committedSince(pool: pg.Pool, schema: string, afterId: number): Promise<Map<number, number>> {
   const { rows } = await pool.query<{ id: string; t: number }>(`SELECT id, extract(epoch FROM created_at) * 1000 AS t FROM "${schema}".outbox WHERE id > $1`, [afterId]);
   return new Map(rows.map((r) => [Number(r.id), Number(r.t)]));
 }
 
 /** Commit → first ack of each row, sorted. */
-function ackLatencies(committed: Map<number, number>, acks: Array<[number, number]>): number[] {
+export function ackLatencies(committed: Map<number, number>, acks: Array<[number, number]>): number[] {
   const firstAck = new Map<number, number>();
   for (const [id, t] of acks) if (!firstAck.has(id)) firstAck.set(id, t);
   const out: number[] = [];
@@ -132,7 +132,7 @@ function ackLatencies(committed: Map<number, number>, acks: Array<[number, numbe
   return out.sort((a, b) => a - b);
 }
 
-async function maxId(pool: pg.Pool, schema: string): Promise<number> {
+export async function maxId(pool: pg.Pool, schema: string): Promise<number> {
   const { rows } = await pool.query<{ m: string | null }>(`SELECT max(id) AS m FROM "${schema}".outbox`);
   return Number(rows[0]!.m ?? 0);
 }

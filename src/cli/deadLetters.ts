@@ -4,23 +4,25 @@ import { createLogger, type LogLevel } from '../shared/logger.js';
 import { databaseUrl, logLevel, schema } from '../shared/commonSettings.js';
 import { listLimit, replayRate } from '../commands/options.js';
 import { discardDeadLetters, listDeadLetters, replayDeadLetters } from '../commands/deadLetters.js';
+import { unparkKey } from '../commands/parkedKeys.js';
 import { deadLetterJson, formatDeadLetters } from '../commands/deadLetterFormat.js';
 import type { DeadLetterFilter } from '../commands/deadLetterSelection.js';
 import { addSettings, fail, resolve } from './settings.js';
 import { scopeOf, withOutboxFlags } from './outboxScope.js';
+import { ProgressLine } from './progress.js';
 
-// `outbox-relay dead-letters list | replay | discard`: the operator side of rows that
+// `outbox-relay dead-letters list | replay | discard | unpark`: the operator side of rows that
 // could not be published (src/commands/deadLetters.ts, docs/operations-dead-letters.md).
 
 /** Library option name to the flag the user typed, for ConfigErrors of the filter. */
-const FILTER_FLAGS: Record<string, string> = { ids: 'id', topic: '--topic', key: '--key', reason: '--reason', since: '--since', until: '--until', policy: '--policy', all: '--all', yes: '--yes' };
+const FILTER_FLAGS: Record<string, string> = { ids: 'id', topic: '--topic', key: '--key', reason: '--reason', errorName: '--error-name', since: '--since', until: '--until', policy: '--policy', all: '--all', yes: '--yes' };
 
 async function namingFlags<T>(run: () => Promise<T>): Promise<T> {
   try {
     return await run();
   } catch (error) {
     if (error instanceof ConfigError && error.setting === 'filter') {
-      throw new ConfigError('dead-letters', 'no dead letters named: give ids, a filter (--topic, --key, --reason, --since, --until, --policy) or --all');
+      throw new ConfigError('dead-letters', 'no dead letters named: give ids, a filter (--topic, --key, --reason, --error-name, --since, --until, --policy) or --all');
     }
     const flag = error instanceof ConfigError ? FILTER_FLAGS[error.setting] : undefined;
     if (error instanceof ConfigError && flag) throw new ConfigError(flag, error.message.slice(error.setting.length + 2));
@@ -34,6 +36,7 @@ function withFilterFlags(command: Command): Command {
     .option('--topic <topic>', 'only this topic')
     .option('--key <key>', 'only this key')
     .option('--reason <text>', 'only where the reason or the error name contains this (case-insensitive)')
+    .option('--error-name <name>', 'only this error name, exactly (MESSAGE_TOO_LARGE, validation:empty_key)')
     .option('--since <time>', 'dead-lettered at or after: ISO 8601 time (UTC unless an offset is given) or a duration ago (30m, 2h, 7d)')
     .option('--until <time>', 'dead-lettered before: ISO 8601 time or a duration ago')
     .option('--policy <policy>', 'park or skip');
@@ -47,6 +50,7 @@ function filterFrom(ids: string[], flags: Record<string, unknown>): DeadLetterFi
     topic: flags.topic as string | undefined,
     key: flags.key as string | undefined,
     reason: flags.reason as string | undefined,
+    errorName: flags.errorName as string | undefined,
     since: flags.since as string | undefined,
     until: flags.until as string | undefined,
     policy: flags.policy as 'park' | 'skip' | undefined,
@@ -56,6 +60,7 @@ function filterFrom(ids: string[], flags: Record<string, unknown>): DeadLetterFi
 const LIST_SETTINGS = [databaseUrl, schema, listLimit] as const;
 const REPLAY_SETTINGS = [databaseUrl, schema, replayRate, logLevel] as const;
 const DISCARD_SETTINGS = [databaseUrl, schema] as const;
+const UNPARK_SETTINGS = [databaseUrl, schema] as const;
 
 export function addDeadLetterCommands(program: Command): void {
   const deadLetters = program
@@ -86,7 +91,13 @@ export function addDeadLetterCommands(program: Command): void {
     REPLAY_SETTINGS,
   ).action(async (ids: string[], flags: Record<string, unknown>) => {
     const o = resolve(REPLAY_SETTINGS, flags, scopeOf(flags).one());
-    const logger = createLogger(o.logLevel as LogLevel);
+    const progress = new ProgressLine('replayed');
+    const logger = createLogger(o.logLevel as LogLevel, progress.logDestination());
+    // The line's total, counted only when the line is shown (each dead letter counts once
+    // handled, moved or not); a count that fails leaves the replay to report the problem.
+    const count = async (): Promise<number> => (await listDeadLetters({ ...filterFrom(ids, flags), databaseUrl: o.databaseUrl as string, schema: o.schema as string, limit: 1 })).total;
+    if (progress.enabled) progress.withTotal(await count().catch(() => null));
+    let handled = 0;
     // A signal stops the replay between two rows: what moved stays moved, the rest stay dead letters.
     const abort = new AbortController();
     const stop = (): void => abort.abort();
@@ -99,9 +110,10 @@ export function addDeadLetterCommands(program: Command): void {
         schema: o.schema as string,
         rate: o.rate as number,
         signal: abort.signal,
+        onProgress: progress.enabled ? () => progress.update(++handled) : undefined,
         logger,
       }),
-    );
+    ).finally(() => progress.end());
     logger.flush();
     const seconds = (r.finishedAt.getTime() - r.startedAt.getTime()) / 1000;
     let line = `replayed ${r.replayed} of ${r.selected} dead letters in ${seconds.toFixed(1)} s` + (r.ratePerSecond === null ? '' : ` (${r.ratePerSecond.toFixed(1)}/s)`);
@@ -149,6 +161,25 @@ export function addDeadLetterCommands(program: Command): void {
     const released = r.releasedKeys.length;
     process.stdout.write(
       `discarded ${r.discarded} dead letters (ids ${r.matched.slice(0, 50).map((d) => d.id).join(', ')}${r.matched.length > 50 ? ', …' : ''}); released ${released} parked ${released === 1 ? 'key' : 'keys'}\n`,
+    );
+  });
+
+  addSettings(
+    withOutboxFlags(
+      deadLetters
+        .command('unpark')
+        .description("Release a parked key without its dead letter: the key's waiting rows are published, in order, without it. The dead letter stays; replaying it later publishes it after the key's later events."),
+    )
+      .requiredOption('--topic <topic>', "the parked key's topic")
+      .requiredOption('--key <key>', 'the parked key'),
+    UNPARK_SETTINGS,
+  ).action(async (flags: Record<string, unknown>) => {
+    const o = resolve(UNPARK_SETTINGS, flags, scopeOf(flags).one());
+    const r = await unparkKey({ topic: flags.topic as string, key: flags.key as string, databaseUrl: o.databaseUrl as string, schema: o.schema as string });
+    const waiting = `${r.waiting}${r.waitingCapped ? '+' : ''} waiting ${r.waiting === 1 ? 'row is' : 'rows are'}`;
+    process.stdout.write(
+      `unparked key ${JSON.stringify(r.key)} of topic ${JSON.stringify(r.topic)} (parked since ${r.parkedAt.toISOString()} behind dead letter ${r.deadLetterId}); ` +
+        `${waiting} published next, without it. ${r.skippedDeadLetterIds.length === 1 ? 'Dead letter' : 'Dead letters'} ${r.skippedDeadLetterIds.join(', ')} ${r.skippedDeadLetterIds.length === 1 ? 'stays' : 'stay'} (policy skip): replaying it later publishes it after the key's later events\n`,
     );
   });
 }

@@ -11,6 +11,7 @@ import { cleanupBatchSize, cleanupRetention } from '../commands/options.js';
 import { purgeBatchSize, purgeProcessedMessages, purgeRetention, purgeRetentionDays, resolvePurgeRetention } from '../commands/purgeProcessed.js';
 import { addSettings, readOne, resolve } from './settings.js';
 import { scopeOf, withOutboxFlags } from './outboxScope.js';
+import { ProgressLine } from './progress.js';
 
 // The commands that look after an outbox's tables: migrate, status, cleanup (sent outbox
 // rows) and purge-processed (the consumer runtime's processed_messages).
@@ -96,14 +97,16 @@ export function addMaintenanceCommands(program: Command): void {
     CLEANUP_SETTINGS,
   ).action(async (flags: Record<string, unknown>) => {
     const o = resolve(CLEANUP_SETTINGS, flags, scopeOf(flags).one());
-    const logger = createLogger(o.logLevel as LogLevel);
+    const progress = new ProgressLine('deleted');
+    const logger = createLogger(o.logLevel as LogLevel, progress.logDestination());
     const result = await cleanupOutbox({
       databaseUrl: o.databaseUrl as string,
       schema: o.schema as string,
       retention: o.retention as string,
       batchSize: o.batchSize as number,
+      onProgress: progress.enabled ? (e) => progress.withTotal(e.estimatedTotal, true).update(e.deleted) : undefined,
       logger,
-    });
+    }).finally(() => progress.end());
     logger.flush();
     process.stdout.write(`deleted ${result.deleted} sent rows older than ${o.retention as string} (${result.batches} batches)\n`);
   });
@@ -125,8 +128,16 @@ export function addMaintenanceCommands(program: Command): void {
       },
       { retention: '--retention', retentionDays: '--retention-days' },
     );
-    const logger = createLogger(o.logLevel as LogLevel);
-    const result = await purgeProcessedMessages({ databaseUrl: o.databaseUrl as string, schema: o.schema as string, retention, batchSize: o.batchSize as number, logger });
+    const progress = new ProgressLine('deleted');
+    const logger = createLogger(o.logLevel as LogLevel, progress.logDestination());
+    const result = await purgeProcessedMessages({
+      databaseUrl: o.databaseUrl as string,
+      schema: o.schema as string,
+      retention,
+      batchSize: o.batchSize as number,
+      onProgress: progress.enabled ? (e) => progress.withTotal(e.estimatedTotal, true).update(e.deleted) : undefined,
+      logger,
+    }).finally(() => progress.end());
     logger.flush();
     process.stdout.write(`deleted ${result.deleted} processed_messages rows older than ${retention} (${result.batches} batches)\n`);
   });

@@ -3,7 +3,8 @@ import type { DatabaseOptions } from '../shared/database.js';
 import { optionValue } from '../shared/settings.js';
 import { cleanupBatchSize, cleanupRetention } from './options.js';
 import { parseDuration } from '../shared/durations.js';
-import { cleanupBatchSql } from './sql/cleanup.js';
+import { cleanupBatchSql, cleanupEstimateSql } from './sql/cleanup.js';
+import { plannedRows } from './plannedRows.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { ConfigError } from '../shared/errors.js';
 import { openDatabase } from './openDatabase.js';
@@ -20,7 +21,28 @@ export interface CleanupOptions extends DatabaseOptions {
   batchSize?: number;
   /** Stop after this many batches (default: until no sent row past the retention is left). */
   maxBatches?: number;
+  /**
+   * Called once before the first batch (deleted 0) and after each batch: what a progress
+   * line shows. Only when given does the cleanup ask the planner for its estimate.
+   */
+  onProgress?: (event: CleanupProgress) => void;
   logger?: Logger;
+}
+
+/** Reported by {@link cleanupOutbox} before its first batch and after each one. */
+export interface CleanupProgress {
+  /** Rows deleted so far. */
+  deleted: number;
+  /** Batches run so far. */
+  batches: number;
+  /**
+   * The planner's estimate, taken before the first batch, of the rows to delete (EXPLAIN:
+   * no scan). A guide, not a count: stale statistics make it wrong either way. Null when
+   * the plan gave none.
+   */
+  estimatedTotal: number | null;
+  /** When (Date.now()). */
+  atMs: number;
 }
 
 /** What a cleanup deleted. */
@@ -51,11 +73,15 @@ export async function cleanupOutbox(options: CleanupOptions = {}): Promise<Clean
   try {
     const sql = cleanupBatchSql(quoted);
     let after = 0;
+    const onProgress = options.onProgress;
+    const estimatedTotal = onProgress ? await plannedRows(db, cleanupEstimateSql(quoted), [retentionMs / 1000]) : null;
+    onProgress?.({ ...result, estimatedTotal, atMs: Date.now() });
     for (;;) {
       const { rows } = await db.query<{ id: number }>(sql, [retentionMs / 1000, batchSize, after]);
       result.batches++;
       result.deleted += rows.length;
       for (const r of rows) after = Math.max(after, Number(r.id));
+      onProgress?.({ ...result, estimatedTotal, atMs: Date.now() });
       if (rows.length < batchSize) break;
       if (options.maxBatches !== undefined && result.batches >= options.maxBatches) break;
     }

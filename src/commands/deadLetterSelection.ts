@@ -6,7 +6,8 @@ import { listDeadLettersSql } from './sql/deadLetters.js';
 import { openDatabase, type OpenDatabase } from './openDatabase.js';
 
 // Which dead letters an operator command acts on: the row type, the filter (ids, topic,
-// key, reason, time range, policy), and the checks that a filter matched what it named.
+// key, reason, error name, time range, policy), and the checks that a filter matched what
+// it named.
 
 /** A row the relay could never publish, as it sits in outbox_dead_letters. */
 export interface DeadLetter {
@@ -44,6 +45,8 @@ export interface DeadLetterFilter {
   key?: string;
   /** Case-insensitive substring of the reason or of the error name. */
   reason?: string;
+  /** Exactly this error name (MESSAGE_TOO_LARGE, validation:empty_key). */
+  errorName?: string;
   /** Dead-lettered at or after. */
   since?: Date | string;
   /** Dead-lettered before. */
@@ -61,7 +64,7 @@ export class DeadLetterNotFoundError extends OutboxError {
 
 /** A filter checked, as the parameters of the selection query and a description for logs. */
 interface ResolvedFilter {
-  params: [number[] | null, string | null, string | null, string | null, Date | null, Date | null, string | null];
+  params: [number[] | null, string | null, string | null, string | null, Date | null, Date | null, string | null, string | null];
   text: string;
   empty: boolean;
 }
@@ -97,6 +100,7 @@ export function resolveFilter(f: DeadLetterFilter, now: Date): ResolvedFilter {
   if (f.key !== undefined && typeof f.key !== 'string') throw new ConfigError('key', 'must be a string');
   const key = f.key ?? null;
   const reason = text('reason', f.reason);
+  const errorName = text('errorName', f.errorName);
   const since = time('since', f.since);
   const until = time('until', f.until);
   if (since && until && since >= until) {
@@ -111,11 +115,12 @@ export function resolveFilter(f: DeadLetterFilter, now: Date): ResolvedFilter {
   if (topic !== null) parts.push(`topic ${JSON.stringify(topic)}`);
   if (key !== null) parts.push(`key ${JSON.stringify(key)}`);
   if (reason !== null) parts.push(`reason ~ ${JSON.stringify(reason)}`);
+  if (errorName !== null) parts.push(`error ${JSON.stringify(errorName)}`);
   if (since) parts.push(`since ${since.toISOString()}`);
   if (until) parts.push(`until ${until.toISOString()}`);
   if (policy) parts.push(`policy ${policy}`);
   return {
-    params: [ids, topic, key, reason, since, until, policy],
+    params: [ids, topic, key, reason, since, until, policy, errorName],
     text: parts.length ? parts.join(', ') : 'all dead letters',
     empty: parts.length === 0,
   };
@@ -130,7 +135,8 @@ export async function dbNow(db: pg.ClientBase | pg.Pool): Promise<Date> {
   return (await db.query<{ now: Date }>('SELECT now() AS now')).rows[0]!.now;
 }
 
-interface DeadLetterRow {
+/** A dead letter as the queries of sql/deadLetters.ts return it. */
+export interface DeadLetterRow {
   id: number;
   message_id: string;
   topic: string;
@@ -147,10 +153,10 @@ interface DeadLetterRow {
   first_failed_at: Date;
   dead_lettered_at: Date;
   parks_key: boolean;
-  total: number;
+  total?: number;
 }
 
-function toDeadLetter(r: DeadLetterRow): DeadLetter {
+export function toDeadLetter(r: DeadLetterRow): DeadLetter {
   return {
     id: Number(r.id),
     messageId: r.message_id,
@@ -173,7 +179,7 @@ function toDeadLetter(r: DeadLetterRow): DeadLetter {
 
 export async function select(db: pg.ClientBase | pg.Pool, s: string, filter: ResolvedFilter, limit: number | null): Promise<{ rows: DeadLetter[]; total: number }> {
   const { rows } = await db.query<DeadLetterRow>(listDeadLettersSql(s), [...filter.params, limit]);
-  return { rows: rows.map(toDeadLetter), total: rows.length ? Number(rows[0]!.total) : 0 };
+  return { rows: rows.map(toDeadLetter), total: rows.length ? Number(rows[0]!.total ?? 0) : 0 };
 }
 
 /**
@@ -198,7 +204,60 @@ export function requireMatches(filter: ResolvedFilter, found: readonly DeadLette
 export function requireSelection(filter: ResolvedFilter, all: boolean | undefined, verb: string): void {
   if (all !== undefined && typeof all !== 'boolean') throw new ConfigError('all', 'must be true or false');
   if (filter.empty && !all) {
-    throw new ConfigError('filter', `no dead letters named: give ids, a filter (topic, key, reason, since, until, policy) or all, to ${verb}`);
+    throw new ConfigError('filter', `no dead letters named: give ids, a filter (topic, key, reason, errorName, since, until, policy) or all, to ${verb}`);
   }
   if (!filter.empty && all) throw new ConfigError('all', 'cannot be combined with ids or a filter');
+}
+
+/**
+ * The database role may not change dead letters or parked keys (a read-only role, such
+ * as the console's viewer of sql/roles.sql). Nothing changed. Not retriable: connect as a
+ * role with the operator's grants.
+ */
+export class DeadLetterPermissionError extends OutboxError {
+  constructor(message: string, context: Record<string, unknown>, cause?: unknown) {
+    super(message, { retriable: false, context, cause });
+  }
+}
+
+/** What each change needs, checked before it starts (the grants of sql/roles.sql's operator). */
+const NEEDED = {
+  replay: [['outbox_dead_letters', 'DELETE'], ['outbox_parked_keys', 'DELETE'], ['outbox', 'INSERT']],
+  discard: [['outbox_dead_letters', 'DELETE'], ['outbox_parked_keys', 'DELETE']],
+  unpark: [['outbox_parked_keys', 'DELETE'], ['outbox_dead_letters', 'UPDATE']],
+} as const;
+
+/**
+ * Fail before anything changes when the connected role lacks a privilege `verb` needs,
+ * with a message naming the role and the grant, instead of Postgres' bare "permission
+ * denied" halfway through.
+ *
+ * @throws DeadLetterPermissionError
+ */
+export async function requireChangePrivileges(db: pg.ClientBase | pg.Pool, s: string, verb: keyof typeof NEEDED): Promise<void> {
+  const needed = NEEDED[verb];
+  const { rows } = await db.query<{ role: string; granted: boolean[] }>(
+    `SELECT current_user AS role,
+            array(SELECT CASE WHEN t.privilege = 'DELETE' THEN has_table_privilege(t.name, t.privilege)
+                              ELSE has_any_column_privilege(t.name, t.privilege) END
+                    FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(name, privilege, n) ORDER BY t.n) AS granted`,
+    [needed.map(([table]) => `${s}.${table}`), needed.map(([, privilege]) => privilege)],
+  );
+  const missing = needed.filter((_, i) => !rows[0]!.granted[i]);
+  if (missing.length > 0) throw notPermitted(rows[0]!.role, verb, missing.map(([table, privilege]) => `${privilege} on ${table}`));
+}
+
+/** Postgres' insufficient_privilege, raised by a change the up-front check let through, as a DeadLetterPermissionError. */
+export function permissionDenied(error: unknown, verb: string): unknown {
+  if ((error as { code?: string } | undefined)?.code !== '42501') return error;
+  return notPermitted(undefined, verb, [`a privilege (${(error as Error).message})`], error);
+}
+
+function notPermitted(role: string | undefined, verb: string, missing: string[], cause?: unknown): DeadLetterPermissionError {
+  return new DeadLetterPermissionError(
+    `${role === undefined ? 'the connected role' : `role ${JSON.stringify(role)}`} may not change dead letters (${verb}): it lacks ${missing.join(', ')}; nothing was changed. ` +
+      'Connect as a role with the operator grants of sql/roles.sql (roleScript)',
+    { role, verb, missing },
+    cause,
+  );
 }

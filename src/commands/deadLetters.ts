@@ -9,6 +9,8 @@ import { silentLogger, type Logger } from '../shared/logger.js';
 import {
   dbNow,
   openDeadLetters,
+  permissionDenied,
+  requireChangePrivileges,
   requireMatches,
   requireSelection,
   resolveFilter,
@@ -53,6 +55,12 @@ export async function listDeadLetters(options: ListDeadLettersOptions = {}): Pro
     return { deadLetters: rows, total };
   } finally {
     await close();
+  }
+}
+
+function checkLimit(limit: number | undefined): void {
+  if (limit !== undefined && !(Number.isSafeInteger(limit) && limit >= 1)) {
+    throw new ConfigError('limit', `${JSON.stringify(limit)} is not a positive whole number`);
   }
 }
 
@@ -140,14 +148,13 @@ export interface ReplayResult {
  */
 export async function replayDeadLetters(options: ReplayDeadLettersOptions): Promise<ReplayResult> {
   const rate = optionValue(replayRate, options.rate);
-  if (options.limit !== undefined && !(Number.isSafeInteger(options.limit) && options.limit >= 1)) {
-    throw new ConfigError('limit', `${JSON.stringify(options.limit)} is not a positive whole number`);
-  }
+  checkLimit(options.limit);
   const s = quoteSchema(options.schema);
   requireSelection(resolveFilter(options, new Date()), options.all, 'replay');
   const logger = options.logger ?? silentLogger();
   const { db, close } = await openDeadLetters(options, 'dead-letters-replay');
   try {
+    await requireChangePrivileges(db, s, 'replay');
     const filter = resolveFilter(options, await dbNow(db));
     const { rows } = await select(db, s, filter, options.limit ?? null);
     requireMatches(filter, rows, 'replayed');
@@ -194,10 +201,11 @@ export async function replayDeadLetters(options: ReplayDeadLettersOptions): Prom
         }
       }
       nextMs = Math.max(nextMs + intervalMs, performance.now() - CATCH_UP_MS);
-      const { rows: out } = await db.query<{ id: number; topic: string; key: string; moved: boolean; released_key: boolean; parked_behind: number | null }>(
-        sql,
-        [group.map((d) => d.id)],
-      );
+      const { rows: out } = await db
+        .query<{ id: number; topic: string; key: string; moved: boolean; released_key: boolean; parked_behind: number | null }>(sql, [group.map((d) => d.id)])
+        .catch((error: unknown) => {
+          throw permissionDenied(error, 'replay');
+        });
       const atMs = Date.now();
       const byId = new Map(out.map((r) => [Number(r.id), r]));
       let movedHere = 0;
@@ -257,6 +265,8 @@ export interface DiscardDeadLettersOptions extends DatabaseOptions, DeadLetterFi
    * be (dryRun).
    */
   yes?: boolean;
+  /** Discard at most this many of the matches, lowest id first. */
+  limit?: number;
 }
 
 /** What a discard deleted. */
@@ -283,20 +293,24 @@ const DISCARD_CHUNK = 500;
  */
 export async function discardDeadLetters(options: DiscardDeadLettersOptions): Promise<DiscardResult> {
   if (options.yes !== undefined && typeof options.yes !== 'boolean') throw new ConfigError('yes', 'must be true or false');
+  checkLimit(options.limit);
   const s = quoteSchema(options.schema);
   requireSelection(resolveFilter(options, new Date()), options.all, 'discard');
   const { db, close } = await openDeadLetters(options, 'dead-letters-discard');
   try {
     const filter = resolveFilter(options, await dbNow(db));
-    const { rows } = await select(db, s, filter, null);
+    const { rows } = await select(db, s, filter, options.limit ?? null);
     requireMatches(filter, rows, 'discarded');
     const result: DiscardResult = { dryRun: options.yes !== true, matched: rows, discarded: 0, releasedKeys: [] };
     if (result.dryRun) return result;
+    await requireChangePrivileges(db, s, 'discard');
     // Exactly the rows listed (not whatever matches by now), a chunk per transaction.
     const sql = discardDeadLettersSql(s);
     for (let i = 0; i < rows.length; i += DISCARD_CHUNK) {
       const ids = rows.slice(i, i + DISCARD_CHUNK).map((d) => d.id);
-      const { rows: out } = await db.query<{ id: number; topic: string; key: string; released_key: boolean }>(sql, [ids]);
+      const { rows: out } = await db.query<{ id: number; topic: string; key: string; released_key: boolean }>(sql, [ids]).catch((error: unknown) => {
+        throw permissionDenied(error, 'discard');
+      });
       result.discarded += out.length;
       for (const r of out) if (r.released_key) result.releasedKeys.push({ topic: r.topic, key: r.key, deadLetterId: Number(r.id) });
     }

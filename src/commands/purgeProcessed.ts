@@ -3,6 +3,8 @@ import type { DatabaseOptions } from '../shared/database.js';
 import { duration, integer, optionValue, type Setting } from '../shared/settings.js';
 import { parseDuration } from '../shared/durations.js';
 import { purgeProcessedSql } from '../consumer/sql/processedMessages.js';
+import { purgeEstimateSql } from './sql/purgeProcessed.js';
+import { plannedRows } from './plannedRows.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { ConfigError } from '../shared/errors.js';
 import { openDatabase } from './openDatabase.js';
@@ -69,7 +71,27 @@ export interface PurgeProcessedOptions extends DatabaseOptions {
   consumerGroup?: string;
   /** Stop after this many batches (default: until no old row is left). */
   maxBatches?: number;
+  /**
+   * Called once before the first batch (deleted 0) and after each batch: what a progress
+   * line shows. Only when given does the purge ask the planner for its estimate.
+   */
+  onProgress?: (event: PurgeProcessedProgress) => void;
   logger?: Logger;
+}
+
+/** Reported by {@link purgeProcessedMessages} before its first batch and after each one. */
+export interface PurgeProcessedProgress {
+  /** Rows deleted so far. */
+  deleted: number;
+  /** Batches run so far. */
+  batches: number;
+  /**
+   * The planner's estimate, taken before the first batch, of the rows to delete (EXPLAIN:
+   * nothing read). A guide, not a count. Null when the plan gave none.
+   */
+  estimatedTotal: number | null;
+  /** When (Date.now()). */
+  atMs: number;
 }
 
 /** What {@link purgeProcessedMessages} did. */
@@ -126,10 +148,14 @@ export async function purgeProcessedMessages(options: PurgeProcessedOptions = {}
   const sql = purgeProcessedSql(quoted);
   const result: PurgeProcessedResult = { deleted: 0, batches: 0 };
   try {
+    const onProgress = options.onProgress;
+    const estimatedTotal = onProgress ? await plannedRows(db, purgeEstimateSql(quoted), [durationMs(retention) / 1000, options.consumerGroup ?? null]) : null;
+    onProgress?.({ ...result, estimatedTotal, atMs: Date.now() });
     for (;;) {
       const { rowCount } = await db.query(sql, [durationMs(retention) / 1000, batchSize, options.consumerGroup ?? null]);
       result.batches++;
       result.deleted += rowCount ?? 0;
+      onProgress?.({ ...result, estimatedTotal, atMs: Date.now() });
       if ((rowCount ?? 0) < batchSize) break;
       if (options.maxBatches !== undefined && result.batches >= options.maxBatches) break;
     }

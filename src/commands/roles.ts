@@ -10,11 +10,15 @@ export interface RoleScriptOptions {
   relayRole?: string;
   /** Name of the consumer's group role (default `outbox_consumer`). */
   consumerRole?: string;
+  /** Name of the console's read-only group role (default `outbox_viewer`). */
+  viewerRole?: string;
+  /** Name of the console's group role that may also replay, discard and unpark (default `outbox_operator`). */
+  operatorRole?: string;
 }
 
 /**
  * sql/roles.sql with the schema and role names filled in: least-privilege roles for the
- * relay and the consumer, for a DBA to read and apply as the tables' owner (psql -f).
+ * relay, the consumer, and the console's viewer and operator, for a DBA to read and apply as the tables' owner (psql -f).
  *
  * @throws ConfigError when a name is not a plain identifier
  */
@@ -23,5 +27,7 @@ export async function roleScript(schema = DEFAULT_SCHEMA, options: RoleScriptOpt
   return text
     .replaceAll(':"schema"', quoteSchema(schema))
     .replaceAll(':"relay_role"', quoteIdentifier(options.relayRole ?? 'outbox_relay', 'relayRole'))
-    .replaceAll(':"consumer_role"', quoteIdentifier(options.consumerRole ?? 'outbox_consumer', 'consumerRole'));
+    .replaceAll(':"consumer_role"', quoteIdentifier(options.consumerRole ?? 'outbox_consumer', 'consumerRole'))
+    .replaceAll(':"viewer_role"', quoteIdentifier(options.viewerRole ?? 'outbox_viewer', 'viewerRole'))
+    .replaceAll(':"operator_role"', quoteIdentifier(options.operatorRole ?? 'outbox_operator', 'operatorRole'));
 }

@@ -82,17 +82,7 @@ export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
     ).rows;
     const relays = (await client.query<{ relay_id: string; started_at: Date; heartbeat_age_seconds: number; live: boolean }>(relaysSql(s))).rows;
     const leases = (await client.query<{ shard: number; owner: string | null; valid: boolean | null }>(leasesSql(s))).rows;
-    const byOwner = new Map<string, number[]>();
-    const unowned: number[] = [];
-    for (const l of leases) {
-      if (l.owner && l.valid) {
-        let list = byOwner.get(l.owner);
-        if (!list) byOwner.set(l.owner, (list = []));
-        list.push(l.shard);
-      } else {
-        unowned.push(l.shard);
-      }
-    }
+    const { byOwner, unowned } = shardsByOwner(leases);
     return {
       schema,
       pending: Number(backlog.pending),
@@ -140,6 +130,22 @@ export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
   } finally {
     await close();
   }
+}
+
+/** The shards each relay holds a valid lease on, and those nobody does (rows of leasesSql, in shard order). */
+export function shardsByOwner(leases: ReadonlyArray<{ shard: number; owner: string | null; valid: boolean | null }>): { byOwner: Map<string, number[]>; unowned: number[] } {
+  const byOwner = new Map<string, number[]>();
+  const unowned: number[] = [];
+  for (const l of leases) {
+    if (l.owner && l.valid) {
+      let list = byOwner.get(l.owner);
+      if (!list) byOwner.set(l.owner, (list = []));
+      list.push(l.shard);
+    } else {
+      unowned.push(l.shard);
+    }
+  }
+  return { byOwner, unowned };
 }
 
 /** `[0,1,2,5]` as `0-2,5`. */

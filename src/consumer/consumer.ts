@@ -28,6 +28,7 @@ import { runAfterCommitHooks } from './afterCommitHooks.js';
 import { StopSignal } from './stopSignal.js';
 import { settlesWithin } from '../shared/deadline.js';
 import { waitForTopics } from './topicWait.js';
+import { KafkaRestart } from './kafkaRestart.js';
 import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js';
 
 // The consumer's lifecycle: start (schema check, group join), eachBatch dispatch (a chunk
@@ -90,6 +91,8 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   /** Per partition: consecutive infrastructure failures, for their backoff. */
   private readonly infraFailures = new Map<string, number>();
   private readonly resumeTimers = new Set<NodeJS.Timeout>();
+  /** Starts the Kafka consumer again when kafkajs gives up on it (kafkaRestart.ts). */
+  private readonly kafkaRestart: KafkaRestart;
   /** Connections with a transaction in flight, rolled back by a hard stop. */
   private readonly activeClients = new Set<pg.PoolClient>();
 
@@ -101,6 +104,18 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     this.transactions = new TransactionEngine<V>(this.options, this.counters, this.activeClients, emit, keys, this.stopSignal);
     this.batches = this.options.handleBatch ? new BatchTransactions<V>(this.options, this.counters, this.activeClients, emit, keys, this.transactions, this.stopSignal) : undefined;
     this.logger = this.options.logger.child({ component: 'consumer', groupId: this.options.groupId, consumer: this.instanceId });
+    this.kafkaRestart = new KafkaRestart({
+      retryBaseDelayMs: this.options.retryBaseDelayMs,
+      retryMaxDelayMs: this.options.retryMaxDelayMs,
+      stopping: () => this.stopping,
+      announce: (error, attempt, delayMs) => {
+        this.logger.warn({ err: describeError(error), attempt, delayMs }, 'kafka consumer stopped after an error kafkajs does not retry; starting it again');
+        this.emit('restarting', { error, attempt, delayMs });
+      },
+      // Subscriptions outlive the crash; run() joins the group again.
+      start: () => (this.consumer as KafkaConsumer).run(this.runOptions()),
+      failed: (error) => this.emit('error', { error, during: 'kafka consumer' }),
+    });
   }
 
   /** A listener threw or rejected: logged; the outcome it observed stands. */
@@ -167,12 +182,15 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       // Retry state of partitions another member now owns would be stale if they came back.
       for (const key of [...this.attempts.keys()]) if (!assigned.has(key)) this.attempts.delete(key);
       this.batches?.forgetPartitions(assigned);
+      this.kafkaRestart.reset();
       this.logger.info({ partitions }, 'partitions assigned');
       this.emit('assigned', { partitions });
     });
     consumer.on(consumer.events.CRASH, (event) => {
       this.logger.error({ err: describeError(event.payload.error), restart: event.payload.restart }, 'kafka consumer crashed');
       this.emit('error', { error: event.payload.error, during: 'kafka consumer' });
+      // kafkajs gave up on it (kafkaRestart.ts says when): start it again ourselves.
+      if (!event.payload.restart) this.kafkaRestart.schedule(event.payload.error);
     });
     try {
       await waitForTopics(kafka, o.topics, {
@@ -184,12 +202,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       await this.producer.connect();
       await consumer.connect();
       await consumer.subscribe({ topics: o.topics, fromBeginning: o.fromBeginning });
-      await consumer.run({
-        autoCommit: false,
-        eachBatchAutoResolve: false,
-        partitionsConsumedConcurrently: o.batchesInFlight,
-        eachBatch: (payload) => this.eachBatch(payload),
-      });
+      await consumer.run(this.runOptions());
     } catch (error) {
       await consumer.disconnect().catch(() => undefined);
       await this.producer.disconnect().catch(() => undefined);
@@ -212,6 +225,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
 
   private async doStop(): Promise<{ hard: boolean }> {
     this.stopping = true;
+    this.kafkaRestart.cancel();
     for (const timer of this.resumeTimers) clearTimeout(timer);
     this.resumeTimers.clear();
     let hard = false;
@@ -235,6 +249,15 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     this.logger.info({ hard, ...this.counters }, 'consumer stopped');
     this.emit('stopped', { hard });
     return { hard };
+  }
+
+  private runOptions(): Parameters<KafkaConsumer['run']>[0] {
+    return {
+      autoCommit: false,
+      eachBatchAutoResolve: false,
+      partitionsConsumedConcurrently: this.options.batchesInFlight,
+      eachBatch: (payload) => this.eachBatch(payload),
+    };
   }
 
   private async closePool(): Promise<void> {

@@ -204,6 +204,12 @@ export interface ConsumerEvents {
   batchFallback: { topic: string; partition: number; firstOffset: string; lastOffset: string; count: number; error: unknown };
   /** Something outside a handler failed (Postgres, the dead-letter publish, Kafka); it is retried. */
   error: { error: unknown; during: string; topic?: string; partition?: number };
+  /**
+   * kafkajs stopped the Kafka consumer after an error it does not retry (a broker restart
+   * that outlasted its coordinator lookup, say); the runtime starts it again after
+   * `delayMs`. `attempt` counts the give-ups since the group last assigned partitions.
+   */
+  restarting: { error: unknown; attempt: number; delayMs: number };
   /** start() found topics that do not exist yet and waits for them (missingTopicTimeoutMs). */
   waitingForTopics: { missing: string[]; waitedMs: number; timeoutMs: number };
   /** The group assigned partitions to this member. */

@@ -9,7 +9,6 @@
  * (`--metrics-address`): 127.0.0.1 by default, 0.0.0.0 in a container that is scraped.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { Kafka } from 'kafkajs';
 import { ConfigError, describeError } from '../shared/errors.js';
@@ -18,6 +17,7 @@ import { parseMetricsAddress } from './options.js';
 import { relayReadiness, type Readiness } from './readiness.js';
 import { instrumentRelay, type RelayInstrumentation } from './relayMetrics.js';
 import type { RelayStatusSource } from './relayStatusSource.js';
+import { listenOn } from '../shared/listen.js';
 
 /** Options of {@link startMetricsServer}. */
 export interface MetricsServerOptions {
@@ -74,21 +74,12 @@ export async function startMetricsServer(options: MetricsServerOptions): Promise
     });
   });
   server.keepAliveTimeout = 5_000;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port, options.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const address = server.address() as AddressInfo;
-  const host = address.address;
-  const url = `http://${host.includes(':') ? `[${host}]` : host}:${address.port}`;
+  const { host, port, origin: url } = await listenOn(server, options.port, options.host);
   logger.info({ address: url }, 'metrics server listening');
   let closing: Promise<void> | undefined;
   return {
     host,
-    port: address.port,
+    port,
     url,
     close() {
       closing ??= new Promise<void>((resolve) => {

@@ -7,6 +7,7 @@ import { publishBatch, PublishError, TopicWaitError, type DeadLetterPlan } from 
 import type { RelayMessage } from './message.js';
 import type { SendResult } from './producer.js';
 import type { ResolvedRelayOptions } from './options.js';
+import { shardsOf } from './shards.js';
 
 // One batch of one worker, as one Postgres transaction:
 //   BEGIN → claim (FOR UPDATE SKIP LOCKED, below the horizon, on owned shards)
@@ -39,13 +40,15 @@ import type { ResolvedRelayOptions } from './options.js';
 /** One of the relay's concurrent batch runners and the shards it handles. */
 export interface Worker {
   index: number;
-  /** Shards this worker handles when the relay owns them. */
+  /** Shards this worker handles when the relay owns them; they move between workers (workerShards.ts). */
   shards: number[];
   /** Watermark up to which this worker found nothing more to claim. */
   drainedTo: number;
   lastClaimAtMs: number;
   /** Rechecks in a row (claims while the horizon had not moved) that found nothing (relay.ts). */
   emptyRechecks: number;
+  /** Horizon.rowsReturned when this worker last claimed: a higher value calls for a claim now. */
+  rowsReturnedSeen: number;
   failures: number;
   /**
    * The connections of this worker's open batch transactions (the batch being published
@@ -56,6 +59,31 @@ export interface Worker {
   ahead: ClaimedBatch | undefined;
   /** Whether this worker logged its first batch claimed ahead (once per worker). */
   loggedClaimAhead: boolean;
+  /** Batches in a row below the batch size (workerShards.ts). */
+  smallBatches: number;
+  /** Worker 0 made a full batch while holding others' shards: it hands them back next (workerShards.ts). */
+  handBackDue: boolean;
+  /** Which shard moves this worker logged at info already ('over', 'back'; workerLoop.ts). */
+  loggedShardMoves: Set<'over' | 'back'>;
+}
+
+/** Worker `index` of `count`, with its own shards and nothing done yet. */
+export function newWorker(index: number, count: number): Worker {
+  return {
+    index,
+    shards: shardsOf(index, count),
+    drainedTo: 0,
+    lastClaimAtMs: 0,
+    emptyRechecks: 0,
+    rowsReturnedSeen: 0,
+    failures: 0,
+    clients: new Set(),
+    ahead: undefined,
+    loggedClaimAhead: false,
+    smallBatches: 0,
+    handBackDue: false,
+    loggedShardMoves: new Set(),
+  };
 }
 
 /** A batch whose transaction is open, and the horizon it was claimed under (for the claim floor). */

@@ -106,6 +106,14 @@ export class Horizon {
   incarnation: string | undefined;
   /** Highest outbox id already paired (or released). */
   pairedUpTo = 0;
+  /**
+   * Times a probe saw the claim floors' generation move: rows came back below the
+   * watermark (a replay, a key unparked), which only a claim scanning from its floor's
+   * start finds. Workers compare it with what they saw last, to claim at once rather than
+   * at their next idle recheck (up to 5 s later).
+   */
+  rowsReturned = 0;
+  private floorGeneration: string | null | undefined;
   private pending: Array<{ lastId: number; xid: bigint; lsn: bigint; atMs: number }> = [];
   /** Pairs released by force whose transactions may still run (oldest first). */
   private forced: Array<{ lastId: number; xid: bigint; lsn: bigint }> = [];
@@ -140,6 +148,8 @@ export class Horizon {
     if (!row) return false;
     if (this.incarnation !== undefined && row.started !== this.incarnation) this.reset();
     this.incarnation = row.started;
+    if (this.floorGeneration !== undefined && row.floor_generation !== this.floorGeneration) this.rowsReturned++;
+    this.floorGeneration = row.floor_generation;
     return this.advance(
       BigInt(row.others_xmin ?? row.xmin),
       Number(row.last_id),

@@ -47,6 +47,7 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
       const forcedBefore = rt.horizon.forcedAdvances;
       const resetsBefore = rt.horizon.resets;
       const pairedBefore = rt.horizon.pairedUpTo;
+      const returnedBefore = rt.horizon.rowsReturned;
       let moved = await rt.horizon.probe(client, prepared);
       // New ids were just paired: a second probe right away usually finds their
       // transactions done and releases them now rather than one interval later.
@@ -80,8 +81,12 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
         rt.emit('horizon', { watermark: rt.horizon.watermark, forced });
         rt.workAvailable.notify();
       }
-      // Something may change soon only when a new id appeared or a pair still waits.
-      const quiet = !moved && !rt.horizon.hasPending && rt.horizon.pairedUpTo === pairedBefore;
+      // Rows came back below the watermark (a replay, a key unparked): claim them now.
+      const returned = rt.horizon.rowsReturned > returnedBefore;
+      if (returned) rt.workAvailable.notify();
+      // Something may change soon only when a new id appeared, a pair still waits or rows
+      // are coming back (a replay moves them one at a time, at its rate).
+      const quiet = !moved && !returned && !rt.horizon.hasPending && rt.horizon.pairedUpTo === pairedBefore;
       idleProbes = quiet ? idleProbes + 1 : 0;
       if (!quiet) delay = poll;
       failures = 0;

@@ -62,13 +62,15 @@ export class Membership {
     private readonly applicationName: string,
     private readonly leaseTtlMs: number,
     private readonly logger: Logger,
+    /** When the relay's circuit breaker opened, or null while closed: sent with every heartbeat. */
+    private readonly breakerOpenedAt: () => Date | null = () => null,
   ) {
     this.s = quotedSchema;
   }
 
   /** One round on `client` (a pooled connection, not in a transaction). */
   async tick(client: pg.ClientBase): Promise<MembershipChange> {
-    await client.query(heartbeatSql(this.s), [this.relayId, this.applicationName, this.leaseTtlMs]);
+    await client.query(heartbeatSql(this.s), [this.relayId, this.applicationName, this.leaseTtlMs, this.breakerOpenedAt()]);
     const live = (await client.query<{ relay_id: string }>(liveRelaysSql(this.s))).rows.map((r) => r.relay_id);
     const index = live.indexOf(this.relayId);
     // Our own heartbeat just committed, so we are live unless the clock jumped.

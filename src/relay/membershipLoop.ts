@@ -6,6 +6,7 @@ import { RETRY_BASE_MS, type RelayRuntime } from './relayRuntime.js';
  * The lease loop: renews this relay's shard leases every third of the lease TTL and takes
  * or gives shards as relays come and go (membership.ts). When renewal fails for longer
  * than the TTL the relay drops its shards, so it never claims rows another relay owns.
+ * It also writes the relay's per-minute counts (flowRecorder.ts) once a minute has ended.
  */
 export async function runMembershipLoop(rt: RelayRuntime): Promise<void> {
   const intervalMs = Math.max(100, Math.floor(rt.options.leaseTtlMs / 3));
@@ -24,6 +25,13 @@ export async function runMembershipLoop(rt: RelayRuntime): Promise<void> {
       let change;
       try {
         change = await rt.membership.tick(client);
+        // The per-minute counts ride on the lease loop's connection, about once a minute; a
+        // failed write keeps them for the next round and never fails the lease renewal.
+        if (rt.flow.due) {
+          await rt.flow.write(client).catch((error: unknown) => {
+            rt.logger.warn({ err: describeError(error) }, 'could not record the per-minute counts; retried next round');
+          });
+        }
       } catch (error) {
         broken ??= error as Error;
         throw error;

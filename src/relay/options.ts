@@ -122,7 +122,7 @@ export const batchesInFlight = settings.integer({
   option: 'batchesInFlight',
   flag: '--batches-in-flight',
   env: 'OUTBOX_BATCHES_IN_FLIGHT',
-  description: 'Batches published at once. Each works on its own shards, so one key never has two batches in flight.',
+  description: 'Batches published at once under a backlog. Each works on its own shards, so one key never has two batches in flight; at a trickle one worker takes them all (fewer, fuller batches).',
   defaultValue: 2,
   min: 1,
   max: 64,

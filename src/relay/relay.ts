@@ -20,10 +20,10 @@ import { runWorkerLoop } from './workerLoop.js';
 import { runPartitionLoop } from './partitionLoop.js';
 import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './options.js';
 import { Membership } from './membership.js';
-import { shardsOf } from './shards.js';
 import { CircuitBreaker } from './breaker.js';
+import { FlowRecorder } from './flowRecorder.js';
 import { createMessageProducer, type MessageProducer } from './producer.js';
-import type { Worker } from './batch.js';
+import { newWorker, type Worker } from './batch.js';
 import { newClaimFloor, type ClaimFloor } from './floor.js';
 import type { RelayEvents } from './relayEvents.js';
 import { publishRelayStarted } from '../shared/diagnostics.js';
@@ -50,6 +50,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private readonly membership: Membership;
   /** Opens when Kafka keeps refusing batches; see {@link CircuitBreaker}. */
   readonly breaker: CircuitBreaker;
+  /** Rows published and dead-lettered per minute, for the console (flowRecorder.ts). */
+  private readonly flow: FlowRecorder;
   private kafkaClient: Kafka | undefined;
   /** Notified when the horizon moves (and on stop). */
   private readonly workAvailable = new WakeUp();
@@ -96,7 +98,12 @@ export class Relay extends TypedEmitter<RelayEvents> {
       this.applicationName,
       this.options.leaseTtlMs,
       this.logger,
+      () => (this.breaker.openedAtMs === undefined ? null : new Date(this.breaker.openedAtMs)),
     );
+    this.flow = new FlowRecorder(this.quotedSchema, this.instanceId);
+    // Counted from the relay's own events, after commit: the batch's path is unchanged.
+    this.on('batch', (b) => this.flow.sent(b.count));
+    this.on('deadLetter', () => this.flow.deadLettered(1));
   }
 
   /** Prefix of the application_name of every connection: how a successor finds them. */
@@ -177,17 +184,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.kafkaClient = kafka;
     this.producer = createMessageProducer(kafka, o);
 
-    this.workers = Array.from({ length: o.batchesInFlight }, (_, index) => ({
-      index,
-      shards: shardsOf(index, o.batchesInFlight),
-      drainedTo: 0,
-      lastClaimAtMs: 0,
-      emptyRechecks: 0,
-      failures: 0,
-      clients: new Set(),
-      ahead: undefined,
-      loggedClaimAhead: false,
-    }));
+    this.workers = Array.from({ length: o.batchesInFlight }, (_, index) => newWorker(index, o.batchesInFlight));
     for (const w of this.workers) this.floors.set(w, newClaimFloor());
     const rt = this.runtime();
     this.loops = [runHorizonLoop(rt), runMembershipLoop(rt), runBreakerLoop(rt), runPartitionLoop(rt), ...this.workers.map((w) => runWorkerLoop(rt, w))];
@@ -245,10 +242,15 @@ export class Relay extends TypedEmitter<RelayEvents> {
     // timeout (30 s: kafkajs' request timeout). After that they are left behind.
     const budgetMs = (): number => (hard ? CLOSE_AFTER_HARD_STOP_MS : Math.max(CLOSE_AFTER_HARD_STOP_MS, deadline - Date.now()));
     if (!hard && this.pool) {
-      // Hand the shards over now rather than after the lease TTL.
-      const leave = this.membership.leave(this.pool).catch((error: unknown) => {
-        this.logger.warn({ err: describeError(error) }, 'could not release shard leases; they expire by themselves');
-      });
+      const pool = this.pool;
+      // The counts of the minute so far, then hand the shards over now rather than after the lease TTL.
+      const leave = this.flow
+        .write(pool, true)
+        .catch((error: unknown) => this.logger.warn({ err: describeError(error) }, 'could not record the last per-minute counts'))
+        .then(() => this.membership.leave(pool))
+        .catch((error: unknown) => {
+          this.logger.warn({ err: describeError(error) }, 'could not release shard leases; they expire by themselves');
+        });
       if (!(await settlesWithin(leave, budgetMs()))) this.logger.warn('giving the shard leases back took too long; they expire by themselves');
     }
     const closeMs = budgetMs();
@@ -294,6 +296,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       idAudit: this.idAudit,
       membership: this.membership,
       breaker: this.breaker,
+      flow: this.flow,
       pool: this.pool as pg.Pool,
       kafka: this.kafkaClient as Kafka,
       producer: this.producer as MessageProducer,

@@ -5,6 +5,7 @@ import type { Horizon } from './horizon.js';
 import type { IdAudit } from './idAudit.js';
 import type { Membership } from './membership.js';
 import type { CircuitBreaker } from './breaker.js';
+import type { FlowRecorder } from './flowRecorder.js';
 import type { MessageProducer } from './messageProducer.js';
 import type { ResolvedRelayOptions } from './options.js';
 import type { Worker } from './batch.js';
@@ -31,6 +32,8 @@ export interface RelayRuntime {
   readonly idAudit: IdAudit;
   readonly membership: Membership;
   readonly breaker: CircuitBreaker;
+  /** Rows published and dead-lettered per minute, written by the lease loop (flowRecorder.ts). */
+  readonly flow: FlowRecorder;
   readonly pool: pg.Pool;
   readonly kafka: Kafka;
   readonly producer: MessageProducer;

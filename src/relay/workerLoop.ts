@@ -7,6 +7,7 @@ import type { ClaimArguments } from './sql/claim.js';
 import { kafkaTimestampMs } from './message.js';
 import { advanceFloor, floorAhead, floorForClaim, type ClaimFloor } from './floor.js';
 import { RETRY_BASE_MS, type RelayRuntime } from './relayRuntime.js';
+import { handBack, handOverIfQuiet, holdsOthersShards, noteBatch } from './workerShards.js';
 
 /** Idle workers look again this often even when the horizon did not move, to pick up
  *  rows that a failed batch or another transaction's lock left behind; after each recheck
@@ -44,6 +45,20 @@ export async function runWorkerLoop(rt: RelayRuntime, worker: Worker): Promise<v
 async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
   const ctx = batchContext(rt);
   while (!rt.stopping) {
+    // Between this worker's batches: shards may move to or from worker 0 (workerShards.ts).
+    // Logged at info the first time per worker (the fault suite's report counts these
+    // lines), then at debug: a trickle between bursts moves shards often.
+    if (worker.handBackDue && !worker.ahead) {
+      worker.handBackDue = false;
+      handBack(rt.workers);
+      rt.logger[worker.loggedShardMoves.has('back') ? 'debug' : 'info']({ worker: worker.index }, 'shards handed back: a full batch, every worker takes its own shards again (a backlog)');
+      worker.loggedShardMoves.add('back');
+      rt.workAvailable.notify();
+    } else if (handOverIfQuiet(rt.workers, worker)) {
+      rt.logger[worker.loggedShardMoves.has('over') ? 'debug' : 'info']({ worker: worker.index }, 'shards handed to worker 0: small batches (a trickle)');
+      worker.loggedShardMoves.add('over');
+      rt.workAvailable.notify();
+    }
     const { watermark, incarnation, settled, resets } = rt.horizon;
     const shards = worker.shards.filter((s) => rt.membership.owned.has(s));
     const unwanted = shards.filter((s) => !rt.membership.wanted.has(s));
@@ -65,8 +80,9 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
     }
     const recheckMs = Math.min(RECHECK_MAX_MS, RECHECK_MS * 2 ** Math.min(8, worker.emptyRechecks));
     const moved = watermark > worker.drainedTo;
+    const returned = rt.horizon.rowsReturned;
     const sinceClaimMs = Date.now() - worker.lastClaimAtMs;
-    const due = ahead !== undefined || (!rt.breaker.isOpen && shards.length > 0 && (moved || sinceClaimMs >= recheckMs));
+    const due = ahead !== undefined || (!rt.breaker.isOpen && shards.length > 0 && (moved || returned > worker.rowsReturnedSeen || sinceClaimMs >= recheckMs));
     if (!due) {
       await rt.workAvailable.wait(Math.max(1, recheckMs - sinceClaimMs));
       continue;
@@ -79,10 +95,11 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
       if (ahead) current = ahead;
       else {
         worker.lastClaimAtMs = Date.now();
+        worker.rowsReturnedSeen = returned;
         const from = floorForClaim(floor, shards, resets, Date.now());
         current = { batch: await claimBatch(ctx, claimArguments(rt, watermark, incarnation, shards, from), worker.clients), settled, resets };
       }
-      const next = claimsAhead(rt, current) ? claimAhead(rt, ctx, worker, current, floor) : undefined;
+      const next = claimsAhead(rt, worker, current) ? claimAhead(rt, ctx, worker, current, floor) : undefined;
       result = await finishBatch(ctx, current.batch).catch(async (error: unknown) => {
         await settleAhead(rt, worker, next, undefined);
         throw error;
@@ -123,6 +140,8 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
       parkedKeys: new Set(result.deadLetters.filter((d) => d.policy === 'park').map((d) => `${d.row.topic}\u0000${d.row.key}`)),
     });
     if (result.claimed < rt.options.batchSize) worker.drainedTo = claim.watermark;
+    noteBatch(worker, result.claimed, rt.options.batchSize);
+    if (result.claimed >= rt.options.batchSize && holdsOthersShards(worker, rt.workers.length)) worker.handBackDue = true;
     // A recheck (the horizon had not moved) that found nothing: wait longer for the next.
     worker.emptyRechecks = result.claimed === 0 && !moved ? worker.emptyRechecks + 1 : 0;
     if (result.claimed > 0) batchCommitted(rt, worker, result, ahead !== undefined);
@@ -130,8 +149,10 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
 }
 
 /** Whether to claim the next batch while `current` is published: only behind a full batch that saw all its shards leased. */
-function claimsAhead(rt: RelayRuntime, current: ClaimedBatch): boolean {
+function claimsAhead(rt: RelayRuntime, worker: Worker, current: ClaimedBatch): boolean {
   const { rows, generation } = current.batch;
+  // Worker 0 holding others' shards hands them back after this batch: nothing ahead on them.
+  if (holdsOthersShards(worker, rt.workers.length)) return false;
   return rows.length >= rt.options.batchSize && generation !== undefined && !rt.stopping && !rt.breaker.isOpen;
 }
 

@@ -109,7 +109,20 @@ export const RELAY_COLUMNS: Readonly<Record<string, Readonly<Record<string, stri
   },
   outbox_parked_keys: { topic: 'text', key: 'text', dead_letter_id: 'bigint' },
   outbox_shard_leases: { shard: 'smallint', owner: 'text', epoch: 'bigint', expires_at: 'timestamp with time zone' },
-  outbox_relays: { relay_id: 'text', application_name: 'text', lease_ttl_ms: 'integer', heartbeat_at: 'timestamp with time zone' },
+  outbox_relays: {
+    relay_id: 'text',
+    application_name: 'text',
+    lease_ttl_ms: 'integer',
+    heartbeat_at: 'timestamp with time zone',
+    breaker_opened_at: 'timestamp with time zone',
+  },
+  outbox_relay_minutes: {
+    minute: 'timestamp with time zone',
+    relay_id: 'text',
+    sent: 'bigint',
+    dead_lettered: 'bigint',
+    last_id: 'bigint',
+  },
 };
 
 /**

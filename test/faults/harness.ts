@@ -147,6 +147,9 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   const relaysStarted = Array.from({ length: p.relays }, () => 0);
   // Processes of each slot that committed a batch claimed ahead (the relay's once-a-worker line).
   const claimedAhead = Array.from({ length: p.relays }, () => 0);
+  // Processes of each slot that moved shards between their workers (src/relay/workerShards.ts).
+  const handedOver = Array.from({ length: p.relays }, () => 0);
+  const handedBack = Array.from({ length: p.relays }, () => 0);
   const relaySlots = Array.from(
     { length: p.relays },
     (_, i) =>
@@ -181,6 +184,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
           if (typeof line.msg === 'string' && /transaction-pooling proxy/.test(line.msg) && line.level !== 50) poolerDetected[i]!++;
           if (line.msg === 'relay started') relaysStarted[i]!++;
           if (typeof line.msg === 'string' && line.msg.startsWith('claiming ahead:')) claimedAhead[i]!++;
+          if (typeof line.msg === 'string' && line.msg.startsWith('shards handed to worker 0:')) handedOver[i]!++;
+          if (typeof line.msg === 'string' && line.msg.startsWith('shards handed back:')) handedBack[i]!++;
         },
       }),
   );
@@ -212,6 +217,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     },
     log,
     topic,
+    relayPublished: (i) => (adaptersSeen[i]?.size ?? 0) > 0,
     cutDatabase: async (i, cut) => {
       const database = outboxes[i]?.database;
       if (!database) throw new Error(`outbox ${i} has no database of its own`);
@@ -331,6 +337,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   actual.outboxes = sightings.filter((r) => r.seen.size === p.relays).length;
   actual.relaysOnProducer = adaptersSeen.filter((seen) => seen.size === 1 && seen.has(cfg.producer)).length;
   actual.relaysClaimingAhead = claimedAhead.filter((n) => n > 0).length;
+  actual.relaysMovingShards = handedOver.filter((n, i) => n > 0 && handedBack[i]! > 0).length;
   actual.consumers = consumerSlots.filter((s) => (s.events.started ?? 0) > 0 && (s.events.assigned ?? 0) > 0).length;
   actual.brokers = brokersInCluster;
   actual.rowsCommitted = ws.committed.length;
@@ -351,6 +358,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     relaysLiveAtOnce: `sampled every ${RelaySightings.intervalMs} ms`,
     relaysOnProducer: `${cfg.producer}; each slot's processes reported ${adaptersSeen.map((seen, i) => `relay ${i}: ${[...seen].map(([a, n]) => `${a} x${n}`).join(', ') || 'none'}`).join('; ')}`,
     relaysClaimingAhead: `relay slots whose processes logged 'claiming ahead' (a batch claimed while the previous one was published): ${claimedAhead.map((n, i) => `relay ${i}: ${n}`).join(', ')}`,
+    relaysMovingShards: `relay slots whose processes logged both 'shards handed to worker 0' (a trickle) and 'shards handed back' (a backlog): ${handedOver.map((n, i) => `relay ${i}: ${n} / ${handedBack[i]}`).join(', ')}`,
     consumers: 'reported themselves started and were assigned partitions',
     brokers: `describeCluster at the start of the run${ctx.servers.cluster ? `; nodes ${ctx.servers.cluster.nodes.map((n) => n.id).join(", ")}` : ""}`,
     'broker-kill': injector.brokerKills.filter((k) => k.ledPartition === undefined).map((k) => `node ${k.node}, back in sync after ${k.recoveredMs} ms`).join('; ') || undefined,

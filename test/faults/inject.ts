@@ -20,6 +20,13 @@ export interface InjectTargets {
   log(line: string): void;
   /** The run's topic: leader kills look up its partitions' leaders. */
   topic?: string;
+  /**
+   * Whether relay slot `relay` has published through the producer adapter yet. A relay
+   * fault waits for it: a relay killed before its first batch (a slow start on a busy
+   * machine) may sit out a short run without shards, and the run would not show what
+   * its profile says about every relay and the adapter.
+   */
+  relayPublished?(relay: number): boolean;
   /** Cut off (true) or let back (false) the database of outbox `outbox` (multi-outbox runs). */
   cutDatabase?(outbox: number, cut: boolean): Promise<void>;
 }
@@ -91,6 +98,19 @@ export class Injector {
     );
   }
 
+  /** Wait (60 s at most) until relay slot `relay` has published once; see relayPublished. */
+  private async published(relay: number): Promise<void> {
+    const check = this.t.relayPublished;
+    if (!check || check(relay)) return;
+    const t = Date.now();
+    try {
+      await waitFor(`relay ${relay} publishing`, () => check(relay), { timeoutMs: 60_000, intervalMs: 50 });
+      this.t.log(`relay ${relay}: its fault waited ${Date.now() - t} ms for its first batch published`);
+    } catch (error) {
+      this.t.log(`relay ${relay}: ${(error as Error).message}; the fault goes ahead`);
+    }
+  }
+
   private exclusiveInfra(fn: () => Promise<void>): Promise<void> {
     const result = this.infra.then(fn);
     this.infra = result.catch(() => undefined);
@@ -109,6 +129,7 @@ export class Injector {
         const slot = this.slot(this.t.relays, f.relay, 'relay');
         await slot.exclusive(async () => {
           await this.running(slot, `relay ${f.relay}`);
+          await this.published(f.relay);
           log(`FAULT relay ${f.relay}: SIGKILL (restart in ${f.downMs} ms)`);
           if (await slot.kill()) this.mark(f.kind);
           else log(`relay ${f.relay}: no process to kill; not counted`);
@@ -121,6 +142,7 @@ export class Injector {
         const slot = this.slot(this.t.relays, f.relay, 'relay');
         await slot.exclusive(async () => {
           await this.running(slot, `relay ${f.relay}`);
+          await this.published(f.relay);
           log(`FAULT relay ${f.relay}: SIGSTOP for ${f.pauseMs} ms`);
           if (slot.pause()) this.mark(f.kind);
           else log(`relay ${f.relay}: not running; pause not counted`);

@@ -42,6 +42,13 @@ export interface Tally {
    * must: the faults make backlogs, and the pipeline must have run under them.
    */
   relaysClaimingAhead: number;
+  /**
+   * Relay slots whose workers handed shards to worker 0 and back (src/relay/workerShards.ts).
+   * Informational: whether a run holds a trickle long enough and then a backlog on one
+   * relay depends on where its faults fall (a relay behind the pooler's few connections
+   * makes full batches throughout); test/workerShards.integration.test.ts forces both.
+   */
+  relaysMovingShards: number;
   /** Consumer processes that ran: reported themselves started, and were assigned partitions. */
   consumers: number;
   /** Kafka brokers in the cluster, as the cluster itself reports them. */
@@ -85,6 +92,7 @@ export function expectedTally(p: Profile): Tally {
     relaysLiveAtOnce: p.relays,
     relaysOnProducer: p.relays,
     relaysClaimingAhead: 1,
+    relaysMovingShards: 0,
     consumers: p.consumers,
     brokers: p.brokers,
     outboxes: p.outboxes ?? 1,
@@ -105,7 +113,7 @@ export function rowsOvershoot(p: Pick<Profile, 'maxRowsPerTransaction' | 'outbox
 export function emptyTally(): Tally {
   const faults = {} as Record<FaultKind, number>;
   for (const { kind } of FAULT_KINDS) faults[kind] = 0;
-  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, relaysClaimingAhead: 0, consumers: 0, brokers: 0, outboxes: 0, rowsCommitted: 0, relaysThroughPooler: 0, consumersThroughPooler: 0, directBackends: 0, faults };
+  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, relaysClaimingAhead: 0, relaysMovingShards: 0, consumers: 0, brokers: 0, outboxes: 0, rowsCommitted: 0, relaysThroughPooler: 0, consumersThroughPooler: 0, directBackends: 0, faults };
 }
 
 /** One line of the self-check: "relays: 2 of 2". */
@@ -129,6 +137,7 @@ export function selfCheck(expected: Tally, actual: Tally, details: Partial<Recor
     line('relays live at once', expected.relaysLiveAtOnce, actual.relaysLiveAtOnce, details.relaysLiveAtOnce),
     line('relays on the producer adapter', expected.relaysOnProducer, actual.relaysOnProducer, details.relaysOnProducer),
     { ...line('relays that claimed a batch ahead (at least)', expected.relaysClaimingAhead, actual.relaysClaimingAhead, details.relaysClaimingAhead), ok: actual.relaysClaimingAhead >= expected.relaysClaimingAhead },
+    { ...line('relays that moved shards between their workers, both ways (informational)', expected.relaysMovingShards, actual.relaysMovingShards, details.relaysMovingShards), ok: true },
     line('consumers', expected.consumers, actual.consumers, details.consumers),
     line('Kafka brokers', expected.brokers, actual.brokers, details.brokers),
     line('outboxes relayed by every relay', expected.outboxes, actual.outboxes, details.outboxes),

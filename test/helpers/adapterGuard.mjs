@@ -10,9 +10,9 @@
 // Plain JavaScript: it must load before any TypeScript loader is registered.
 import diagnosticsChannel from 'node:diagnostics_channel';
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const CHANNEL = 'outbox-relay:relay-started';
@@ -44,11 +44,33 @@ const importSelf = `--import ${JSON.stringify(self)}`;
 const nodeOptions = process.env.NODE_OPTIONS ?? '';
 if (!nodeOptions.includes(self)) process.env.NODE_OPTIONS = `${nodeOptions} ${importSelf}`.trim();
 
+// Which test file this process works for: the file node --test started it for, inherited
+// by every process it starts. With OUTBOX_TEST_RELAY_LOG set, each relay start appends
+// that file's name to the log: CI's second pass runs again exactly the files whose tests
+// started a relay in the first (.ci/run, scripts/relay-test-files.ts), an observation of
+// what ran, not a guess from reading the sources.
+const FILE_ENV = 'OUTBOX_TEST_FILE';
+const RELAY_LOG_ENV = 'OUTBOX_TEST_RELAY_LOG';
+const root = fileURLToPath(new URL('../..', import.meta.url));
+// node --test runs each file in a process of its own, marked with NODE_TEST_CONTEXT.
+if (!process.env[FILE_ENV] && process.env.NODE_TEST_CONTEXT && process.argv[1]) process.env[FILE_ENV] = relative(root, process.argv[1]);
+
 const where = `pid ${process.pid} (${process.argv.slice(1).join(' ')})`;
 let violations = 0;
 
 diagnosticsChannel.subscribe(CHANNEL, (message) => {
   const producer = message?.producer;
+  const relayLog = process.env[RELAY_LOG_ENV];
+  if (relayLog) {
+    const file = process.env[FILE_ENV];
+    try {
+      // One short line per write: appends of this size do not interleave between processes.
+      appendFileSync(relayLog, `${file ?? `(no test file: ${process.argv.slice(1).join(' ')})`}\n`);
+    } catch (error) {
+      process.stderr.write(`adapter guard: could not append to ${relayLog}: ${error}\n`);
+      process.exitCode = 1;
+    }
+  }
   if (producer === expected) return;
   violations += 1;
   const line =

@@ -17,6 +17,8 @@ export interface ChildConsumer {
   /** SIGTERM and wait for the 'stopped' report and the exit. */
   stop(): Promise<ChildEvent>;
   stderr(): string;
+  /** Its first and last reports and the end of its stderr, for an assertion's message. */
+  describe(): string;
 }
 
 export function startChildConsumer(env: Record<string, string>, fixture = FIXTURE): ChildConsumer {
@@ -63,9 +65,11 @@ export function startChildConsumer(env: Record<string, string>, fixture = FIXTUR
       },
       { timeoutMs, intervalMs: 20 },
     ).catch((error: Error) => {
-      error.message += `\nfirst: ${JSON.stringify(events.slice(0, 2))}\nlast reports: ${events.slice(-8).map((e) => JSON.stringify(e)).join('\n')}\nstderr: ${stderr.slice(-2000)}`;
+      error.message += `\n${describe()}`;
       throw error;
     });
+  const describe = (): string =>
+    `first: ${JSON.stringify(events.slice(0, 2))}\nlast reports: ${events.slice(-12).map((e) => JSON.stringify(e)).join('\n')}\nstderr: ${stderr.slice(-2000)}`;
   return {
     process: child,
     events,
@@ -78,7 +82,23 @@ export function startChildConsumer(env: Record<string, string>, fixture = FIXTUR
       return stopped;
     },
     stderr: () => stderr,
+    describe,
   };
+}
+
+/**
+ * `wait`, with what each of `children` reported last added to its error: a wait on the
+ * database or the broker that times out says what the consumers were doing meanwhile.
+ */
+export async function explainedBy<T>(wait: Promise<T>, children: Record<string, ChildConsumer>): Promise<T> {
+  try {
+    return await wait;
+  } catch (error) {
+    if (error instanceof Error) {
+      for (const [name, child] of Object.entries(children)) error.message += `\n--- ${name} ---\n${child.describe()}`;
+    }
+    throw error;
+  }
 }
 
 function withoutTestContext(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {

@@ -16,7 +16,7 @@ const read = (file: string): string => readFileSync(`${root}${file}`, 'utf8');
 const load = (from: string): RunSummary => readSummary(`${root}${from}`);
 
 /** The tables each file must have: the harness counts them, so a marker lost in an edit fails too. */
-const EXPECTED: Record<(typeof TABLE_FILES)[number], string[]> = { 'README.md': ['readme'], 'docs/benchmarks.md': ['docs', 'retention', 'pooler'] };
+const EXPECTED: Record<(typeof TABLE_FILES)[number], string[]> = { 'README.md': ['readme'], 'docs/benchmarks.md': ['docs', 'retention', 'pooler'], 'docs/console.md': ['console'] };
 
 /** The first line where two texts differ, for a failure message a reader can act on. */
 function firstDifference(a: string, b: string): string {
@@ -172,4 +172,50 @@ test('bench:tables --from F --kinds retention,pooler re-points those tables only
 test('every section kind names a section label a section writes', () => {
   const sources = readdirSync(`${root}bench/sections`).filter((f) => f.endsWith('.ts')).map((f) => read(`bench/sections/${f}`));
   for (const label of Object.values(SECTION_KINDS)) assert.ok(sources.some((text) => text.includes(`'${label}'`)), `a section writes rows of "${label}"`);
+});
+
+test("the console's table (docs/console.md): the tables' sizes, one row per page with p50 and p95, every unmet target of the section, reads included; nothing of another section", () => {
+  const ms = (what: string, value: string, met: boolean): Row => row('15. console', what, value, 'p95 < 200 ms', met);
+  const run: RunSummary = {
+    ...FULL,
+    sectionsSelected: ['console'],
+    sectionsCompleted: ['console'],
+    sectionProblems: {},
+    rows: [
+      row('15. console', 'tables: outbox rows / unsent / parked keys / dead letters', '10,000,000 / 200,500 / 100 / 1,000,000'),
+      row('15. console', 'tables: size on disk with indexes, outbox / dead letters (MB); build time (s)', '2,100 / 420; 610'),
+      ms('read: dead letters of a topic, first page, ms p50 / p95', '1.6 / 2.2', true),
+      ms('read: overview (readOverview: backlog, oldest, counts, groups, relays, flow), ms p50 / p95', '180.0 / 240.5', false),
+      ms('page: overview, ms p50 / p95', '190.2 / 260.1', false),
+      ms('page: dead letters whose reason contains \'"h13"\' (0.01%), ms p50 / p95', '9.2 / 39.7', true),
+      ms('page: a | in a name, ms p50 / p95', '1.0 / 2.0', true),
+      row('2. drain', 'relay / ceiling 1', '0.49', '≥ 0.6', false),
+    ],
+  };
+  const text = renderBlock('console', run, 'bench/committed/c.json');
+  assert.match(text, /^Run of 2026-12-01 12:50 UTC, .*sections console\./);
+  assert.match(text, /\n- outbox rows \/ unsent \/ parked keys \/ dead letters: 10,000,000 \/ 200,500 \/ 100 \/ 1,000,000\n- size on disk with indexes, outbox \/ dead letters \(MB\); build time \(s\): 2,100 \/ 420; 610\n/);
+  const table = text.split('\n').filter((l) => l.startsWith('| '));
+  assert.deepEqual(table, [
+    '| page | p50, ms | p95, ms | target | met |',
+    '| overview | 190.2 | 260.1 | p95 < 200 ms | **no** |',
+    '| dead letters whose reason contains \'"h13"\' (0.01%) | 9.2 | 39.7 | p95 < 200 ms | yes |',
+    '| a \\| in a name | 1.0 | 2.0 | p95 < 200 ms | yes |',
+  ], 'one row per page, no read, no other section');
+  assert.match(text, /Not met in this run:\n\n- 15\. console, read: overview .*: 180\.0 \/ 240\.5 \(target p95 < 200 ms\)\n- 15\. console, page: overview, ms p50 \/ p95: 190\.2 \/ 260\.1 \(target p95 < 200 ms\)$/);
+  assert.ok(!text.includes('ceiling'), 'no row of another section');
+
+  // A run without the section says so; rows it cannot read as pages fail the rendering.
+  assert.match(renderBlock('console', FULL, 'bench/committed/x.json'), /^No committed run has timed the console's pages yet: `bench\/committed\/x\.json` has no rows of section "15\. console" \(its sections: ceilings, drain, cost, multioutbox\)\.$/);
+  const rowsWith = (rows: Row[]): RunSummary => ({ ...run, rows });
+  assert.throws(() => renderBlock('console', rowsWith([ms('page: overview, ms p50 / p95', '190 ms', true)]), 'f'), /console row "page: overview, ms p50 \/ p95" is not a page's "p50 \/ p95"/);
+  assert.throws(() => renderBlock('console', rowsWith([ms('page: overview, ms p99', '1 / 2', true)]), 'f'), /is not a page's/);
+  assert.throws(() => renderBlock('console', rowsWith([ms('pages: overview, ms p50 / p95', '1 / 2', true)]), 'f'), /has no "page: …" rows/);
+});
+
+test("the console section writes the rows the console's table reads: page and read timings as `<kind>: <what>, ms p50 / p95`, the tables' sizes as `tables: `", () => {
+  const source = read('bench/sections/console.ts');
+  assert.ok(source.includes("`${kind}: ${what}, ms p50 / p95`"), 'timings labelled <kind>: <what>, ms p50 / p95');
+  assert.ok(source.includes("timed('page', what, p)") && source.includes("timed('read', what, "), 'pages and reads both timed as rows');
+  assert.ok(source.includes("'tables: outbox rows / unsent / parked keys / dead letters'"), 'the sizes row');
 });

@@ -15,6 +15,8 @@ const VALUES = [
   'RelayGroup', 'createRelayGroup', 'instrumentRelayGroup', 'runRelayGroup', 'serveRelayGroupMetrics',
   'attachDebeziumOutbox', 'debeziumAttachScript', 'detachDebeziumOutbox',
   'maintainPartitions', 'partitionOutbox',
+  'DeadLetterPermissionError', 'KeyNotParkedError', 'unparkKey',
+  'startConsole',
 ];
 
 const TYPES = [
@@ -22,15 +24,17 @@ const TYPES = [
   'AttachDebeziumResult', 'DebeziumOutboxOptions', 'DetachDebeziumResult',
   'MaintainPartitionsOptions', 'PartitionMaintenance', 'PartitionOutboxOptions', 'PartitionOutboxResult',
   'OutboxDefinition', 'OutboxState', 'RelayGroupEvents', 'RelayGroupInstrumentation', 'RelayGroupMetricsService', 'RelayGroupOptions', 'RelayGroupOutbox', 'RunRelayGroupOptions',
-  'AdvanceVersionOptions', 'CleanupOptions', 'CleanupResult', 'ConcurrencyLimit', 'ConsumedMessage', 'ConsumerEvents',
+  'AdvanceVersionOptions', 'CleanupOptions', 'CleanupProgress', 'CleanupResult', 'ConcurrencyLimit', 'ConsumedMessage', 'ConsumerEvents',
   'ConsumerInstrumentation', 'ConsumerOptions', 'ConsumerStats', 'DatabaseOptions', 'DeadLetter', 'DeadLetterFilter',
   'DeadLetterPolicy', 'DeadLetterReason', 'DependencyLimit', 'DependencyLimitOptions', 'DependencyStats', 'DiscardDeadLettersOptions',
   'DiscardResult', 'EnqueueOptions', 'EnqueueResult', 'EntityLockOptions', 'ErrorClass', 'HandlerContext', 'InstrumentConsumerOptions',
   'KafkaSecurityOptions', 'Limit', 'ListDeadLettersOptions', 'ListDeadLettersResult', 'LogLevel', 'Logger', 'MessageHandler',
   'MetricsServer', 'MetricsServerOptions', 'MigrateOptions', 'MigrateResult', 'OutboxMessage', 'OutboxStatus',
-  'PurgeProcessedOptions', 'PurgeProcessedResult', 'RateLimit', 'RateLimitOptions', 'RelayEvents', 'RelayMetricsService',
+  'PurgeProcessedOptions', 'PurgeProcessedProgress', 'PurgeProcessedResult', 'RateLimit', 'RateLimitOptions', 'RelayEvents', 'RelayMetricsService',
   'RelayOptions', 'ReplayDeadLettersOptions', 'ReplayProgress', 'ReplayResult', 'RoleScriptOptions', 'RunRelayOptions',
   'SaslMechanism', 'StatusOptions', 'ValueDecoder',
+  'UnparkKeyOptions', 'UnparkResult',
+  'ConsoleOptions', 'ConsoleRole', 'ConsoleUserOption', 'OperatorConsole',
 ];
 
 const CACHE_VALUES = ['CacheError', 'CacheLoadTimeoutError', 'CacheRedisError', 'CacheWaitTimeoutError', 'cacheMetricNames', 'createCache', 'createPrewarmer'];

@@ -47,7 +47,7 @@ test('self-check: a run that ran what its profile says passes', () => {
   const lines = selfCheck(expectedTally(ci), faithful());
   assert.deepEqual(selfCheckFailures(lines), []);
   assert.ok(lines.every((l) => l.ok));
-  assert.equal(lines.length, 11 + FAULT_KINDS.length);
+  assert.equal(lines.length, 12 + FAULT_KINDS.length);
 });
 
 test('self-check: one relay where the profile says two fails the run', () => {

@@ -90,3 +90,18 @@ test('horizon probe: prepared on a direct connection, unnamed through a transact
     assert.equal(second!.name === undefined, !prepared, prepared ? 'a named (prepared) statement' : 'an unnamed statement: nothing kept on a pooled server connection');
   }
 });
+
+test('horizon probe: a move of the claim floors\' generation (a dead letter replayed, a key unparked) counts as rows returned below the watermark; the first reading and an unchanged one do not', async () => {
+  let generation = '5';
+  const client = { query: async () => ({ rows: [{ xmin: '100', others_xmin: null, flushed: '0/10', last_id: 0, xid: null, lsn: null, started: 's', floor_generation: generation }] }) } as never;
+  const h = new Horizon('"s"', 60_000, clock().now);
+  await h.probe(client);
+  assert.equal(h.rowsReturned, 0, 'the first reading is where the relay starts, not a change');
+  await h.probe(client);
+  assert.equal(h.rowsReturned, 0, 'unchanged');
+  generation = '6';
+  assert.equal(await h.probe(client), false, 'the watermark did not move');
+  assert.equal(h.rowsReturned, 1, 'yet rows came back');
+  await h.probe(client);
+  assert.equal(h.rowsReturned, 1);
+});

@@ -27,3 +27,17 @@ DELETE FROM ${s}.outbox AS o
  USING batch
  WHERE o.id = batch.id
 RETURNING o.id`;
+
+/**
+ * The planner's estimate of the rows a cleanup will delete, for its progress report:
+ * EXPLAIN only, nothing scanned (the outbox has no index on sent_at, and a count would
+ * read the whole table). As good as the table's statistics.
+ *
+ * $1 float8  retention in seconds
+ */
+export const cleanupEstimateSql = (s: string): string => `
+EXPLAIN (FORMAT JSON)
+SELECT id
+  FROM ${s}.outbox
+ WHERE sent_at IS NOT NULL
+   AND sent_at < now() - make_interval(secs => $1)`;

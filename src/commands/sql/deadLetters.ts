@@ -10,21 +10,28 @@
  * $5 timestamptz  dead-lettered at or after, or NULL
  * $6 timestamptz  dead-lettered before, or NULL
  * $7 text         policy ('park' or 'skip'), or NULL
+ * $8 text         error name, exactly, or NULL
  *
- * strpos, not LIKE: a reason typed with % or _ in it means those characters.
+ * The reason: a substring of the error name and the reason as one text (a line break
+ * between them), lower-cased, which is what the trigram index of sql/010 holds, when
+ * pg_trgm is there: then a rare substring is found through it instead of by reading every
+ * dead letter. % _ and \ typed in it mean those characters (escaped for LIKE). The key
+ * is compared by its hash first, which the index by key holds (sql/006, sql/010).
  */
-const FILTER = `
+export const deadLetterFilterSql = `
        ($1::bigint[] IS NULL OR d.id = ANY($1::bigint[]))
    AND ($2::text IS NULL OR d.topic = $2::text)
-   AND ($3::text IS NULL OR d.key = $3::text)
-   AND ($4::text IS NULL OR strpos(lower(d.reason), lower($4::text)) > 0
-                         OR strpos(lower(d.error_name), lower($4::text)) > 0)
+   AND ($3::text IS NULL OR (md5(d.key) = md5($3::text) AND d.key = $3::text))
+   AND ($4::text IS NULL
+        OR lower(d.error_name || E'\n' || d.reason)
+           LIKE '%' || replace(replace(replace(lower($4::text), '\\', '\\\\'), '%', '\\%'), '_', '\\_') || '%')
    AND ($5::timestamptz IS NULL OR d.dead_lettered_at >= $5::timestamptz)
    AND ($6::timestamptz IS NULL OR d.dead_lettered_at < $6::timestamptz)
-   AND ($7::text IS NULL OR d.policy = $7::text)`;
+   AND ($7::text IS NULL OR d.policy = $7::text)
+   AND ($8::text IS NULL OR d.error_name = $8::text)`;
 
 /**
- * Dead letters matching the filter ($1-$7), lowest id first, at most $8 (NULL: all), with
+ * Dead letters matching the filter ($1-$8), lowest id first, at most $9 (NULL: all), with
  * whether each is the one its key is parked behind, and the number of matches in all.
  */
 export const listDeadLettersSql = (s: string): string => `
@@ -36,9 +43,9 @@ SELECT d.id, d.message_id, d.topic, d.key, d.payload, d.payload_bytes, d.headers
   FROM ${s}.outbox_dead_letters AS d
   LEFT JOIN ${s}.outbox_parked_keys AS p
          ON p.topic = d.topic AND p.key = d.key AND p.dead_letter_id = d.id
- WHERE ${FILTER}
+ WHERE ${deadLetterFilterSql}
  ORDER BY d.id
- LIMIT $8`;
+ LIMIT $9`;
 
 /**
  * The parked keys of dead letters leaving the table (CTE `gone`: id, topic, key): each key
@@ -136,3 +143,41 @@ SELECT gone.id, gone.topic, gone.key, released.dead_letter_id IS NOT NULL AS rel
   FROM gone
   LEFT JOIN released ON released.dead_letter_id = gone.id
  ORDER BY gone.id`;
+
+/**
+ * Release a parked key without its dead letter (`outbox-relay dead-letters unpark`): the
+ * key's rows go on as under the skip policy, and every park dead letter of the key becomes
+ * a skip one, so that a later replay or discard of another of them (RELEASE above) does not
+ * park the key again behind one the operator let go. The dead letters stay.
+ *
+ * $1 text topic   $2 text key
+ *
+ * One row when the key was parked, none when it was not.
+ */
+export const unparkKeySql = (s: string): string => `
+WITH released AS (
+  DELETE FROM ${s}.outbox_parked_keys
+   WHERE topic = $1::text AND key = $2::text
+  RETURNING topic, key, dead_letter_id, parked_at
+), skipped AS (
+  UPDATE ${s}.outbox_dead_letters AS d
+     SET policy = 'skip'
+    FROM released AS r
+   WHERE d.topic = r.topic AND md5(d.key) = md5(r.key) AND d.key = r.key AND d.policy = 'park'
+  RETURNING d.id
+)
+SELECT r.dead_letter_id, r.parked_at,
+       coalesce((SELECT array_agg(id ORDER BY id) FROM skipped), '{}') AS skipped_ids
+  FROM released AS r`;
+
+/**
+ * Unsent rows of one key, counted up to $3 (a pass over the unsent rows: the outbox has no
+ * index by key, and gets none for this).
+ *
+ * $1 text topic   $2 text key   $3 int cap
+ */
+export const waitingRowsSql = (s: string): string => `
+SELECT count(*)::int AS waiting
+  FROM (SELECT 1 FROM ${s}.outbox
+         WHERE sent_at IS NULL AND topic = $1::text AND key = $2::text
+         LIMIT $3) AS w`;

@@ -72,9 +72,9 @@ SELECT f.topic, f.key, f.dead_letter_id, f.parked_at,
  GROUP BY f.topic, f.key, f.dead_letter_id, f.parked_at
  ORDER BY f.parked_at, f.topic, f.key`;
 
-/** Relays with their heartbeat age and whether they count as live. */
+/** Relays with their heartbeat age, whether they count as live, and their circuit breaker (sql/010). */
 export const relaysSql = (s: string): string => `
-SELECT relay_id, application_name, started_at,
+SELECT relay_id, application_name, started_at, breaker_opened_at,
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age_seconds,
        heartbeat_at > now() - make_interval(secs => lease_ttl_ms / 1000.0) AS live
   FROM ${s}.outbox_relays

@@ -20,7 +20,10 @@
  *            out, larger than that of any transaction that took an outbox id <= last_id;
  *            and the WAL insert position, at or past the sequence's WAL record covering
  *            last_id;
- *   started  when the server started.
+ *   started  when the server started;
+ *   floor_generation  outbox_claim_floors.generation (sql/005_claim_floors.sql): it moves
+ *            when rows may have come back below the horizon (a dead letter replayed, a
+ *            parked key released), which moves neither the sequence nor the watermark.
  *
  * The next transaction id comes from age(): for a transaction without an id of its own it
  * is computed against the next id to be handed out (read once, at its first call), so
@@ -49,7 +52,8 @@ SELECT snap.xmin::text AS xmin,
             THEN (snap.xmin::text::numeric + age((snap.xmin::text::numeric % 4294967296)::text::xid))::text
        END AS xid,
        CASE WHEN seq.last_id > $1 THEN pg_current_wal_insert_lsn()::text END AS lsn,
-       pg_postmaster_start_time()::text AS started
+       pg_postmaster_start_time()::text AS started,
+       (SELECT generation FROM ${quotedSchema}.outbox_claim_floors)::text AS floor_generation
   FROM (SELECT pg_snapshot_xmin(s) AS xmin, s FROM pg_current_snapshot() AS s) AS snap,
        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last_id
           FROM ${quotedSchema}.outbox_id_seq) AS seq`;
@@ -63,6 +67,7 @@ export interface HorizonProbeRow {
   xid: string | null;
   lsn: string | null;
   started: string;
+  floor_generation: string | null;
 }
 
 /** A pg_lsn's text form (`16/B374D848`) as a number that orders like the LSN. */

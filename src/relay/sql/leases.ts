@@ -1,11 +1,14 @@
 // SQL of shard ownership (src/membership.ts). Tables: sql/003_relay_leases.sql.
 
-/** $1 relay id, $2 application_name prefix, $3 lease TTL in ms. Announce or renew a relay. */
+/**
+ * $1 relay id, $2 application_name prefix, $3 lease TTL in ms, $4 when its circuit
+ * breaker opened (NULL: closed; read by the console). Announce or renew a relay.
+ */
 export const heartbeatSql = (s: string): string => `
-INSERT INTO ${s}.outbox_relays AS r (relay_id, application_name, lease_ttl_ms)
-VALUES ($1, $2, $3)
+INSERT INTO ${s}.outbox_relays AS r (relay_id, application_name, lease_ttl_ms, breaker_opened_at)
+VALUES ($1, $2, $3, $4)
 ON CONFLICT (relay_id) DO UPDATE
-   SET heartbeat_at = now(), lease_ttl_ms = EXCLUDED.lease_ttl_ms`;
+   SET heartbeat_at = now(), lease_ttl_ms = EXCLUDED.lease_ttl_ms, breaker_opened_at = EXCLUDED.breaker_opened_at`;
 
 /** Relays whose heartbeat is within their own TTL, in a stable order every relay agrees on. */
 export const liveRelaysSql = (s: string): string => `

@@ -1,0 +1,23 @@
+/**
+ * One TypeScript entry point of this repository and what it imports of src/, bundled with
+ * esbuild into one plain ESM file; the packages stay imports of node_modules. Node then
+ * runs it without a TypeScript loader: the bench's relay and consumer children
+ * (bench/children.ts) and the CLI the tests start (test/helpers/processes.ts).
+ *
+ * `outfile` must sit two directories under the repository (`.cache/<dir>/<name>.mjs`):
+ * src/shared/schema.ts and src/commands/roles.ts find sql/ two levels up from themselves.
+ */
+import { execFileSync } from 'node:child_process';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+export function bundleForNode(entry: string, outfile: string): void {
+  if (relative(ROOT, outfile).split(/[\\/]/).length !== 3) throw new Error(`${outfile}: a bundle must sit two directories under ${ROOT}, where sql/ is two levels up`);
+  execFileSync(
+    join(ROOT, 'node_modules/.bin/esbuild'),
+    [entry, '--bundle', '--platform=node', '--format=esm', '--target=node20', '--packages=external', '--log-level=warning', `--outfile=${outfile}`],
+    { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] },
+  );
+}

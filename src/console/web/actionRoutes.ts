@@ -1,0 +1,230 @@
+import { optionValue } from '../../shared/settings.js';
+import { replayRate } from '../../commands/options.js';
+import { ConfigError } from '../../shared/errors.js';
+import { audit, type AuditEvent } from './audit.js';
+import { checkedForm } from './auth.js';
+import { httpErrorOf, pageContext, type ConsoleEnv, type ConsoleOutbox, type ConsoleRequest } from './context.js';
+import { HttpError, redirect, sendPage } from './http.js';
+import { outboxPath } from './layout.js';
+import { discardConfirmPage, PREVIEW_ROWS, replayConfirmPage, unparkConfirmPage } from './actionPages.js';
+import { auditSelection, describeSelection, selectionFilter, selectionFrom, selectionOptions, type Selection } from './selection.js';
+import { formatNumber } from './format.js';
+import type { ReplayJob } from './jobs.js';
+import { KeyNotParkedError } from '../../commands/parkedKeys.js';
+import type { Notice, Session } from './sessions.js';
+
+// What an operator does: replay (a job), discard, unpark, cancel a replay. Each goes
+// through a confirmation page (GET: a dry-run count, nothing changes) and a POST checked
+// for origin and CSRF token; the database acts through the same functions as the CLI.
+// Every POST writes one audit line, refused or not.
+
+/** Most dead letters one action of the console takes; more: narrow the filter or use the CLI. */
+export const ACTION_CAP = 10_000;
+
+/** The session of an operator, or HttpError 403. */
+export function requireOperator(r: ConsoleRequest): Session {
+  const s = r.session;
+  if (!s || s.role !== 'operator') throw new HttpError(403, 'Only an operator may do this; you are logged in as a viewer. Nothing was changed.', 'Forbidden');
+  return s;
+}
+
+/** Dry-run count and preview of a selection; ids that are gone drop out of it. */
+async function dryRun(env: ConsoleEnv, o: ConsoleOutbox, s: Selection) {
+  if (s.scope === 'ids') {
+    const page = await env.data.searchDeadLetters(o.pool, o.schema, { ids: s.ids }, { afterId: null, limit: s.ids.length });
+    const found = page.deadLetters.map((d) => d.id);
+    const gone = s.ids.length - found.length;
+    const selection: Selection = found.length ? { scope: 'ids', ids: found } : s;
+    return { selection, count: { count: found.length, capped: false }, rows: page.deadLetters.slice(0, PREVIEW_ROWS), gone };
+  }
+  const filter = selectionFilter(s);
+  const [count, page] = await Promise.all([
+    env.data.countDeadLetters(o.pool, o.schema, filter, ACTION_CAP),
+    env.data.searchDeadLetters(o.pool, o.schema, filter, { afterId: null, limit: PREVIEW_ROWS }),
+  ]);
+  return { selection: s, count, rows: page.deadLetters, gone: 0 };
+}
+
+/** GET …/dead-letters/replay and …/discard: the confirmation with the dry-run count. */
+export async function confirmAction(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutbox, action: 'replay' | 'discard'): Promise<void> {
+  requireOperator(r);
+  const run = await dryRun(env, o, selectionFrom(r.query));
+  const ctx = pageContext(env, r);
+  const notices: Notice[] = run.gone > 0 ? [{ kind: 'warn', text: `${run.gone} of the selected dead letters are gone (replayed or discarded meanwhile).` }] : [];
+  const page =
+    action === 'replay'
+      ? replayConfirmPage(ctx, o.name, run.selection, run.count, run.rows, env.defaultRate, notices)
+      : discardConfirmPage(ctx, o.name, run.selection, run.count, run.rows, notices);
+  sendPage(r.res, 200, page, r.method === 'HEAD');
+}
+
+function positiveCount(form: URLSearchParams): number {
+  const n = Number(form.get('expected'));
+  if (!Number.isSafeInteger(n) || n < 1 || n > ACTION_CAP) throw new HttpError(400, 'The confirmed count is missing or out of range: start again from the confirmation page.');
+  return n;
+}
+
+/** Run `act`, auditing its outcome (and a refusal or failure as such), then rethrow errors. */
+async function audited<T>(env: ConsoleEnv, base: Omit<AuditEvent, 'outcome'>, act: () => Promise<T>): Promise<T> {
+  try {
+    return await act();
+  } catch (error) {
+    const e = httpErrorOf(error, base.outbox);
+    audit(env.logger, { ...base, outcome: e.status >= 500 ? 'failed' : 'refused', detail: e.message });
+    throw error;
+  }
+}
+
+/** POST …/dead-letters/replay: start a replay job at the rate given, of at most the confirmed count. */
+export async function startReplay(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutbox): Promise<void> {
+  const session = r.session!;
+  const who = { user: session.user, role: session.role, action: 'replay.start' as const, outbox: o.name, remoteAddress: r.remoteAddress };
+  let job: ReplayJob | undefined;
+  await audited(env, who, async () => {
+    const form = await checkedForm(env, r, session);
+    requireOperator(r);
+    const s = selectionFrom(form);
+    const expected = positiveCount(form);
+    let rate: number;
+    try {
+      rate = optionValue(replayRate, Number(form.get('rate') ?? ''));
+    } catch (error) {
+      if (error instanceof ConfigError) throw new HttpError(400, `The rate ${error.message.slice(error.setting.length + 2)} (dead letters per second).`);
+      throw error;
+    }
+    const selection = { ...who, selection: auditSelection(s) };
+    let answered = false;
+    job = await env.jobs.start(
+      { outbox: o.name, user: session.user, selection: describeSelection(s), rate, expected },
+      (signal, onProgress) =>
+        env.data.replayDeadLetters({
+          pool: o.pool,
+          schema: o.schema,
+          ...selectionOptions(s),
+          // The selection is what was confirmed: a filter's matches beyond that count
+          // (arrived since the dry run) wait for the next replay.
+          ...(s.scope === 'ids' ? {} : { limit: expected }),
+          rate,
+          signal,
+          onProgress,
+          logger: env.logger.child({ component: 'console-replay', outbox: o.name }),
+        }),
+      {
+        onEnd: (j) => {
+          // Failed before this request was answered: that answer (and its audit line) says so.
+          if (!answered && j.status === 'failed' && j.done === 0) return;
+          const outcome = j.status === 'failed' ? 'failed' : 'ok';
+          audit(env.logger, {
+            ...selection,
+            action: 'replay',
+            outcome,
+            job: j.id,
+            rows: j.result?.replayed ?? j.moved,
+            selected: j.result?.selected ?? j.expected,
+            notMoved: j.result?.notMoved.length ?? j.notMoved,
+            releasedKeys: j.result?.releasedKeys.length ?? 0,
+            stopped: j.status === 'stopped',
+            ...(j.cancelledBy ? { cancelledBy: j.cancelledBy } : {}),
+            ...(j.error ? { detail: j.status === 'failed' ? httpErrorOf(j.cause, o.name).message : j.error } : {}),
+            rate,
+          });
+        },
+      },
+    );
+    // Failed before moving anything (a missing privilege, the rows gone): this request's error.
+    if (job.status === 'failed' && job.done === 0) throw job.cause;
+    answered = true;
+    audit(env.logger, { ...selection, outcome: 'ok', job: job.id, rows: expected, rate });
+  });
+  redirect(r.res, outboxPath(env.prefix, o.name, `jobs/${job!.id}`));
+}
+
+/** POST …/dead-letters/discard: delete the confirmed dead letters (no more than confirmed). */
+export async function discard(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutbox): Promise<void> {
+  const session = r.session!;
+  const who = { user: session.user, role: session.role, action: 'discard' as const, outbox: o.name, remoteAddress: r.remoteAddress };
+  const result = await audited(env, who, async () => {
+    const form = await checkedForm(env, r, session);
+    requireOperator(r);
+    const s = selectionFrom(form);
+    const expected = positiveCount(form);
+    if (form.get('confirm') !== 'yes') throw new HttpError(400, 'Tick the box that says the dead letters are deleted for good. Nothing was discarded.');
+    let ids = s.scope === 'ids' ? s.ids : undefined;
+    if (!ids) {
+      // The dry run again, then exactly its rows: never more than the operator confirmed.
+      const dry = await env.data.discardDeadLetters({ pool: o.pool, schema: o.schema, ...selectionOptions(s) });
+      if (dry.matched.length > expected) {
+        throw new HttpError(409, `${formatNumber(dry.matched.length)} dead letters match now, more than the ${formatNumber(expected)} confirmed. Nothing was discarded: confirm again.`, 'The selection grew');
+      }
+      ids = dry.matched.map((d) => d.id);
+    }
+    const done = await env.data.discardDeadLetters({ pool: o.pool, schema: o.schema, ids, yes: true });
+    audit(env.logger, { ...who, selection: auditSelection(s), outcome: 'ok', rows: done.discarded, releasedKeys: done.releasedKeys.length });
+    return done;
+  });
+  const released = result.releasedKeys.length;
+  session.flash = {
+    kind: 'info',
+    text: `Discarded ${formatNumber(result.discarded)} ${result.discarded === 1 ? 'dead letter' : 'dead letters'}; released ${released} parked ${released === 1 ? 'key' : 'keys'}.`,
+  };
+  redirect(r.res, outboxPath(env.prefix, o.name, 'dead-letters'));
+}
+
+function keyFrom(params: URLSearchParams): { topic: string; key: string } {
+  const topic = params.get('topic');
+  const key = params.get('key');
+  if (!topic || key === null || topic.length > 1_000 || key.length > 10_000) throw new HttpError(400, 'Name the parked key: topic and key.');
+  return { topic, key };
+}
+
+/** GET …/parked-keys/unpark?topic&key: the confirmation. */
+export async function confirmUnpark(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutbox): Promise<void> {
+  requireOperator(r);
+  const k = keyFrom(r.query);
+  const page = await env.data.searchDeadLetters(o.pool, o.schema, { topic: k.topic, key: k.key }, { afterId: null, limit: 100 });
+  const parking = page.deadLetters.find((d) => d.parksKey) ?? null;
+  sendPage(r.res, 200, unparkConfirmPage(pageContext(env, r), o.name, k, parking), r.method === 'HEAD');
+}
+
+/** POST …/parked-keys/unpark */
+export async function unpark(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutbox): Promise<void> {
+  const session = r.session!;
+  const who = { user: session.user, role: session.role, action: 'unpark' as const, outbox: o.name, remoteAddress: r.remoteAddress };
+  let key: { topic: string; key: string } | undefined;
+  try {
+    const result = await audited(env, who, async () => {
+      const form = await checkedForm(env, r, session);
+      requireOperator(r);
+      key = keyFrom(form);
+      const done = await env.data.unparkKey({ pool: o.pool, schema: o.schema, ...key });
+      audit(env.logger, { ...who, selection: key, outcome: 'ok', rows: 1, deadLetterId: done.deadLetterId, waiting: done.waiting });
+      return done;
+    });
+    session.flash = {
+      kind: 'info',
+      text: `Unparked key ${JSON.stringify(result.key)} of topic ${result.topic}: its ${formatNumber(result.waiting)}${result.waitingCapped ? ' or more' : ''} waiting rows go on; dead letter ${result.deadLetterId} stays a dead letter (policy skip now).`,
+    };
+  } catch (error) {
+    if (!(error instanceof KeyNotParkedError) || !key) throw error;
+    session.flash = { kind: 'warn', text: `Key ${JSON.stringify(key.key)} of topic ${key.topic} is not parked (any more). Nothing changed.` };
+  }
+  redirect(r.res, outboxPath(env.prefix, o.name, 'parked-keys'));
+}
+
+/** POST …/jobs/<id>/cancel */
+export async function cancelJob(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutbox, id: string): Promise<void> {
+  const session = r.session!;
+  const who = { user: session.user, role: session.role, action: 'replay.cancel' as const, outbox: o.name, job: id, remoteAddress: r.remoteAddress };
+  await audited(env, who, async () => {
+    await checkedForm(env, r, session);
+    requireOperator(r);
+    const job = env.jobs.get(id);
+    if (!job || job.outbox !== o.name) throw new HttpError(404, 'There is no such replay job.', 'Not found');
+    const cancelled = env.jobs.cancel(id, session.user);
+    audit(env.logger, { ...who, outcome: cancelled ? 'ok' : 'refused', rows: job.moved, ...(cancelled ? {} : { detail: 'not running' }) });
+    session.flash = cancelled
+      ? { kind: 'info', text: `Cancelling: the replay stops before its next row. ${formatNumber(job.moved)} moved so far stay moved.` }
+      : { kind: 'warn', text: 'The replay had already ended.' };
+  });
+  redirect(r.res, outboxPath(env.prefix, o.name, `jobs/${id}`));
+}
