@@ -3,6 +3,7 @@ import { ConfigError } from '../shared/errors.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { optionValue } from '../shared/settings.js';
 import { schema as schemaSetting, databaseUrl as databaseUrlSetting } from '../shared/commonSettings.js';
+import { guardPoolClients } from '../shared/database.js';
 import { checkOutboxList, type OutboxDefinition } from '../shared/outboxList.js';
 import { replayRate } from '../commands/options.js';
 import { CONSOLE_DEFAULT_PORT, consolePathPrefix, consolePublicOrigin } from './web/options.js';
@@ -121,7 +122,7 @@ export async function startConsole(options: ConsoleOptions): Promise<OperatorCon
       idleTimeoutMillis: 30_000,
       statement_timeout: STATEMENT_TIMEOUT_MS,
     });
-    pool.on('error', (error) => logger.warn({ outbox: o.name, err: error.message }, 'idle Postgres connection failed'));
+    guardPoolClients(pool, logger, { outbox: o.name });
     return { name: o.name, schema: o.schema, pool };
   });
   const endPools = (): Promise<unknown> => Promise.all(outboxes.map((o) => o.pool.end().catch(() => undefined)));

@@ -108,7 +108,27 @@ export function createPool(url: string, applicationName: string, max: number, lo
     connectionTimeoutMillis: 10_000,
     idleTimeoutMillis: 30_000,
   });
-  pool.on('error', (error) => logger.warn({ err: error.message }, 'idle Postgres connection failed'));
+  return guardPoolClients(pool, logger);
+}
+
+/**
+ * Log a pool's idle-client errors, and give each of its clients an 'error' listener for
+ * its whole life, so a dropped connection is never an uncaught exception.
+ *
+ * pg-pool listens on a client only while it is idle. Handing a client to a waiting
+ * `connect()`, it removes that listener and resolves a promise, and the caller's own
+ * listener comes a microtask later. The hand-over can happen inside the parser's loop
+ * (a new client's ReadyForQuery, a `pool.query` callback releasing its client to a
+ * waiter); when the same read also holds the server's error (a terminated backend, 57P01),
+ * it is emitted in that gap with nobody listening. Under load, two writes of the server
+ * arrive as one read (test/poolClientErrors.integration.test.ts). What the error means
+ * still reaches the caller: the client is no longer queryable, so its next query fails.
+ */
+export function guardPoolClients(pool: pg.Pool, logger: Logger, context: Record<string, unknown> = {}): pg.Pool {
+  pool.on('error', (error) => logger.warn({ ...context, err: error.message }, 'idle Postgres connection failed'));
+  // 'connect' is emitted for a new client before it is handed out, so this listener is
+  // there before any gap.
+  pool.on('connect', (client) => client.on('error', () => undefined));
   return pool;
 }
 
