@@ -36,15 +36,18 @@ interface CoalescingProxy {
   close(): Promise<void>;
 }
 
-/** A TCP proxy to 127.0.0.1:5432 (one connection at a time matters here: the last one). */
-async function coalescingProxy(upstreamPort = Number(new URL(db.databaseUrl).port || 5432)): Promise<CoalescingProxy> {
+/** A TCP proxy to the tests' Postgres (TEST_DATABASE_URL's host and port); only its latest connection is held. */
+async function coalescingProxy(): Promise<CoalescingProxy> {
+  const target = new URL(db.databaseUrl);
+  const upstreamHost = target.hostname || '127.0.0.1';
+  const upstreamPort = Number(target.port || 5432);
   let holding = false;
   let buffer: Buffer[] = [];
   let closed = false;
   let last: { client: net.Socket; server: net.Socket } | undefined;
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
-    const upstream = net.connect(upstreamPort, '127.0.0.1');
+    const upstream = net.connect(upstreamPort, upstreamHost);
     const pair = { client, server: upstream };
     last = pair;
     closed = false;
