@@ -30,6 +30,9 @@ test('integration: two relays split the shards fairly and publish every committe
   const topic = await createTopic(4);
   const options = { producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 50, leaseTtlMs: LEASE_TTL_MS };
   const relays: Relay[] = [createRelay(options), createRelay(options)];
+  // Rows published by each worker (the default two) of each relay.
+  const byWorker = relays.map(() => [0, 0]);
+  relays.forEach((r, i) => r.on('batch', (b) => (byWorker[i]![b.worker]! += b.count)));
   for (const r of relays) await r.start();
   try {
     await waitFor('a fair split', async () => {
@@ -42,6 +45,10 @@ test('integration: two relays split the shards fairly and publish every committe
     const { committed, rolledBack } = await runWriters({ pool: db.pool, schema: db.schema, topic, writers: 6, transactionsPerWriter: 300, keys: 40, rollbackEvery: 10, holdEvery: 7, holdMs: 15 });
     await waitFor('every committed row sent', async () => (await sentCount(topic)) === committed.size);
     await assertDeliveredInOrder(topic, committed, rolledBack);
+    // Each relay's shards are split among its own workers (src/relay/shards.ts): when
+    // workers took every second shard, relay 0 owned only its worker 0's and relay 1 only
+    // its worker 1's, and each relay published with one worker.
+    assert.ok(byWorker.every((w) => w.every((rows) => rows > 0)), `rows per worker of each relay: ${JSON.stringify(byWorker)}`);
   } finally {
     await Promise.all(relays.map((r) => r.stop()));
   }

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import type { Logger } from '../shared/logger.js';
-import { SHARD_COUNT } from './shards.js';
+import { wantedShards } from './shards.js';
 import {
   acquireSql,
   forgetDeadRelaysSql,
@@ -75,8 +75,7 @@ export class Membership {
     const index = live.indexOf(this.relayId);
     // Our own heartbeat just committed, so we are live unless the clock jumped.
     const n = Math.max(1, live.length);
-    const wanted = new Set<number>();
-    for (let shard = 0; shard < SHARD_COUNT; shard++) if (shard % n === Math.max(0, index)) wanted.add(shard);
+    const wanted = wantedShards(Math.max(0, index), n);
     this.wanted = wanted;
 
     const takeovers: Array<{ shard: number; from: string; applicationName: string | null; takenAt: Date }> = [];

@@ -1,4 +1,4 @@
-import { SHARD_COUNT, shardsOf } from './shards.js';
+import { shardCountOf, shardsOf } from './shards.js';
 import type { Worker } from './batch.js';
 
 // One worker at a trickle, all of them under a backlog.
@@ -30,8 +30,7 @@ export function noteBatch(worker: Worker, claimed: number, batchSize: number): v
 
 /** Whether worker 0 holds shards of other workers (so a full batch of it means a backlog). */
 export function holdsOthersShards(worker: Worker, count: number): boolean {
-  // Worker 0's own are every count-th shard from 0: ceil(SHARD_COUNT / count) of them.
-  return worker.index === 0 && count > 1 && worker.shards.length > Math.ceil(SHARD_COUNT / count);
+  return worker.index === 0 && count > 1 && worker.shards.length > shardCountOf(0, count);
 }
 
 /**
