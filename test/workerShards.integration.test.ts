@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { createRelay } from '../src/relay/relay.js';
 import type { RelayEvents } from '../src/relay/relayEvents.js';
 import { SMALL_BATCHES_BEFORE_HANDOVER } from '../src/relay/workerShards.js';
+import { shardsOf } from '../src/relay/shards.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, testBrokers } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
@@ -22,28 +23,28 @@ after(async () => {
   await db.drop();
 });
 
-/** `n` keys whose shard (sql/001_outbox.sql: hashtext(key) & 255) is odd, or even. */
-async function keysWithShardParity(odd: boolean, n: number): Promise<string[]> {
+/** `n` keys on the shards (sql/001_outbox.sql: hashtext(key) & 255) worker `index` of 2 handles. */
+async function keysOfWorker(index: number, n: number): Promise<string[]> {
   const { rows } = await db.pool.query<{ k: string }>(
-    `SELECT k FROM (SELECT 'key-' || i AS k FROM generate_series(1, 5000) AS i) AS x WHERE (hashtext(k) & 255) % 2 = $1 LIMIT $2`,
-    [odd ? 1 : 0, n],
+    `SELECT k FROM (SELECT 'key-' || i AS k FROM generate_series(1, 5000) AS i) AS x WHERE (hashtext(k) & 255) = ANY($1::int[]) LIMIT $2`,
+    [shardsOf(index, 2), n],
   );
   return rows.map((r) => r.k);
 }
 
 test('integration: at a trickle the second worker hands its shards to worker 0; a backlog hands them back; each key stays in id order', async () => {
   const topic = await createTopic(3);
-  const [odd, even] = await Promise.all([keysWithShardParity(true, 40), keysWithShardParity(false, 40)]);
+  const [second, first] = await Promise.all([keysOfWorker(1, 40), keysOfWorker(0, 40)]);
   const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 100, batchesInFlight: 2 });
   const batches: Array<RelayEvents['batch']> = [];
   relay.on('batch', (b) => batches.push(b));
   const publishedBy = (id: number): number | undefined => batches.find((b) => b.firstId <= id && id <= b.lastId)?.worker;
   await relay.start();
   try {
-    // One row at a time on the second worker's (odd) shards, each published before the next.
+    // One row at a time on the second worker's shards, each published before the next.
     const trickle: number[] = [];
     for (let i = 0; i < SMALL_BATCHES_BEFORE_HANDOVER + 30; i++) {
-      const [id] = await writeCommitted(db, [{ topic, key: odd[i % odd.length]!, payload: { i } }]);
+      const [id] = await writeCommitted(db, [{ topic, key: second[i % second.length]!, payload: { i } }]);
       trickle.push(id!);
       await waitFor(`row ${id} published`, () => publishedBy(id!) !== undefined, { intervalMs: 2 });
     }
@@ -53,7 +54,7 @@ test('integration: at a trickle the second worker hands its shards to worker 0; 
 
     // A backlog on both workers' shards: worker 0's first full batch hands the shards back.
     const from = batches.length;
-    const backlog = Array.from({ length: 2_000 }, (_, i) => ({ topic, key: (i % 2 ? odd : even)[i % 40]!, payload: { i } }));
+    const backlog = Array.from({ length: 2_000 }, (_, i) => ({ topic, key: (i % 2 ? second : first)[i % 40]!, payload: { i } }));
     const ids = await writeCommitted(db, backlog);
     await waitFor('the backlog published', () => ids.every((id) => publishedBy(id) !== undefined));
     const workers = new Set(batches.slice(from).map((b) => b.worker));
