@@ -3,6 +3,7 @@ import type { Logger } from '../shared/logger.js';
 import { wantedShards } from './shards.js';
 import {
   acquireSql,
+  beginMembershipSql,
   forgetDeadRelaysSql,
   heartbeatSql,
   leaveSql,
@@ -81,7 +82,7 @@ export class Membership {
     const takeovers: Array<{ shard: number; from: string; applicationName: string | null; takenAt: Date }> = [];
     let held: number[] = [];
     let acquired: number[] = [];
-    await client.query('BEGIN');
+    await client.query(beginMembershipSql(this.leaseTtlMs));
     try {
       held = (await client.query<{ shard: number }>(renewSql(this.s), [this.relayId, this.leaseTtlMs])).rows.map((r) => r.shard);
       const candidates = (
