@@ -174,6 +174,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       rebalanceTimeout: o.rebalanceTimeoutMs,
       maxWaitTimeInMs: o.maxWaitTimeMs,
       allowAutoTopicCreation: false,
+      readUncommitted: o.isolationLevel === 'read_uncommitted',
     });
     const consumer = this.consumer;
     consumer.on(consumer.events.GROUP_JOIN, (event) => {

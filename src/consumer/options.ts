@@ -134,6 +134,17 @@ export interface ConsumerOptions<V = unknown> {
    * message still in the topic, so a new consumer misses nothing; false from new ones.
    */
   fromBeginning?: boolean;
+  /**
+   * Which records a fetch returns (Kafka's `isolation.level`). `'read_committed'`
+   * (default): only records of committed Kafka transactions, and every record written
+   * outside a transaction; a partition is read up to its last stable offset, so a
+   * transaction still open holds back the records after it until it commits or aborts.
+   * `'read_uncommitted'`: every record, those of aborted and open transactions included.
+   * The two differ only for topics that transactional producers write to. (kafkajs, on
+   * which the consumer runs, reads committed by default; Kafka's Java consumer reads
+   * uncommitted.)
+   */
+  isolationLevel?: 'read_committed' | 'read_uncommitted';
   /** A pino logger (default: silent). */
   logger?: Logger;
 }
@@ -186,6 +197,15 @@ const savepoints = choice({
   description: 'When a message gets its own savepoint: only after a failure in its group, or always.',
   defaultValue: 'on-failure',
   choices: ['on-failure', 'always'] as const,
+});
+
+const isolationLevel = choice({
+  option: 'isolationLevel',
+  flag: undefined,
+  env: NO_ENV,
+  description: "Which records a fetch returns: only committed Kafka transactions' (and those written outside one), or every record.",
+  defaultValue: 'read_committed',
+  choices: ['read_committed', 'read_uncommitted'] as const,
 });
 
 const maxAttempts = libraryInteger({
@@ -330,7 +350,7 @@ const KNOWN_OPTIONS = new Set<string>([
   'idempotencyKey', 'onMissingKey', 'classifyError', 'deadLetterTopic', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs',
   'batchesInFlight', 'partitionsConcurrency', 'messagesPerTransaction', 'savepoints', 'shutdownTimeoutMs', 'stopTimeoutMs',
   'afterCommitTimeoutMs', 'missingTopicTimeoutMs', 'sessionTimeoutMs', 'heartbeatIntervalMs', 'rebalanceTimeoutMs', 'maxWaitTimeMs',
-  'fromBeginning', 'logger',
+  'fromBeginning', 'isolationLevel', 'logger',
 ] satisfies Array<keyof ConsumerOptions>);
 
 /** Validate options and fill in defaults. @throws ConfigError naming the bad option */
@@ -414,6 +434,7 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
     rebalanceTimeoutMs: optionValue(rebalanceTimeoutMs, options.rebalanceTimeoutMs),
     maxWaitTimeMs: optionValue(maxWaitTimeMs, options.maxWaitTimeMs),
     fromBeginning: options.fromBeginning ?? true,
+    isolationLevel: optionValue(isolationLevel, options.isolationLevel),
     logger: options.logger ?? silentLogger(),
   };
   if (resolved.retryBaseDelayMs > resolved.retryMaxDelayMs) {

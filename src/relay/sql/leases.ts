@@ -6,15 +6,17 @@
  * inside the transaction (SIGSTOP, a VM paused, a long GC pause) would hold them for as
  * long as it stays frozen, and every other relay's round would wait on them, its own
  * leases and heartbeat included. So Postgres ends such a transaction once it has been
- * idle for a quarter of the TTL (a round needs milliseconds), well before the frozen
- * relay's lease expires and its shards are due to others; and a round never waits for a
- * lease row longer than half the TTL (a lock held by anything else, an operator's session
- * say, fails the round with a lock timeout, retried next round, rather than hanging it).
+ * idle for a third of the TTL (a round needs milliseconds; a third leaves room for a
+ * loaded machine's event-loop stalls). A round then waits at most that long, and its
+ * relay renews its leases by about two thirds of the TTL after the last renewal, before
+ * they expire. A round never waits for a lease row longer than half the TTL: a lock held
+ * by anything else, an operator's session say, fails the round with a lock timeout
+ * (retried) rather than hanging it.
  * Both are transaction-local settings, so they hold behind a transaction pooler too.
  */
 export function beginMembershipSql(leaseTtlMs: number): string {
   if (!Number.isInteger(leaseTtlMs) || leaseTtlMs <= 0) throw new TypeError(`not a lease TTL: ${leaseTtlMs}`);
-  const idleMs = Math.max(100, Math.floor(leaseTtlMs / 4));
+  const idleMs = Math.max(100, Math.floor(leaseTtlMs / 3));
   const lockMs = Math.max(200, Math.floor(leaseTtlMs / 2));
   return `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${idleMs}; SET LOCAL lock_timeout = ${lockMs}`;
 }
