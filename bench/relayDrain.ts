@@ -7,6 +7,7 @@ import type pg from 'pg';
 import { withRelay } from './children.js';
 import { KEYS, PARTITIONS, benchSchema, createTopic, fillBacklog } from './common.js';
 import { fmt, log, sleep, until } from './util.js';
+import { cpuSeconds } from './procCpu.js';
 
 export interface Drain {
   rowsPerSecond: number;
@@ -18,6 +19,11 @@ export interface Drain {
   /** Of the time batches were in flight, the share spent waiting for Kafka. */
   sendShare: number;
   batches: number;
+  /**
+   * The relay process's CPU-seconds per 100,000 rows, from /proc, from its ready line to the
+   * last acknowledgement: its start (loading its modules, connecting) is not in it.
+   */
+  processCpuPer100k: number;
 }
 
 /** Rows/s from the first batch acknowledged to the last, and the per-second series. */
@@ -47,15 +53,20 @@ export async function relayDrain(pool: pg.Pool, backlog: number, label: string, 
     const topic = await createTopic(PARTITIONS);
     log(`${label}: filling a ${fmt(backlog)}-row backlog`);
     await fillBacklog(pool, schema, topic, backlog, keys);
+    let processCpu = NaN;
     const relay = await withRelay(
       schema,
       async (r) => {
+        const cpuAtReady = cpuSeconds(r.process.pid!);
         await until(`${label} drained`, () => r.acks.length >= backlog, 1_800_000, 200);
+        const cpuDrained = cpuSeconds(r.process.pid!);
+        if (cpuAtReady !== undefined && cpuDrained !== undefined) processCpu = cpuDrained - cpuAtReady;
         await sleep(300); // the last RSS sample
         return r;
       },
       relayOptions,
     );
+    if (!Number.isFinite(processCpu)) throw new Error(`${label}: no CPU reading of the relay process in /proc`);
     const rate = drainRate(relay.acks, backlog);
     const t0 = relay.acks.reduce((m, a) => Math.min(m, a[1]), Infinity);
     const timing = relay.timing ?? { sendMs: NaN, sends: 0, batchMs: NaN, batches: 0 };
@@ -66,6 +77,7 @@ export async function relayDrain(pool: pg.Pool, backlog: number, label: string, 
       rss: relay.rss.map(([t, r]) => [(t - t0) / 1000, r / 2 ** 20]),
       sendShare: timing.sendMs / timing.batchMs,
       batches: timing.batches,
+      processCpuPer100k: (processCpu / backlog) * 100_000,
     };
   } finally {
     await drop();
