@@ -11,7 +11,7 @@ import { waitFor } from './helpers/wait.js';
 import { explainedBy, startChildConsumer, type ChildConsumer } from './helpers/childConsumer.js';
 import { instrumentConsumer } from '../src/metrics/consumerMetrics.js';
 import { metricValue } from './helpers/metrics.js';
-import { applyBatchEffect, collect, committedOffset, committedOffsets, countRows, createEffectTables, effectCounts, produce, testConsumerOptions, testConsumers } from './helpers/consumer.js';
+import { applyBatchEffect, collect, committedOffset, committedToEnd, countRows, createEffectTables, effectCounts, produce, testConsumerOptions, testConsumers } from './helpers/consumer.js';
 
 // handleBatch(messages, ctx): one call per transaction with the group's new messages, set-
 // based effects, the same exactly-once guarantees as handler; a failed batch is redone one
@@ -404,13 +404,14 @@ for (const kill of ['after-db-commit', 'batch'] as const) {
     }
     const second = startBatchChild({ GROUP_ID: groupId, TOPICS: topic, MESSAGES_PER_TRANSACTION: '5' });
     await explainedBy(waitFor('every message handled after the restart', async () => (await effectCounts(db.pool, db.schema, topic)).size === ids.length, { timeoutMs: 60_000 }), { first, second });
-    let offsets = new Map<number, string>();
+    let offsets = { committed: new Map<number, string>(), ends: new Map<number, string>() };
     await explainedBy(
       waitFor('offsets committed to the end', async () => {
-        offsets = await committedOffsets(groupId, topic);
-        return Number(offsets.get(0) ?? 0) + Number(offsets.get(1) ?? 0) === 60;
+        const now = await committedToEnd(groupId, topic);
+        offsets = now;
+        return now.done;
       }).catch((error: Error) => {
-        error.message += `\ncommitted offsets: ${JSON.stringify([...offsets])}`;
+        error.message += `\ncommitted offsets: ${JSON.stringify([...offsets.committed])}, ends: ${JSON.stringify([...offsets.ends])}`;
         throw error;
       }),
       { first, second },

@@ -128,6 +128,26 @@ export async function committedOffsets(groupId: string, topic: string): Promise<
   }
 }
 
+/**
+ * Whether the group has committed every partition of `topic` up to its end (high
+ * watermark). The end, not the number of messages a test sent: the test producer is not
+ * idempotent, and a retry after a lost response appends a partition's records again (CI
+ * saw 90 records of 60 sent), which the consumer then skips as duplicates.
+ */
+export async function committedToEnd(groupId: string, topic: string): Promise<{ done: boolean; committed: Map<number, string>; ends: Map<number, string> }> {
+  const committed = await committedOffsets(groupId, topic);
+  const admin = testKafka().admin();
+  await admin.connect();
+  let ends: Map<number, string>;
+  try {
+    ends = new Map((await admin.fetchTopicOffsets(topic)).map((p) => [p.partition, p.high]));
+  } finally {
+    await admin.disconnect();
+  }
+  const done = [...ends].every(([partition, end]) => end === '0' || committed.get(partition) === end);
+  return { done, committed, ends };
+}
+
 /** The group's committed offset of one partition of `topic`. */
 export async function committedOffset(groupId: string, topic: string, partition = 0): Promise<string | undefined> {
   return (await committedOffsets(groupId, topic)).get(partition);
