@@ -4,7 +4,7 @@ import pg from 'pg';
 import { createRelay } from '../src/relay/relay.js';
 import { Membership } from '../src/relay/membership.js';
 import { lockWantedSql, renewSql } from '../src/relay/sql/leases.js';
-import { silentLogger } from '../src/shared/logger.js';
+import { createLogger, silentLogger } from '../src/shared/logger.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { testBrokers } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
@@ -146,5 +146,47 @@ test("integration: a relay frozen inside its lease round, holding another relay'
   } finally {
     await relay.stop();
     await connection.close();
+  }
+});
+
+test('integration: a session that is not a relay holding the lease rows locked fails lease rounds with a lock timeout, logged, instead of hanging them; once it ends, the relay renews again', async () => {
+  await clearLeases();
+  const warnings: Array<{ msg: string; err?: string }> = [];
+  const relay = createRelay({
+    producer: TEST_PRODUCER,
+    databaseUrl: db.databaseUrl,
+    kafkaBrokers: testBrokers(),
+    schema: db.schema,
+    leaseTtlMs: LEASE_TTL_MS,
+    logger: createLogger('warn', { write: (line: string) => void warnings.push(JSON.parse(line)) }),
+  });
+  await relay.start();
+  const operator = new pg.Client({ connectionString: db.databaseUrl });
+  operator.on('error', () => undefined);
+  await operator.connect();
+  try {
+    await waitFor('the relay to own every shard', () => relay.ownedShards.length === 256);
+    // An operator's open transaction: idle in it, but not a relay's, so nothing ends it.
+    await operator.query('BEGIN');
+    await operator.query(`SELECT shard FROM ${s}.outbox_shard_leases FOR UPDATE`);
+    const failed = await waitFor(
+      'a lease round failed with a lock timeout',
+      () => warnings.find((w) => w.msg === 'shard lease renewal failed' && /lock timeout/.test(w.err ?? '')),
+      { timeoutMs: 4 * LEASE_TTL_MS },
+    );
+    assert.ok(failed);
+    await operator.query('ROLLBACK');
+    // Renewed after the lock went: every lease valid for most of a TTL again.
+    await waitFor(
+      'the leases renewed',
+      async () => {
+        const leases = await validLeases(relay.instanceId);
+        return leases.count === 256 && leases.minLeftMs! > LEASE_TTL_MS / 2;
+      },
+      { timeoutMs: 4 * LEASE_TTL_MS },
+    );
+  } finally {
+    await operator.end().catch(() => undefined);
+    await relay.stop();
   }
 });
