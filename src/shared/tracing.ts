@@ -180,7 +180,7 @@ export async function startPublishSpans<M extends TracedRow>(messages: M[]): Pro
   const otel = await api();
   if (!otel) return noSpans(messages);
   const spans: Array<Otel.Span | undefined> = [];
-  const traced = messages.map((m) => {
+  const trace = (m: M): M => {
     const { span, parent } = startPublishSpan(otel, m);
     spans.push(span);
     const carrier: Record<string, string> = {};
@@ -188,7 +188,23 @@ export async function startPublishSpans<M extends TracedRow>(messages: M[]): Pro
     const out = Object.keys(carrier).length > 0 ? { ...m, headers: { ...(m.headers ?? {}), ...carrier } } : m;
     publishSpanOf.set(out, span);
     return out;
-  });
+  };
+  let traced: M[];
+  const first = messages[0];
+  if (first !== undefined && otel.propagation.fields().length === 0) {
+    // The API installed (a dependency of some other package, say) but no SDK and no
+    // propagator registered: every span is the no-op tracer's, with an invalid context and
+    // nothing to inject, and every message goes out as it came. Known from the first
+    // message, which then spares the others the per-row work (about 3 % of a draining
+    // relay's CPU profile).
+    const out = trace(first);
+    if (!otel.trace.isSpanContextValid(spans[0]!.spanContext()) && out === first) {
+      spans[0]!.end();
+      publishSpanOf.delete(first);
+      return noSpans(messages);
+    }
+    traced = [out, ...messages.slice(1).map(trace)];
+  } else traced = messages.map(trace);
   const end = (index: number, mark?: (span: Otel.Span) => void): void => {
     const span = spans[index];
     if (!span) return;
