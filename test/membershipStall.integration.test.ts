@@ -76,6 +76,17 @@ async function validLeases(relayId: string): Promise<{ count: number; minLeftMs:
   return { count: rows[0]!.count, minLeftMs: rows[0]!.min_left_ms };
 }
 
+/** Whether `relayId` holds every shard on a lease renewed since half a TTL ago: renewed, not left to lapse. */
+async function renewedForMostOfATtl(relayId: string): Promise<boolean> {
+  const leases = await validLeases(relayId);
+  return leases.count === 256 && leases.minLeftMs! > LEASE_TTL_MS / 2;
+}
+
+async function assertEndedByIdleTimeout(connection: FrozenConnection): Promise<void> {
+  const error = (await connection.ended) as Error & { code?: string };
+  assert.equal(error.code, '25P03', `the frozen transaction ended by its idle timeout: ${error.message}`);
+}
+
 async function isLive(relayId: string): Promise<boolean> {
   const { rows } = await db.pool.query(
     `SELECT 1 FROM ${s}.outbox_relays WHERE relay_id = $1 AND heartbeat_at > now() - make_interval(secs => lease_ttl_ms / 1000.0)`,
@@ -112,8 +123,7 @@ test('integration: a relay frozen inside its lease round, holding its own leases
     void frozen.tick(connection.client);
     await connection.frozen;
     await waitFor('the live relay to take every shard over', () => relay.ownedShards.length === 256, { timeoutMs: 6 * LEASE_TTL_MS });
-    const error = (await connection.ended) as Error & { code?: string };
-    assert.equal(error.code, '25P03', `the frozen transaction ended by its idle timeout: ${error.message}`);
+    await assertEndedByIdleTimeout(connection);
   } finally {
     await relay.stop();
     await connection.close();
@@ -136,13 +146,11 @@ test("integration: a relay frozen inside its lease round, holding another relay'
       "the live relay's leases on every shard renewed after the frozen relay died",
       async () => {
         if (await isLive(frozen.relayId)) return false;
-        const leases = await validLeases(relay.instanceId);
-        return leases.count === 256 && leases.minLeftMs! > LEASE_TTL_MS / 2;
+        return renewedForMostOfATtl(relay.instanceId);
       },
       { timeoutMs: 6 * LEASE_TTL_MS },
     );
-    const error = (await connection.ended) as Error & { code?: string };
-    assert.equal(error.code, '25P03', `the frozen transaction ended by its idle timeout: ${error.message}`);
+    await assertEndedByIdleTimeout(connection);
   } finally {
     await relay.stop();
     await connection.close();
@@ -177,14 +185,7 @@ test('integration: a session that is not a relay holding the lease rows locked f
     assert.ok(failed);
     await operator.query('ROLLBACK');
     // Renewed after the lock went: every lease valid for most of a TTL again.
-    await waitFor(
-      'the leases renewed',
-      async () => {
-        const leases = await validLeases(relay.instanceId);
-        return leases.count === 256 && leases.minLeftMs! > LEASE_TTL_MS / 2;
-      },
-      { timeoutMs: 4 * LEASE_TTL_MS },
-    );
+    await waitFor('the leases renewed', () => renewedForMostOfATtl(relay.instanceId), { timeoutMs: 4 * LEASE_TTL_MS });
   } finally {
     await operator.end().catch(() => undefined);
     await relay.stop();

@@ -4,6 +4,7 @@
 // registered: test/tracing.integration.test.ts.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { INVALID_SPAN_CONTEXT, trace, type Tracer, type TracerProvider } from '@opentelemetry/api';
 import { loadTracingApi, startPublishSpans, traceRequest } from '../../src/shared/tracing.js';
 
 test('no SDK registered: the publish spans leave every message as it was, the same object, and a request runs as given', async () => {
@@ -23,4 +24,15 @@ test('no SDK registered: the publish spans leave every message as it was, the sa
   spans.notPublished(2, 'later');
   spans.failed(new Error('x'));
   assert.equal((await startPublishSpans([])).messages.length, 0);
+});
+
+test('no SDK and no propagator: one no-op span a batch, not one a message', async () => {
+  // A provider whose spans are the no-op kind (invalid context, not recording), counting them.
+  let started = 0;
+  const tracer = { startSpan: () => (started++, trace.wrapSpanContext(INVALID_SPAN_CONTEXT)) } as unknown as Tracer;
+  assert.ok(trace.setGlobalTracerProvider({ getTracer: () => tracer } satisfies TracerProvider));
+  const messages = Array.from({ length: 5 }, (_, i) => ({ id: i, message_id: `m${i}`, topic: 't', key: `k${i}`, headers: null }));
+  const spans = await startPublishSpans(messages);
+  spans.messages.forEach((m, i) => assert.equal(m, messages[i]));
+  assert.equal(started, 1, 'the first message shows there is nothing to trace');
 });

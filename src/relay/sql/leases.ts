@@ -15,9 +15,9 @@
  * Both are transaction-local settings, so they hold behind a transaction pooler too.
  */
 export function beginMembershipSql(leaseTtlMs: number): string {
-  if (!Number.isInteger(leaseTtlMs) || leaseTtlMs <= 0) throw new TypeError(`not a lease TTL: ${leaseTtlMs}`);
-  const idleMs = Math.max(100, Math.floor(leaseTtlMs / 3));
-  const lockMs = Math.max(200, Math.floor(leaseTtlMs / 2));
+  // leaseTtlMs is a validated integer of at least 500 (options.ts): both are at least 166 ms.
+  const idleMs = Math.floor(leaseTtlMs / 3);
+  const lockMs = Math.floor(leaseTtlMs / 2);
   return `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${idleMs}; SET LOCAL lock_timeout = ${lockMs}`;
 }
 
