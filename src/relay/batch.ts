@@ -65,6 +65,8 @@ export interface Worker {
   handBackDue: boolean;
   /** Which shard moves this worker logged at info already ('over', 'back'; workerLoop.ts). */
   loggedShardMoves: Set<'over' | 'back'>;
+  /** Exactly-once mode: the worker's unit was started since the relay got it and since its last failed batch (unitStart.ts). */
+  unitReady: boolean;
 }
 
 /** Worker `index` of `count`, with its own shards and nothing done yet. */
@@ -83,6 +85,7 @@ export function newWorker(index: number, count: number): Worker {
     smallBatches: 0,
     handBackDue: false,
     loggedShardMoves: new Set(),
+    unitReady: false,
   };
 }
 
@@ -104,6 +107,8 @@ export interface BatchContext {
   options: Pick<ResolvedRelayOptions, 'batchSize' | 'maxMessageBytes' | 'missingTopicTimeoutMs' | 'deadLetterPolicy' | 'deadLetterPolicyByTopic' | 'onPublish'>;
   /** Publish messages; one result per message, in order (the producer port, ./producer.ts). */
   send(messages: RelayMessage[]): Promise<SendResult[]>;
+  /** Called before a batch's first send (exactly-once mode: its progress starts empty). */
+  beginPublish?(): void;
   /** True once a hard stop began: a batch acknowledged by Kafka is then not marked. */
   aborted(): boolean;
   /**
@@ -234,6 +239,7 @@ export async function finishBatch(ctx: BatchContext, open: OpenBatch): Promise<B
       return { claimed: 0, published: [], deadLetters: [], unsent: [], unsentError: undefined, startedAtMs, ackedAtMs: 0, claimMs: 0, publishMs: 0, markMs: 0 };
     }
     const publishStarted = Date.now();
+    ctx.beginPublish?.();
     let outcome;
     try {
       outcome = await publishBatch(rows, {

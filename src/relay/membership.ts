@@ -65,6 +65,8 @@ export class Membership {
     private readonly logger: Logger,
     /** When the relay's circuit breaker opened, or null while closed: sent with every heartbeat. */
     private readonly breakerOpenedAt: () => Date | null = () => null,
+    /** A relay's fair share: every n-th shard, or whole units in exactly-once mode (./units.ts). */
+    private readonly wantedShardsOf: (index: number, count: number) => Set<number> = wantedShards,
   ) {
     this.s = quotedSchema;
   }
@@ -76,7 +78,7 @@ export class Membership {
     const index = live.indexOf(this.relayId);
     // Our own heartbeat just committed, so we are live unless the clock jumped.
     const n = Math.max(1, live.length);
-    const wanted = wantedShards(Math.max(0, index), n);
+    const wanted = this.wantedShardsOf(Math.max(0, index), n);
     this.wanted = wanted;
 
     const takeovers: Array<{ shard: number; from: string; applicationName: string | null; takenAt: Date }> = [];

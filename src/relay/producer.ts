@@ -10,7 +10,7 @@ import { traceRequest } from '../shared/tracing.js';
 
 export type { MessageProducer, SendResult } from './messageProducer.js';
 
-const COMPRESSION = {
+export const COMPRESSION = {
   none: CompressionTypes.None,
   gzip: CompressionTypes.GZIP,
 } as const;
@@ -37,11 +37,8 @@ const COMPRESSION = {
 class BatchProducer implements MessageProducer {
   readonly adapter = 'kafkajs';
   private readonly producer: Producer;
-  /** Only asks for metadata (an empty send): lets a broker auto-create a topic, as producing would. */
-  private readonly creator: Producer;
-  private readonly metadata: TopicMetadata;
+  private readonly topics: KafkajsTopicMetadata;
   private connected = false;
-  private creatorConnected = false;
   private announced = false;
 
   constructor(
@@ -53,15 +50,11 @@ class BatchProducer implements MessageProducer {
     this.producer.on(this.producer.events.DISCONNECT, () => {
       this.connected = false;
     });
-    this.creator = kafka.producer({
-      createPartitioner: Partitioners.DefaultPartitioner,
-      allowAutoTopicCreation: true,
-      retry: { retries: 3, initialRetryTime: 100, maxRetryTime: 1_000 },
-    });
-    this.creator.on(this.creator.events.DISCONNECT, () => {
-      this.creatorConnected = false;
-    });
-    this.metadata = new TopicMetadata(new KafkajsPartitionCounts(kafka), (topic) => this.createTopic(topic));
+    this.topics = new KafkajsTopicMetadata(kafka);
+  }
+
+  private get metadata(): TopicMetadata {
+    return this.topics.metadata;
   }
 
   async send(messages: readonly RelayMessage[]): Promise<SendResult[]> {
@@ -110,9 +103,37 @@ class BatchProducer implements MessageProducer {
   }
 
   async disconnect(): Promise<void> {
+    await this.topics.close();
+    await this.producer.disconnect().catch(() => undefined);
+  }
+}
+
+/**
+ * Partition counts through kafkajs (./topicMetadata.ts), asking the broker to create a
+ * missing topic the way producing to it would (auto.create.topics.enable). Shared by the
+ * kafkajs adapter and the exactly-once units (./transactionalUnit.ts).
+ */
+export class KafkajsTopicMetadata {
+  readonly metadata: TopicMetadata;
+  /** Only asks for metadata (an empty send): lets a broker auto-create a topic, as producing would. */
+  private readonly creator: Producer;
+  private creatorConnected = false;
+
+  constructor(kafka: Kafka) {
+    this.creator = kafka.producer({
+      createPartitioner: Partitioners.DefaultPartitioner,
+      allowAutoTopicCreation: true,
+      retry: { retries: 3, initialRetryTime: 100, maxRetryTime: 1_000 },
+    });
+    this.creator.on(this.creator.events.DISCONNECT, () => {
+      this.creatorConnected = false;
+    });
+    this.metadata = new TopicMetadata(new KafkajsPartitionCounts(kafka), (topic) => this.createTopic(topic));
+  }
+
+  async close(): Promise<void> {
     await this.metadata.close();
     await this.creator.disconnect().catch(() => undefined);
-    await this.producer.disconnect().catch(() => undefined);
   }
 
   private async createTopic(topic: string): Promise<void> {
@@ -126,7 +147,8 @@ class BatchProducer implements MessageProducer {
   }
 }
 
-function toKafkajs(m: RelayMessage, partition: number): Message {
+/** A relay message as kafkajs sends it, to `partition`. */
+export function toKafkajs(m: RelayMessage, partition: number): Message {
   // No timestamp: kafkajs stamps the message with the time it sends it.
   return { key: m.key, value: m.value, headers: m.headers, partition, ...(m.timestampMs !== undefined ? { timestamp: String(m.timestampMs) } : {}) };
 }

@@ -28,6 +28,9 @@ import { newClaimFloor, type ClaimFloor } from './floor.js';
 import type { RelayEvents } from './relayEvents.js';
 import { publishRelayStarted } from '../shared/diagnostics.js';
 import { poolerRefused, probePooler } from './poolerProbe.js';
+import { setUpExactlyOnce, type ExactlyOnce } from './exactlyOnceSetup.js';
+import { UNIT_COUNT, wantedUnitShards } from './units.js';
+import { wantedShards } from './shards.js';
 
 export type { RelayEvents } from './relayEvents.js';
 
@@ -65,6 +68,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
   /** Statements go in full, none prepared: connections through a transaction pooler (poolerProbe.ts). */
   private inlineStatements: boolean;
   private producer: MessageProducer | undefined;
+  /** Exactly-once mode's units and what they share, once started. */
+  private exactlyOnce: ExactlyOnce | undefined;
   private workers: Worker[] = [];
   /** Where each worker's next claim starts (floor.ts). */
   private readonly floors = new Map<Worker, ClaimFloor>();
@@ -99,11 +104,22 @@ export class Relay extends TypedEmitter<RelayEvents> {
       this.options.leaseTtlMs,
       this.logger,
       () => (this.breaker.openedAtMs === undefined ? null : new Date(this.breaker.openedAtMs)),
+      this.exactlyOnceMode ? wantedUnitShards : wantedShards,
     );
     this.flow = new FlowRecorder(this.quotedSchema, this.instanceId);
     // Counted from the relay's own events, after commit: the batch's path is unchanged.
     this.on('batch', (b) => this.flow.sent(b.count));
     this.on('deadLetter', () => this.flow.deadLettered(1));
+  }
+
+  /** Whether this relay publishes in Kafka transactions (the `delivery` option). */
+  get exactlyOnceMode(): boolean {
+    return this.options.delivery === 'exactly-once';
+  }
+
+  /** Concurrent batch runners: batchesInFlight, or one per unit in exactly-once mode. */
+  private get workerCount(): number {
+    return this.exactlyOnceMode ? UNIT_COUNT : this.options.batchesInFlight;
   }
 
   /** Prefix of the application_name of every connection: how a successor finds them. */
@@ -144,7 +160,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     const o = this.options;
     // Two connections a worker (its batch being published and the next, claimed ahead:
     // workerLoop.ts), the lease renewal and one spare; the horizon probe has its own.
-    const pool = createPool(o.databaseUrl, this.applicationName, 2 * o.batchesInFlight + 2, this.logger);
+    const pool = createPool(o.databaseUrl, this.applicationName, 2 * this.workerCount + 2, this.logger);
     this.pool = pool;
     try {
       // A Postgres that accepts and never answers holds connect() until its timeout: a
@@ -182,23 +198,33 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
     const kafka = o.kafka ?? createKafka({ brokers: o.kafkaBrokers, clientId: o.clientId, logger: o.logger, ...o.kafkaSecurity });
     this.kafkaClient = kafka;
+    if (this.exactlyOnceMode) {
+      try {
+        this.exactlyOnce = await this.unlessStopped(setUpExactlyOnce(kafka, o, this.instanceId, this.logger), (late) => void late.close());
+      } catch (error) {
+        this.pool = undefined;
+        await pool.end().catch(() => undefined);
+        throw this.stopping ? stoppedWhileStarting() : error;
+      }
+    }
     this.producer = createMessageProducer(kafka, o);
 
-    this.workers = Array.from({ length: o.batchesInFlight }, (_, index) => newWorker(index, o.batchesInFlight));
+    this.workers = Array.from({ length: this.workerCount }, (_, index) => newWorker(index, this.workerCount));
     for (const w of this.workers) this.floors.set(w, newClaimFloor());
     const rt = this.runtime();
     this.loops = [runHorizonLoop(rt), runMembershipLoop(rt), runBreakerLoop(rt), runPartitionLoop(rt), ...this.workers.map((w) => runWorkerLoop(rt, w))];
     // Before the log line: whoever waits for the line (a test harness that then SIGKILLs
     // the process) must find the diagnostics message's subscribers done.
-    publishRelayStarted({ producer: this.producer.adapter, schema: o.schema });
+    publishRelayStarted({ producer: this.producer.adapter, schema: o.schema, delivery: o.delivery });
     this.logger.info(
       {
         database: describeDatabase(o.databaseUrl),
         brokers: o.kafkaBrokers,
         schema: o.schema,
         batchSize: o.batchSize,
-        batchesInFlight: o.batchesInFlight,
+        batchesInFlight: this.workerCount,
         producer: this.producer.adapter,
+        delivery: o.delivery,
       },
       'relay started',
     );
@@ -253,9 +279,13 @@ export class Relay extends TypedEmitter<RelayEvents> {
         });
       if (!(await settlesWithin(leave, budgetMs()))) this.logger.warn('giving the shard leases back took too long; they expire by themselves');
     }
+    // After a hard stop, batches may still be on their way (a Kafka request in flight): let
+    // them end before their clients close, within the same budget, so that none of them
+    // opens a connection again afterwards.
+    if (hard) await settlesWithin(Promise.all(this.loops), budgetMs());
     const closeMs = budgetMs();
     const [producerClosed, poolClosed] = await Promise.all([
-      settlesWithin(this.producer?.disconnect() ?? Promise.resolve(), closeMs),
+      settlesWithin(Promise.all([this.producer?.disconnect(), this.exactlyOnce?.close()]), closeMs),
       settlesWithin(this.pool?.end() ?? Promise.resolve(), closeMs),
     ]);
     if (!producerClosed) this.logger.warn({ waitedMs: closeMs }, 'the Kafka producer did not disconnect in time (broker not answering); left behind');
@@ -300,6 +330,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       pool: this.pool as pg.Pool,
       kafka: this.kafkaClient as Kafka,
       producer: this.producer as MessageProducer,
+      units: this.exactlyOnce?.units,
       workers: this.workers,
       floors: this.floors,
       workAvailable: this.workAvailable,

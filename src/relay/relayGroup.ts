@@ -1,3 +1,4 @@
+import { UNIT_COUNT } from './units.js';
 import type { Kafka } from 'kafkajs';
 import { createKafka } from '../shared/kafka.js';
 import { ConfigError, describeError } from '../shared/errors.js';
@@ -119,9 +120,10 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
         databaseUrl: o.databaseUrl,
         schema: o.schema,
         ...(o.batchesInFlight !== undefined ? { batchesInFlight: o.batchesInFlight } : {}),
+        ...(o.delivery !== undefined ? { delivery: o.delivery } : {}),
         logger: (options.logger ?? silentLogger()).child({ outbox: o.name }),
       });
-      total += connectionsPerOutbox(resolved.batchesInFlight);
+      total += connectionsPerOutbox(resolved.delivery === 'exactly-once' ? UNIT_COUNT : resolved.batchesInFlight);
       this.relayOptions.set(o.name, resolved);
     }
     const bound = settings.optionValue(maxDatabaseConnections, options.maxDatabaseConnections);

@@ -7,7 +7,9 @@ import type { ClaimArguments } from './sql/claim.js';
 import { kafkaTimestampMs } from './message.js';
 import { advanceFloor, floorAhead, floorForClaim, type ClaimFloor } from './floor.js';
 import { RETRY_BASE_MS, type RelayRuntime } from './relayRuntime.js';
+import type { TransactionalUnit } from './transactionalUnit.js';
 import { handBack, handOverIfQuiet, holdsOthersShards, noteBatch } from './workerShards.js';
+import { startUnit } from './unitStart.js';
 
 /** Idle workers look again this often even when the horizon did not move, to pick up
  *  rows that a failed batch or another transaction's lock left behind; after each recheck
@@ -43,12 +45,16 @@ export async function runWorkerLoop(rt: RelayRuntime, worker: Worker): Promise<v
 }
 
 async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
-  const ctx = batchContext(rt);
+  // Exactly-once mode: this worker's unit, whose shards never move to another worker.
+  const unit = rt.units?.[worker.index];
+  const ctx = batchContext(rt, unit);
   while (!rt.stopping) {
     // Between this worker's batches: shards may move to or from worker 0 (workerShards.ts).
     // Logged at info the first time per worker (the fault suite's report counts these
     // lines), then at debug: a trickle between bursts moves shards often.
-    if (worker.handBackDue && !worker.ahead) {
+    if (unit) {
+      // Units stay whole: no shard moves.
+    } else if (worker.handBackDue && !worker.ahead) {
       worker.handBackDue = false;
       handBack(rt.workers);
       rt.logger[worker.loggedShardMoves.has('back') ? 'debug' : 'info']({ worker: worker.index }, 'shards handed back: a full batch, every worker takes its own shards again (a backlog)');
@@ -60,8 +66,12 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
       rt.workAvailable.notify();
     }
     const { watermark, incarnation, settled, resets } = rt.horizon;
-    const shards = worker.shards.filter((s) => rt.membership.owned.has(s));
-    const unwanted = shards.filter((s) => !rt.membership.wanted.has(s));
+    const held = worker.shards.filter((s) => rt.membership.owned.has(s));
+    const unwanted = held.filter((s) => !rt.membership.wanted.has(s));
+    // A unit is published only when the relay holds all of it (its producer fences the
+    // others'); it must be started again whenever the relay held less.
+    const shards = unit && held.length < worker.shards.length ? [] : held;
+    if (unit && shards.length === 0) worker.unitReady = false;
     const ahead = worker.ahead;
     if (ahead && (unwanted.length > 0 || rt.breaker.isOpen || ahead.resets !== resets || !sameShards(ahead.batch.claim.shards, shards))) {
       await dropAhead(worker);
@@ -87,6 +97,12 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
       await rt.workAvailable.wait(Math.max(1, recheckMs - sinceClaimMs));
       continue;
     }
+    if (unit && !worker.unitReady && !(await startUnit(rt, worker, unit, shards))) {
+      if (rt.stopping) break;
+      worker.failures++;
+      await rt.sleepOrDatabaseBack(backoffDelayMs(worker.failures, RETRY_BASE_MS, rt.options.retryMaxDelayMs));
+      continue;
+    }
     let result: BatchResult;
     let current: ClaimedBatch;
     const floor = rt.floors.get(worker) as ClaimFloor;
@@ -106,6 +122,8 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
       });
       await settleAhead(rt, worker, next, result);
     } catch (error) {
+      // Its Kafka transaction may have committed: start the unit again before the next claim.
+      worker.unitReady = false;
       if (rt.aborted) break;
       if (error instanceof PublishError && rt.breaker.failure()) {
         rt.logger.warn(
@@ -211,14 +229,15 @@ function claimArguments(rt: RelayRuntime, watermark: number, incarnation: string
   };
 }
 
-/** What a batch needs from the relay. */
-function batchContext(rt: RelayRuntime): BatchContext {
+/** What a batch needs from the relay; in exactly-once mode it publishes through the worker's unit. */
+function batchContext(rt: RelayRuntime, unit: TransactionalUnit | undefined): BatchContext {
   return {
     pool: rt.pool,
     quotedSchema: rt.quotedSchema,
     instanceId: rt.instanceId,
     options: rt.options,
-    send: (rows) => rt.producer.send(rows),
+    send: unit ? (rows) => unit.send(rows) : (rows) => rt.producer.send(rows),
+    ...(unit ? { beginPublish: () => unit.beginBatch() } : {}),
     aborted: () => rt.aborted,
     inline: () => rt.inlineStatements,
   };

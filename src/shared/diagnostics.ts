@@ -13,6 +13,8 @@ export interface RelayStartedMessage {
   producer: string;
   /** The outbox's schema. */
   schema: string;
+  /** `at-least-once` or `exactly-once` (the relay's `delivery` option). */
+  delivery: string;
 }
 
 const relayStarted = diagnosticsChannel.channel(RELAY_STARTED_CHANNEL);

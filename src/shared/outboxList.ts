@@ -8,8 +8,8 @@
  *       { "name": "tenant_a", "databaseUrlFile": "/run/secrets/tenants-db", "schema": "tenant_a" } ] }
  *
  * Environment (OUTBOX_OUTBOXES=orders,tenant_a): for each name N, OUTBOX_<N>_DATABASE_URL
- * or OUTBOX_<N>_DATABASE_URL_FILE, and optionally OUTBOX_<N>_SCHEMA and
- * OUTBOX_<N>_BATCHES_IN_FLIGHT (N upper-cased).
+ * or OUTBOX_<N>_DATABASE_URL_FILE, and optionally OUTBOX_<N>_SCHEMA,
+ * OUTBOX_<N>_BATCHES_IN_FLIGHT and OUTBOX_<N>_DELIVERY (N upper-cased).
  *
  * Both forms refuse what they do not know (a top-level key beside `outboxes`, a field of
  * an entry, an OUTBOX_<N>_* variable): a typo must not fall back to a default in silence
@@ -36,16 +36,20 @@ export interface OutboxDefinition {
   schema: string;
   /** Batches of this outbox published at once (default: the group's batchesInFlight). */
   batchesInFlight?: number;
+  /** `at-least-once` or `exactly-once` for this outbox (default: the group's delivery). */
+  delivery?: 'at-least-once' | 'exactly-once';
 }
 
 /** Most outboxes one process takes: each holds its own connections, leases and loops. */
 const MAX_OUTBOXES = 64;
 
 const NAME = /^[a-z][a-z0-9_]{0,39}$/;
-const ENTRY_KEYS = new Set(['name', 'databaseUrl', 'databaseUrlEnv', 'databaseUrlFile', 'schema', 'batchesInFlight']);
+const ENTRY_KEYS = new Set(['name', 'databaseUrl', 'databaseUrlEnv', 'databaseUrlFile', 'schema', 'batchesInFlight', 'delivery']);
 const FILE_KEYS = new Set(['outboxes']);
 /** The OUTBOX_<N>_* variables of one outbox, by suffix. */
-const ENV_SUFFIXES = ['DATABASE_URL', 'DATABASE_URL_FILE', 'SCHEMA', 'BATCHES_IN_FLIGHT'] as const;
+const ENV_SUFFIXES = ['DATABASE_URL', 'DATABASE_URL_FILE', 'SCHEMA', 'BATCHES_IN_FLIGHT', 'DELIVERY'] as const;
+const DELIVERIES = ['at-least-once', 'exactly-once'] as const;
+const DELIVERY_ACCEPTS = 'at-least-once or exactly-once';
 const BATCHES_IN_FLIGHT_ACCEPTS = 'a whole number from 1 to 64';
 /**
  * Kubernetes' service links: a Service named `outbox-orders` puts OUTBOX_ORDERS_SERVICE_HOST,
@@ -91,7 +95,16 @@ export function checkOutboxList(list: readonly OutboxDefinition[], setting = 'ou
     if (o.batchesInFlight !== undefined && !(Number.isInteger(o.batchesInFlight) && o.batchesInFlight >= 1 && o.batchesInFlight <= 64)) {
       throw new ConfigError(`outbox ${o.name}: batchesInFlight`, `${JSON.stringify(o.batchesInFlight)} is not ${BATCHES_IN_FLIGHT_ACCEPTS}`);
     }
-    return { name: o.name, databaseUrl: o.databaseUrl, schema, ...(o.batchesInFlight !== undefined ? { batchesInFlight: o.batchesInFlight } : {}) };
+    if (o.delivery !== undefined && !(DELIVERIES as readonly unknown[]).includes(o.delivery)) {
+      throw new ConfigError(`outbox ${o.name}: delivery`, `${JSON.stringify(o.delivery)} is not ${DELIVERY_ACCEPTS}`);
+    }
+    return {
+      name: o.name,
+      databaseUrl: o.databaseUrl,
+      schema,
+      ...(o.batchesInFlight !== undefined ? { batchesInFlight: o.batchesInFlight } : {}),
+      ...(o.delivery !== undefined ? { delivery: o.delivery } : {}),
+    };
   });
 }
 
@@ -162,6 +175,7 @@ export function parseOutboxesFile(text: string, file: string, env: NodeJS.Proces
       databaseUrl,
       schema: (e.schema as string | undefined) ?? DEFAULT_SCHEMA,
       ...(e.batchesInFlight !== undefined ? { batchesInFlight: e.batchesInFlight as number } : {}),
+      ...(e.delivery !== undefined ? { delivery: e.delivery as OutboxDefinition['delivery'] } : {}),
     };
   });
   return checkOutboxList(list, `${file}: outboxes`);
@@ -191,6 +205,10 @@ export function outboxesFromEnvironment(env: NodeJS.ProcessEnv, otherVariables: 
     if (inFlight !== undefined && inFlight !== '' && !(/^\d+$/.test(inFlight.trim()) && Number(inFlight) >= 1 && Number(inFlight) <= 64)) {
       throw new ConfigError(`${prefix}BATCHES_IN_FLIGHT`, `${JSON.stringify(inFlight)} is not ${BATCHES_IN_FLIGHT_ACCEPTS}`);
     }
+    const delivery = env[`${prefix}DELIVERY`]?.trim();
+    if (delivery && !(DELIVERIES as readonly string[]).includes(delivery)) {
+      throw new ConfigError(`${prefix}DELIVERY`, `${JSON.stringify(delivery)} is not ${DELIVERY_ACCEPTS}`);
+    }
     const schema = env[`${prefix}SCHEMA`] || DEFAULT_SCHEMA;
     const schemaProblem = schemaNameProblem(schema);
     if (schemaProblem) throw new ConfigError(`${prefix}SCHEMA`, schemaProblem);
@@ -199,6 +217,7 @@ export function outboxesFromEnvironment(env: NodeJS.ProcessEnv, otherVariables: 
       databaseUrl,
       schema,
       ...(inFlight ? { batchesInFlight: Number(inFlight) } : {}),
+      ...(delivery ? { delivery: delivery as OutboxDefinition['delivery'] } : {}),
     };
   });
   refuseUnknownVariables(names, env, otherVariables);

@@ -83,3 +83,44 @@ export async function readTopic(
   }
   return messages;
 }
+
+/**
+ * Read a topic from the beginning to the high watermarks it has now, with
+ * isolation.level=read_committed (kafkajs' default): what a transactional reader gets.
+ * A partition is read to its end when the consumer's position passed its last offset,
+ * control records (transaction markers, never delivered as messages) included: kafkajs
+ * reports that position for every fetched batch (END_BATCH_PROCESS), also for a batch of
+ * markers only.
+ */
+export async function readCommittedToEnd(topic: string, { brokers = testBrokers(), timeoutMs = 120_000 }: { brokers?: string[]; timeoutMs?: number } = {}): Promise<ReadMessage[]> {
+  const kafka = testKafka(brokers);
+  const admin = kafka.admin();
+  await admin.connect();
+  const ends = new Map<number, number>();
+  try {
+    for (const p of await admin.fetchTopicOffsets(topic)) if (Number(p.high) > 0) ends.set(p.partition, Number(p.high));
+  } finally {
+    await admin.disconnect();
+  }
+  const messages: ReadMessage[] = [];
+  if (ends.size === 0) return messages;
+  const consumer = kafka.consumer({ groupId: uniqueName('committed-reader'), maxWaitTimeInMs: 100 });
+  const remaining = new Set(ends.keys());
+  consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
+    if (Number(payload.lastOffset) >= ends.get(payload.partition)! - 1) remaining.delete(payload.partition);
+  });
+  await consumer.connect();
+  try {
+    await consumer.subscribe({ topic, fromBeginning: true });
+    await consumer.run({
+      eachMessage: async ({ partition, message }) => {
+        if (Number(message.offset) >= ends.get(partition)!) return;
+        messages.push({ partition, offset: message.offset, key: message.key?.toString() ?? null, value: message.value, headers: decodeHeaders(message), timestamp: message.timestamp });
+      },
+    });
+    await waitFor(`${topic} read to its end`, () => remaining.size === 0, { timeoutMs });
+  } finally {
+    await consumer.disconnect();
+  }
+  return messages;
+}

@@ -26,7 +26,7 @@ test('an outboxes file takes each URL from the variable or file it names, and th
     JSON.stringify({
       outboxes: [
         { name: 'orders', databaseUrlEnv: 'ORDERS_URL', schema: 'orders' },
-        { name: 'tenant_b', databaseUrlFile: secret, batchesInFlight: 1 },
+        { name: 'tenant_b', databaseUrlFile: secret, batchesInFlight: 1, delivery: 'exactly-once' },
         { name: 'plain', databaseUrl: 'postgres://relay@db-c/app' },
       ],
     }),
@@ -35,7 +35,7 @@ test('an outboxes file takes each URL from the variable or file it names, and th
   );
   assert.deepEqual(list, [
     { name: 'orders', databaseUrl: URL_A, schema: 'orders' },
-    { name: 'tenant_b', databaseUrl: URL_B, schema: 'public', batchesInFlight: 1 },
+    { name: 'tenant_b', databaseUrl: URL_B, schema: 'public', batchesInFlight: 1, delivery: 'exactly-once' },
     { name: 'plain', databaseUrl: 'postgres://relay@db-c/app', schema: 'public' },
   ]);
 });
@@ -54,21 +54,24 @@ test('an outboxes file is refused, naming the entry, never quoting a URL', () =>
   refuses(parse({ outboxes: [{ name: 'a', databaseUrlEnv: 'U' }, { name: 'b', databaseUrlEnv: 'U' }] }), /same database and schema as outbox a/);
   refuses(parse({ outboxes: [{ name: 'a', databaseUrlEnv: 'U', schema: 'x;drop' }] }), /not a valid name/);
   refuses(parse({ outboxes: [{ name: 'a', databaseUrlEnv: 'U', batchesInFlight: 0 }] }), /batchesInFlight/);
+  refuses(parse({ outboxes: [{ name: 'a', databaseUrlEnv: 'U', delivery: 'exactly_once' }] }), /outbox a: delivery: "exactly_once" is not at-least-once or exactly-once/);
   refuses(parse({ outboxes: [{ name: 'a', databaseUrlEnv: 'U' }] }, { U: 'postgres://u:pw/x@host:5432/db' }), /database URL/, 'pw/x');
 });
 
-test('OUTBOX_OUTBOXES names the outboxes; each takes OUTBOX_<NAME>_DATABASE_URL (or _FILE), _SCHEMA and _BATCHES_IN_FLIGHT', () => {
+test('OUTBOX_OUTBOXES names the outboxes; each takes OUTBOX_<NAME>_DATABASE_URL (or _FILE), _SCHEMA, _BATCHES_IN_FLIGHT and _DELIVERY', () => {
   const list = outboxesFromEnvironment({
     OUTBOX_OUTBOXES: 'orders, billing',
     OUTBOX_ORDERS_DATABASE_URL: URL_A,
     OUTBOX_ORDERS_SCHEMA: 'orders',
     OUTBOX_BILLING_DATABASE_URL: URL_B,
     OUTBOX_BILLING_BATCHES_IN_FLIGHT: '4',
+    OUTBOX_BILLING_DELIVERY: 'exactly-once',
   });
   assert.deepEqual(list, [
     { name: 'orders', databaseUrl: URL_A, schema: 'orders' },
-    { name: 'billing', databaseUrl: URL_B, schema: 'public', batchesInFlight: 4 },
+    { name: 'billing', databaseUrl: URL_B, schema: 'public', batchesInFlight: 4, delivery: 'exactly-once' },
   ]);
+  refuses(() => outboxesFromEnvironment({ OUTBOX_OUTBOXES: 'orders', OUTBOX_ORDERS_DATABASE_URL: URL_A, OUTBOX_ORDERS_DELIVERY: 'once' }), /OUTBOX_ORDERS_DELIVERY: "once" is not/);
   refuses(() => outboxesFromEnvironment({ OUTBOX_OUTBOXES: 'orders' }), /OUTBOX_ORDERS_DATABASE_URL: is required/);
   refuses(() => outboxesFromEnvironment({ OUTBOX_OUTBOXES: 'orders', OUTBOX_ORDERS_DATABASE_URL: URL_A, OUTBOX_ORDERS_DATABASE_URL_FILE: '/x' }), /both set/);
   refuses(() => outboxesFromEnvironment({ OUTBOX_OUTBOXES: 'Orders' }), /not an outbox name/);

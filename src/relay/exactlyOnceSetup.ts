@@ -1,0 +1,213 @@
+import kafkajs, { Partitioners, type Admin, type Kafka } from 'kafkajs';
+import { OutboxError, describeError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+import { KafkajsTopicMetadata } from './producer.js';
+import { TransactionalUnit } from './transactionalUnit.js';
+import { UNIT_COUNT } from './units.js';
+import type { ResolvedRelayOptions } from './options.js';
+
+// What exactly-once mode sets up at start (docs/exactly-once.md): the names it works
+// under, the broker settings it depends on, the progress topic, and the permissions on
+// transactional ids and on the progress group, each checked with one clear line when it
+// fails, before the relay claims anything.
+
+// Not a named export Node's ESM loader finds in kafkajs' CommonJS.
+const { ConfigResourceTypes } = kafkajs;
+
+/** Kafka's default offset.metadata.max.bytes: what a progress record may hold when the broker's settings cannot be read. */
+const DEFAULT_METADATA_MAX_BYTES = 4_096;
+/** Below this a 500-row batch would go out in several transactions, most of the time. */
+const MIN_METADATA_MAX_BYTES = 1_024;
+/** How long the transactional-id check waits for Kafka's transaction coordinator. */
+const INIT_CHECK_TIMEOUT_MS = 30_000;
+
+/** The Kafka names of one outbox in exactly-once mode. */
+export interface ExactlyOnceNames {
+  transactionalId(unit: number): string;
+  /** The consumer group whose offsets hold each unit's progress (it never has members). */
+  progressGroup: string;
+  /** The topic those offsets are on, one partition per unit; no record is ever written to it. */
+  progressTopic: string;
+}
+
+export function exactlyOnceNames(prefix: string, schema: string): ExactlyOnceNames {
+  return {
+    transactionalId: (unit) => `${prefix}.${schema}.unit-${unit}`,
+    progressGroup: `${prefix}.${schema}.progress`,
+    progressTopic: `${prefix}.progress`,
+  };
+}
+
+/** A running relay's exactly-once side: its units and what they share. */
+export interface ExactlyOnce {
+  names: ExactlyOnceNames;
+  units: TransactionalUnit[];
+  close(): Promise<void>;
+}
+
+/** Refused at start: Kafka lacks something exactly-once mode needs. Not retriable: a setting or a permission. */
+export class ExactlyOnceRefused extends OutboxError {
+  constructor(message: string, cause?: unknown) {
+    super(`exactly-once delivery cannot start: ${message}`, { retriable: false, cause });
+  }
+}
+
+/**
+ * Check what exactly-once mode needs of Kafka and build the relay's units.
+ * @throws ExactlyOnceRefused naming what is missing
+ */
+export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, instanceId: string, logger: Logger): Promise<ExactlyOnce> {
+  const names = exactlyOnceNames(o.transactionalIdPrefix, o.schema);
+  const admin = kafka.admin();
+  const metadata = new KafkajsTopicMetadata(kafka);
+  const close = async (): Promise<void> => {
+    await metadata.close();
+    await admin.disconnect().catch(() => undefined);
+  };
+  try {
+    await admin.connect();
+    const maxProgressChars = await checkBrokerSettings(admin, o, logger);
+    await ensureProgressTopic(admin, names.progressTopic);
+    await checkTransactionalIds(kafka, `${o.transactionalIdPrefix}.${o.schema}.start-check.${instanceId}`, o.transactionTimeoutMs);
+    await checkProgressGroup(admin, names);
+    logger.info({ progressTopic: names.progressTopic, progressGroup: names.progressGroup, transactionalIds: names.transactionalId(0).replace(/0$/, '*'), units: UNIT_COUNT }, 'exactly-once delivery: Kafka checks passed');
+    const units = Array.from(
+      { length: UNIT_COUNT },
+      (_, unit) =>
+        new TransactionalUnit({
+          kafka,
+          admin,
+          metadata: metadata.metadata,
+          unit,
+          transactionalId: names.transactionalId(unit),
+          progressGroup: names.progressGroup,
+          progressTopic: names.progressTopic,
+          transactionTimeoutMs: o.transactionTimeoutMs,
+          compression: o.compression,
+          maxProgressChars,
+          logger,
+        }),
+    );
+    return {
+      names,
+      units,
+      close: async () => {
+        await Promise.all(units.map((u) => u.close()));
+        await close();
+      },
+    };
+  } catch (error) {
+    await close();
+    throw error;
+  }
+}
+
+/** The broker settings transactions depend on; returns the longest progress record. */
+async function checkBrokerSettings(admin: Admin, o: ResolvedRelayOptions, logger: Logger): Promise<number> {
+  const { brokers } = await admin.describeCluster();
+  let settings: Map<string, string>;
+  try {
+    const described = await admin.describeConfigs({ resources: [{ type: ConfigResourceTypes.BROKER, name: String(brokers[0]!.nodeId) }], includeSynonyms: false });
+    settings = new Map(described.resources[0]!.configEntries.map((e) => [e.configName, e.configValue]));
+  } catch (error) {
+    logger.warn(
+      { err: describeError(error) },
+      'exactly-once delivery: cannot read the broker settings (DescribeConfigs on the cluster refused?); transaction.state.log.*, transaction.max.timeout.ms and offset.metadata.max.bytes are not checked',
+    );
+    return DEFAULT_METADATA_MAX_BYTES;
+  }
+  const number = (name: string): number | undefined => (settings.has(name) ? Number(settings.get(name)) : undefined);
+  const replication = number('transaction.state.log.replication.factor');
+  const minIsr = number('transaction.state.log.min.isr');
+  const topics = await admin.listTopics();
+  if (replication !== undefined && replication > brokers.length && !topics.includes('__transaction_state')) {
+    throw new ExactlyOnceRefused(
+      `the brokers' transaction.state.log.replication.factor is ${replication} but the cluster has ${brokers.length} broker(s): Kafka cannot create its transaction log (__transaction_state); lower it or add brokers`,
+    );
+  }
+  if (replication !== undefined && minIsr !== undefined && minIsr > replication) {
+    throw new ExactlyOnceRefused(`the brokers' transaction.state.log.min.isr (${minIsr}) is above transaction.state.log.replication.factor (${replication}): no transaction could commit`);
+  }
+  const maxTimeout = number('transaction.max.timeout.ms');
+  if (maxTimeout !== undefined && o.transactionTimeoutMs > maxTimeout) {
+    throw new ExactlyOnceRefused(
+      `--transaction-timeout-ms ${o.transactionTimeoutMs} is above the brokers' transaction.max.timeout.ms (${maxTimeout}): lower it or raise the broker's`,
+    );
+  }
+  const metadataMax = number('offset.metadata.max.bytes') ?? DEFAULT_METADATA_MAX_BYTES;
+  if (metadataMax < MIN_METADATA_MAX_BYTES) {
+    throw new ExactlyOnceRefused(`the brokers' offset.metadata.max.bytes is ${metadataMax}: a batch's progress needs at least ${MIN_METADATA_MAX_BYTES} (Kafka's default is 4096)`);
+  }
+  return metadataMax;
+}
+
+/** The progress topic, one partition per unit: created when missing, refused when of another size. */
+async function ensureProgressTopic(admin: Admin, topic: string): Promise<void> {
+  const partitions = async (): Promise<number | undefined> => {
+    try {
+      const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
+      return topics[0]?.partitions.length;
+    } catch (error) {
+      if ((error as { type?: string }).type === 'UNKNOWN_TOPIC_OR_PARTITION') return undefined;
+      throw error;
+    }
+  };
+  let count = await partitions();
+  if (count === undefined) {
+    try {
+      await admin.createTopics({ topics: [{ topic, numPartitions: UNIT_COUNT }], waitForLeaders: true });
+    } catch (error) {
+      const type = (error as { type?: string }).type;
+      // Another relay created it meanwhile: fine. Anything else, the operator creates it.
+      if (type !== 'TOPIC_ALREADY_EXISTS' && !/already exists/i.test(describeError(error))) {
+        throw new ExactlyOnceRefused(
+          `the progress topic ${JSON.stringify(topic)} does not exist and could not be created (${describeError(error)}): create it with ${UNIT_COUNT} partitions, or allow CREATE on it`,
+          error,
+        );
+      }
+    }
+    count = await partitions();
+  }
+  if (count !== UNIT_COUNT) {
+    throw new ExactlyOnceRefused(`the progress topic ${JSON.stringify(topic)} has ${count ?? 'no'} partitions; it needs ${UNIT_COUNT}, one per unit of shards (is the prefix another tool's?)`);
+  }
+}
+
+/** InitProducerId under a transactional id of the prefix: the WRITE permission on them, and a transaction coordinator that answers. */
+async function checkTransactionalIds(kafka: Kafka, transactionalId: string, transactionTimeoutMs: number): Promise<void> {
+  const producer = kafka.producer({ transactionalId, transactionTimeout: transactionTimeoutMs, maxInFlightRequests: 1, createPartitioner: Partitioners.DefaultPartitioner, retry: { retries: 5 } });
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      (async () => {
+        await producer.connect();
+        const t = await producer.transaction();
+        await t.abort();
+      })(),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no answer from Kafka's transaction coordinator in ${INIT_CHECK_TIMEOUT_MS} ms`)), INIT_CHECK_TIMEOUT_MS);
+      }),
+    ]);
+  } catch (error) {
+    const why = describeError(error);
+    if (/TRANSACTIONAL_ID_AUTHORIZATION_FAILED|Transactional Id authorization failed/i.test(why) || (error as { type?: string }).type === 'TRANSACTIONAL_ID_AUTHORIZATION_FAILED') {
+      throw new ExactlyOnceRefused(`Kafka refused the transactional id ${JSON.stringify(transactionalId)}: allow WRITE and DESCRIBE on TransactionalId with this prefix`, error);
+    }
+    throw new ExactlyOnceRefused(`could not start a transactional producer (${why}): are transactions enabled on the brokers (the transaction log replicated, a coordinator up)?`, error);
+  } finally {
+    clearTimeout(timer);
+    await producer.disconnect().catch(() => undefined);
+  }
+}
+
+/** OffsetFetch on the progress group: the READ and DESCRIBE permissions a unit's start needs. */
+async function checkProgressGroup(admin: Admin, names: ExactlyOnceNames): Promise<void> {
+  try {
+    await admin.fetchOffsets({ groupId: names.progressGroup, topics: [names.progressTopic] });
+  } catch (error) {
+    throw new ExactlyOnceRefused(
+      `cannot read the progress group ${JSON.stringify(names.progressGroup)} (${describeError(error)}): allow READ and DESCRIBE on the group and DESCRIBE on topic ${JSON.stringify(names.progressTopic)}`,
+      error,
+    );
+  }
+}

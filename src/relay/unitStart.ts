@@ -1,0 +1,37 @@
+import { describeError } from '../shared/errors.js';
+import { markRecoveredSql } from './sql/recover.js';
+import type { RelayRuntime } from './relayRuntime.js';
+import type { Worker } from './batch.js';
+import type { TransactionalUnit } from './transactionalUnit.js';
+
+/**
+ * Exactly-once mode: before a worker claims anything of its unit (after the relay got the
+ * unit, and after any failed batch, whose Kafka transaction may have committed), start
+ * the unit's producer, which fences every other producer of the unit and settles its open
+ * transaction, and mark sent what the unit's progress says Kafka holds. True when the
+ * unit is ready; false (logged) when it must be tried again.
+ */
+export async function startUnit(rt: RelayRuntime, worker: Worker, unit: TransactionalUnit, shards: readonly number[]): Promise<boolean> {
+  // Never after a stop began: starting the unit again would fence its next owner.
+  if (rt.stopping) return false;
+  try {
+    const ids = await unit.start();
+    if (rt.stopping) return false;
+    let marked = 0;
+    if (ids.length > 0) {
+      const r = await rt.pool.query(markRecoveredSql(rt.quotedSchema, rt.options.onPublish), [ids, shards, rt.instanceId]);
+      marked = r.rowCount ?? 0;
+    }
+    worker.unitReady = true;
+    rt.logger[marked > 0 ? 'info' : 'debug'](
+      { worker: worker.index, unit: unit.unit, progressIds: ids.length, markedSent: marked },
+      marked > 0
+        ? "exactly-once unit started: rows its last Kafka transaction published were still unsent (a crash between Kafka's commit and Postgres'); marked sent, not published again"
+        : 'exactly-once unit started',
+    );
+    return true;
+  } catch (error) {
+    rt.logger.warn({ worker: worker.index, unit: unit.unit, err: describeError(error) }, 'could not start the exactly-once unit; retrying before any claim');
+    return false;
+  }
+}

@@ -1,0 +1,194 @@
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import diagnosticsChannel from 'node:diagnostics_channel';
+import { createRelay } from '../src/relay/relay.js';
+import { resolveRelayOptions } from '../src/relay/options.js';
+import { setUpExactlyOnce, exactlyOnceNames } from '../src/relay/exactlyOnceSetup.js';
+import { KAFKA_COMMITTED_CHANNEL, PROGRESS_READ_CHANNEL } from '../src/relay/transactionalUnit.js';
+import { UNIT_COUNT } from '../src/relay/units.js';
+import { HEADERS } from '../src/shared/kafka.js';
+import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
+import { createTopic, testBrokers, testKafka } from './helpers/kafka.js';
+import { readCommittedWithKafka, type CommittedRecord } from './helpers/committedReader.js';
+import { waitFor } from './helpers/wait.js';
+import { sentCount, writeCommitted } from './helpers/outbox.js';
+import { pino } from 'pino';
+import { silentLogger } from '../src/shared/logger.js';
+
+// Exactly-once delivery (docs/exactly-once.md) on a real broker: what a read_committed
+// reader gets (Kafka's own consumer: test/helpers/committedReader.ts), across a relay stopped between Kafka's commit and Postgres' COMMIT, and
+// Kafka's own fencing of a unit's previous producer. The mode publishes through kafkajs
+// only (the platformatic adapter is refused: test/unit/exactlyOnceOptions.test.ts).
+
+let db: TestSchema;
+before(async () => {
+  db = await createTestSchema('eos');
+});
+after(async () => {
+  await db.drop();
+});
+
+const relayOptions = (prefix: string, extra: Record<string, unknown> = {}) => ({
+  producer: 'kafkajs' as const,
+  delivery: 'exactly-once' as const,
+  transactionalIdPrefix: prefix,
+  databaseUrl: db.databaseUrl,
+  kafkaBrokers: testBrokers(),
+  schema: db.schema,
+  batchSize: 50,
+  ...extra,
+});
+
+/** Deliveries per outbox id, and whether each key's first deliveries come in id order. */
+function tally(records: CommittedRecord[]): { count: Map<number, number>; outOfOrder: string[] } {
+  const count = new Map<number, number>();
+  const highest = new Map<string, number>();
+  const outOfOrder: string[] = [];
+  for (const m of records) {
+    const id = m.outboxId!;
+    count.set(id, (count.get(id) ?? 0) + 1);
+    if (id < (highest.get(m.key!) ?? 0)) outOfOrder.push(`${m.key}: ${id} after ${highest.get(m.key!)}`);
+    else highest.set(m.key!, id);
+  }
+  return { count, outOfOrder };
+}
+
+test('integration: exactly-once: every row reaches a read_committed reader once, each key in id order, and the units hold their progress in Kafka', async () => {
+  const topic = await createTopic(3);
+  const prefix = uniqueName('eos-e2e');
+  const ids = await writeCommitted(db, Array.from({ length: 600 }, (_, i) => ({ topic, key: `k${i % 37}`, payload: { i } })));
+  const relay = createRelay(relayOptions(prefix));
+  await relay.start();
+  try {
+    await waitFor('every row sent', async () => (await sentCount(db, topic)) === ids.length);
+  } finally {
+    await relay.stop();
+  }
+  const { count, outOfOrder } = tally(await readCommittedWithKafka(topic));
+  assert.deepEqual([...count.keys()].sort((a, b) => a - b), ids, 'every row delivered');
+  assert.deepEqual([...count.values()].filter((n) => n > 1), [], 'none twice');
+  assert.deepEqual(outOfOrder, [], 'each key in id order');
+
+  const names = exactlyOnceNames(prefix, db.schema);
+  const admin = testKafka().admin();
+  await admin.connect();
+  try {
+    const [progress] = await admin.fetchOffsets({ groupId: names.progressGroup, topics: [names.progressTopic] });
+    const committed = progress!.partitions.filter((p) => p.metadata);
+    // 37 keys hash over the shards of more than one unit.
+    assert.ok(committed.length > 1 && committed.length <= UNIT_COUNT, `units with progress: ${committed.length}`);
+  } finally {
+    await admin.disconnect();
+  }
+});
+
+/**
+ * A relay stopped hard right after its first Kafka commit, before the batch's Postgres
+ * COMMIT (on the channel the unit announces each commit on, synchronously, inside the
+ * batch), then a second relay on the same outbox. `plant` empties the ids the second
+ * relay's units read from their progress: what the relay would do without the progress.
+ */
+async function crashAfterKafkaCommit(plant: boolean): Promise<{ rows: number[]; count: Map<number, number>; outOfOrder: string[]; markedAtStart: number }> {
+  const topic = await createTopic(2);
+  const prefix = uniqueName('eos-crash');
+  const rows = await writeCommitted(db, Array.from({ length: 200 }, (_, i) => ({ topic, key: `c${i % 11}`, payload: { i } })));
+  const first = createRelay(relayOptions(prefix));
+  let committedInKafka = 0;
+  const onCommit = (): void => {
+    committedInKafka++;
+    void first.abort();
+  };
+  diagnosticsChannel.subscribe(KAFKA_COMMITTED_CHANNEL, onCommit);
+  try {
+    await first.start();
+    await waitFor('a Kafka commit', () => committedInKafka > 0);
+    await first.stop();
+  } finally {
+    diagnosticsChannel.unsubscribe(KAFKA_COMMITTED_CHANNEL, onCommit);
+  }
+  assert.equal(await sentCount(db, topic), 0, 'the first relay marked nothing sent: its batch rolled back after Kafka committed it');
+
+  let markedAtStart = 0;
+  const onProgress = (message: unknown): void => {
+    const m = message as { ids: number[] };
+    if (plant) m.ids = [];
+  };
+  diagnosticsChannel.subscribe(PROGRESS_READ_CHANNEL, onProgress);
+  const second = createRelay(relayOptions(prefix, { logger: countingLogger((n) => (markedAtStart += n)) }));
+  try {
+    await second.start();
+    await waitFor('every row sent', async () => (await sentCount(db, topic)) === rows.length);
+  } finally {
+    diagnosticsChannel.unsubscribe(PROGRESS_READ_CHANNEL, onProgress);
+    await second.stop();
+  }
+  return { rows, ...tally(await readCommittedWithKafka(topic)), markedAtStart };
+}
+
+/** A logger that passes on the markedSent counts of its "exactly-once unit started" lines. */
+function countingLogger(marked: (n: number) => void) {
+  return pino({ level: 'info' }, {
+    write(line: string) {
+      const n = (JSON.parse(line) as { markedSent?: number }).markedSent;
+      if (typeof n === 'number') marked(n);
+    },
+  });
+}
+
+test("integration: exactly-once: a relay stopped between Kafka's commit and Postgres' COMMIT; the next relay marks those rows sent from the unit's progress and publishes none of them again", async () => {
+  const { rows, count, outOfOrder, markedAtStart } = await crashAfterKafkaCommit(false);
+  assert.ok(markedAtStart > 0, 'the second relay found rows in its progress that Kafka had and Postgres had not marked');
+  assert.deepEqual([...count.keys()].sort((a, b) => a - b), rows, 'every row delivered');
+  assert.deepEqual([...count.entries()].filter(([, n]) => n > 1), [], 'none twice');
+  assert.deepEqual(outOfOrder, [], 'each key in id order');
+});
+
+test('integration: exactly-once: without the progress (planted: its ids emptied) the same crash publishes the committed batch again, so the check above can fail', async () => {
+  const { rows, count } = await crashAfterKafkaCommit(true);
+  assert.deepEqual([...count.keys()].sort((a, b) => a - b), rows, 'every row delivered');
+  const twice = [...count.values()].filter((n) => n > 1).length;
+  assert.ok(twice > 0, 'the batch Kafka had committed went out a second time');
+});
+
+test("integration: exactly-once: a unit started by another relay fences this one in Kafka: its next transaction fails and a read_committed reader sees none of it", async () => {
+  const topic = await createTopic(1);
+  const prefix = uniqueName('eos-fence');
+  const options = resolveRelayOptions(relayOptions(prefix));
+  const a = await setUpExactlyOnce(testKafka(), options, 'relayaaaaaaa', silentLogger());
+  const b = await setUpExactlyOnce(testKafka(), options, 'relaybbbbbbb', silentLogger());
+  const message = (id: number) => ({ id, message_id: `m${id}`, topic, key: 'k', value: `{"id":${id}}`, headers: { [HEADERS.outboxId]: String(id) } });
+  try {
+    const stale = a.units[3]!;
+    await stale.start();
+    stale.beginBatch();
+    assert.deepEqual(await stale.send([message(1)]), [{ acknowledged: true }], 'the first owner publishes');
+    // The unit moves: its new owner starts the producer under the same transactional id.
+    const fresh = b.units[3]!;
+    assert.deepEqual(await fresh.start(), [1], "the new owner reads the old owner's progress");
+    stale.beginBatch();
+    await assert.rejects(stale.send([message(2)]), (error: Error) => /fenced|epoch|PRODUCER_FENCED|INVALID_PRODUCER_EPOCH/i.test(`${error.message} ${(error as { type?: string }).type ?? ''}`), 'the fenced producer cannot commit');
+    fresh.beginBatch();
+    assert.deepEqual(await fresh.send([message(3)]), [{ acknowledged: true }], 'the new owner publishes');
+  } finally {
+    await a.close();
+    await b.close();
+  }
+  const ids = (await readCommittedWithKafka(topic)).map((m) => m.outboxId);
+  assert.deepEqual(ids, [1, 3], "the fenced relay's message is not among the committed ones");
+});
+
+test('integration: exactly-once: a relay refuses to start on a progress topic of another size, and with a transaction timeout above the brokers\' transaction.max.timeout.ms', async () => {
+  const prefix = uniqueName('eos-refuse');
+  const admin = testKafka().admin();
+  await admin.connect();
+  try {
+    await admin.createTopics({ topics: [{ topic: exactlyOnceNames(prefix, db.schema).progressTopic, numPartitions: 3 }], waitForLeaders: true });
+  } finally {
+    await admin.disconnect();
+  }
+  await assert.rejects(createRelay(relayOptions(prefix)).start(), /progress topic .* has 3 partitions; it needs 8/);
+  await assert.rejects(
+    createRelay(relayOptions(uniqueName('eos-timeout'), { transactionTimeoutMs: 1_000_000 })).start(),
+    /--transaction-timeout-ms 1000000 is above the brokers' transaction.max.timeout.ms \(900000\)/,
+  );
+});

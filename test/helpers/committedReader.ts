@@ -1,0 +1,64 @@
+import { execFile, execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { testBrokers } from './kafka.js';
+
+// A topic read as a read_committed reader of Kafka's own client sees it
+// (test/fixtures/CommittedReader.java, compiled here with javac against the jars
+// scripts/kafka-fetch.sh downloads): the reference for what exactly-once delivery
+// promises. Not kafkajs: its read_committed filter (consumer/filterAbortedMessages.js)
+// moves into at most one aborted transaction per record, so when the aborts of several
+// producers start before a record, records of the later ones get through
+// (test/committedReader.integration.test.ts shows it).
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const SOURCE = join(ROOT, 'test/fixtures/CommittedReader.java');
+const LIBS = join(ROOT, '.cache/kafka/libs');
+
+/** One record as Kafka's read_committed consumer delivered it. */
+export interface CommittedRecord {
+  partition: number;
+  offset: number;
+  key: string | null;
+  /** The `outbox-id` header, when present. */
+  outboxId: number | undefined;
+  /** The `message-id` header, when present. */
+  messageId: string | undefined;
+}
+
+function compiled(): string {
+  if (!existsSync(LIBS) || !readdirSync(LIBS).some((f) => f.startsWith('kafka-clients-'))) {
+    execFileSync(join(ROOT, 'scripts/kafka-fetch.sh'), { stdio: ['ignore', 'inherit', 'inherit'] });
+  }
+  const hash = createHash('sha256').update(readFileSync(SOURCE)).digest('hex').slice(0, 16);
+  const dir = join(ROOT, '.cache/committed-reader', hash);
+  if (!existsSync(join(dir, 'CommittedReader.class'))) {
+    mkdirSync(dir, { recursive: true });
+    execFileSync('javac', ['-d', dir, '-cp', `${LIBS}/*`, SOURCE], { stdio: ['ignore', 'inherit', 'inherit'] });
+  }
+  return dir;
+}
+
+/** Every record of `topic` a read_committed reader gets, per partition in offset order. */
+export async function readCommittedWithKafka(topic: string, { brokers = testBrokers(), timeoutMs = 120_000 }: { brokers?: string[]; timeoutMs?: number } = {}): Promise<CommittedRecord[]> {
+  const classes = compiled();
+  const { stdout } = await promisify(execFile)('java', ['-cp', `${classes}:${LIBS}/*`, 'CommittedReader', brokers.join(','), topic, String(timeoutMs)], {
+    maxBuffer: 512 * 1024 * 1024,
+  });
+  return stdout
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((line) => {
+      const [partition, offset, key, outboxId, messageId] = line.split('\t') as [string, string, string, string, string];
+      return {
+        partition: Number(partition),
+        offset: Number(offset),
+        key: key === '-' ? null : key,
+        outboxId: outboxId === '-' ? undefined : Number(outboxId),
+        messageId: messageId === '-' ? undefined : messageId,
+      };
+    });
+}

@@ -1,0 +1,57 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { decodeProgress, encodeProgress, progressPrefixFitting } from '../../src/relay/progress.js';
+import { UNIT_COUNT, unitOf, unitShards, wantedUnitShards } from '../../src/relay/units.js';
+import { SHARD_COUNT } from '../../src/relay/shards.js';
+import { resolveRelayOptions } from '../../src/relay/options.js';
+import { ConfigError } from '../../src/shared/errors.js';
+
+// The pure parts of exactly-once delivery (docs/exactly-once.md): the progress record a
+// Kafka transaction carries, the units of shards, and the options it needs.
+
+test('a progress record gives back the ids it was made of, small and huge, and says which prefix fits a size', () => {
+  for (const ids of [[], [1], [5, 6, 7, 300, 301, 70_000], [2 ** 31 + 5, 2 ** 40, Number.MAX_SAFE_INTEGER]]) {
+    assert.deepEqual(decodeProgress(encodeProgress(ids)), ids);
+  }
+  assert.deepEqual(decodeProgress(null), []);
+  assert.deepEqual(decodeProgress(''), []);
+  assert.throws(() => decodeProgress('hello'), TypeError);
+  assert.throws(() => encodeProgress([3, 2]), RangeError);
+  // A unit's 500-row batch: ids about UNIT_COUNT apart, far below Kafka's 4,096 characters.
+  const batch = Array.from({ length: 500 }, (_, i) => 10_000_000 + i * UNIT_COUNT);
+  assert.ok(encodeProgress(batch).length < 1_000, `${encodeProgress(batch).length} characters`);
+  // Ids far apart take more room: the prefix that fits is what one transaction carries.
+  const sparse = Array.from({ length: 1_000 }, (_, i) => i * 2 ** 40);
+  const fits = progressPrefixFitting(sparse, 4_096);
+  assert.ok(fits > 0 && fits < sparse.length);
+  assert.ok(encodeProgress(sparse.slice(0, fits)).length <= 4_096);
+  assert.ok(encodeProgress(sparse.slice(0, fits + 1)).length > 4_096);
+});
+
+test('units cut the shards into contiguous whole ranges, and relays want whole units, all of them once', () => {
+  const all = Array.from({ length: UNIT_COUNT }, (_, u) => unitShards(u)).flat();
+  assert.deepEqual(all, Array.from({ length: SHARD_COUNT }, (_, s) => s));
+  for (let s = 0; s < SHARD_COUNT; s++) assert.ok(unitShards(unitOf(s)).includes(s));
+  for (const n of [1, 2, 3, 5, 8, 9]) {
+    const wanted = Array.from({ length: n }, (_, i) => wantedUnitShards(i, n));
+    assert.equal(wanted.reduce((sum, w) => sum + w.size, 0), SHARD_COUNT, `${n} relays: every shard wanted once`);
+    for (const w of wanted) for (const s of w) assert.ok(unitShards(unitOf(s)).every((t) => w.has(t)), `${n} relays: units stay whole`);
+  }
+});
+
+test('exactly-once delivery refuses the platformatic adapter and a missing transactional id prefix, each naming what to set', () => {
+  const base = { databaseUrl: 'postgres://localhost/db', kafkaBrokers: ['localhost:9092'], delivery: 'exactly-once' as const };
+  assert.throws(
+    () => resolveRelayOptions({ ...base, producer: 'platformatic', transactionalIdPrefix: 'orders' }),
+    (e: Error) => e instanceof ConfigError && /producer: must be kafkajs with delivery exactly-once \(--producer kafkajs/.test(e.message),
+  );
+  assert.throws(
+    () => resolveRelayOptions({ ...base, producer: 'kafkajs' }),
+    (e: Error) => e instanceof ConfigError && /transactionalIdPrefix: is required with delivery exactly-once \(--transactional-id-prefix/.test(e.message),
+  );
+  assert.throws(() => resolveRelayOptions({ ...base, producer: 'kafkajs', transactionalIdPrefix: 'no spaces' }), ConfigError);
+  const ok = resolveRelayOptions({ ...base, producer: 'kafkajs', transactionalIdPrefix: 'orders-db' });
+  assert.equal(ok.delivery, 'exactly-once');
+  assert.equal(ok.transactionTimeoutMs, 30_000);
+  assert.equal(resolveRelayOptions({ databaseUrl: base.databaseUrl, kafkaBrokers: base.kafkaBrokers }).delivery, 'at-least-once');
+});
