@@ -4,16 +4,18 @@
  *
  *   node .cache/bench-build/child.mjs relay    (env BENCH_SCHEMA, BENCH_RELAY_OPTIONS as JSON)
  *   node .cache/bench-build/child.mjs consumer (env BENCH_SCHEMA, BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS)
+ *   node .cache/bench-build/child.mjs reader   (env BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS)
  *
  * Lines: {"ready":true} once started; {"t":ms,"rss":bytes,"acks":[[outboxId,ms],...]} every
- * 200 ms (relay: when Kafka acknowledged the row's batch; consumer: when its handler
- * started). Times are wall-clock milliseconds with sub-millisecond precision
+ * 200 ms (relay: when Kafka acknowledged the row's batch, or in exactly-once mode committed
+ * the transaction holding it; consumer: when its handler started; reader, a bare kafkajs
+ * consumer reading committed records only: when a fetch returned the row). Times are wall-clock milliseconds with sub-millisecond precision
  * (performance.timeOrigin + performance.now()), comparable across processes.
  * SIGTERM stops it cleanly; {"done":true,"peakRss":bytes,"timing":{...}} is the last line
  * (relay: milliseconds spent in Kafka sends and in whole batches).
  */
 import pg from 'pg';
-import type { Kafka, Producer, ProducerBatch } from 'kafkajs';
+import type { Kafka, Producer, ProducerBatch, Transaction } from 'kafkajs';
 import { createKafka, HEADERS } from '../src/shared/kafka.js';
 import { createRelay } from '../src/relay/relay.js';
 import type { RelayOptions } from '../src/relay/options.js';
@@ -28,8 +30,12 @@ const now = (): number => performance.timeOrigin + performance.now();
 
 let acks: Array<[number, number]> = [];
 let peakRss = 0;
-/** Relay: time in Kafka sends and in whole batches (claim, send, mark, commit), summed. */
-const timing = { sendMs: 0, sends: 0, batchMs: 0, batches: 0 };
+/**
+ * Relay: time in Kafka sends and in whole batches (claim, send, mark, commit), summed; and
+ * rows acknowledged through each recording below, so the parent can tell which client and
+ * which mode actually published.
+ */
+const timing = { sendMs: 0, sends: 0, batchMs: 0, batches: 0, ackedVia: { kafkajs: 0, 'kafkajs transaction': 0, platformatic: 0 } };
 function report(): void {
   const rss = process.memoryUsage.rss();
   peakRss = Math.max(peakRss, rss);
@@ -49,9 +55,33 @@ function recordingKafka(): Kafka {
       const t = now();
       timing.sends++;
       for (const tm of batch.topicMessages ?? []) {
+        timing.ackedVia.kafkajs += tm.messages.length;
         for (const m of tm.messages) acks.push([Number(m.headers?.[HEADERS.outboxId]?.toString()), t]);
       }
       return result;
+    };
+    // Exactly-once mode sends through a transaction's own sendBatch, which the patch above
+    // does not see, and its records exist for a read_committed reader only once the
+    // transaction commits: so a row counts as acknowledged when its commit returns.
+    const transaction = p.transaction.bind(p);
+    p.transaction = async (): Promise<Transaction> => {
+      const tx = await transaction();
+      const ids: number[] = [];
+      return {
+        ...tx,
+        sendBatch: async (batch: ProducerBatch) => {
+          const result = await tx.sendBatch(batch);
+          for (const tm of batch.topicMessages ?? []) for (const m of tm.messages) ids.push(Number(m.headers?.[HEADERS.outboxId]?.toString()));
+          return result;
+        },
+        commit: async () => {
+          await tx.commit();
+          const t = now();
+          timing.sends++;
+          timing.ackedVia['kafkajs transaction'] += ids.length;
+          for (const id of ids) acks.push([id, t]);
+        },
+      };
     };
     return p;
   };
@@ -73,6 +103,7 @@ async function recordPlatformaticSends(): Promise<void> {
     return (send.call(this, options) as Promise<unknown>).then((result) => {
       const t = now();
       timing.sends++;
+      timing.ackedVia.platformatic += options.messages.length;
       for (const m of options.messages) {
         const headers = m.headers instanceof Map ? [...m.headers] : [];
         const id = headers.find(([k]) => k.equals(outboxIdHeader))?.[1];
@@ -87,7 +118,10 @@ async function main(): Promise<void> {
   let stop: () => Promise<unknown>;
   if (mode === 'relay') {
     const options = JSON.parse(process.env.BENCH_RELAY_OPTIONS ?? '{}') as Partial<RelayOptions>;
-    if (options.producer === 'platformatic') await recordPlatformaticSends();
+    // Named, not left out: a relay given a kafkajs client (the recording one, below) and
+    // no producer publishes through that client, so "the defaults" would be kafkajs.
+    const producer = options.producer ?? 'platformatic';
+    if (producer === 'platformatic') await recordPlatformaticSends();
     const relay = createRelay({
       databaseUrl,
       kafkaBrokers: brokers,
@@ -95,6 +129,7 @@ async function main(): Promise<void> {
       kafka: recordingKafka(),
       logger: createLogger('warn'),
       ...options,
+      producer,
     });
     relay.on('batch', (b) => {
       // The batch's publish step as the relay timed it: its per-partition requests run at
@@ -128,8 +163,23 @@ async function main(): Promise<void> {
       await consumer.stop();
       await pool.end();
     };
+  } else if (mode === 'reader') {
+    // No Postgres and no handler work: when a reader that sees committed records only
+    // (kafkajs' default isolation, read_committed) could first have seen each row.
+    const kafka = createKafka({ brokers, clientId: 'bench-reader', logger: silentLogger() });
+    const reader = kafka.consumer({ groupId: process.env.BENCH_GROUP ?? 'bench-reader', maxWaitTimeInMs: 10, readUncommitted: false });
+    await reader.connect();
+    await reader.subscribe({ topic: process.env.BENCH_TOPIC ?? 'bench', fromBeginning: true });
+    await reader.run({
+      partitionsConsumedConcurrently: Number(process.env.BENCH_PARTITIONS ?? 6),
+      eachBatch: async ({ batch }) => {
+        const t = now();
+        for (const m of batch.messages) acks.push([Number(m.headers?.[HEADERS.outboxId]?.toString()), t]);
+      },
+    });
+    stop = () => reader.disconnect();
   } else {
-    throw new Error(`usage: child.mjs relay|consumer (got ${mode})`);
+    throw new Error(`usage: child.mjs relay|consumer|reader (got ${mode})`);
   }
   const timer = setInterval(report, 200);
   process.stdout.write(`${JSON.stringify({ ready: true, t: now() })}\n`);

@@ -24,21 +24,22 @@ export function buildChild(): void {
 
 export interface Child {
   process: ChildProcess;
-  /** [outbox id, wall ms] per acknowledged (relay) or handled (consumer) message. */
+  /** [outbox id, wall ms] per acknowledged (relay), handled (consumer) or fetched (reader) message. */
   acks: Array<[number, number]>;
   rss: Array<[number, number]>;
   peakRss: number;
-  /** Relay: milliseconds in Kafka sends and in whole batches, summed (from its last line). */
-  timing?: { sendMs: number; sends: number; batchMs: number; batches: number };
+  /** Relay: milliseconds in Kafka sends and in whole batches, summed, and rows acknowledged per client and mode (from its last line). */
+  timing?: { sendMs: number; sends: number; batchMs: number; batches: number; ackedVia: Record<string, number> };
   ready: Promise<void>;
   stop(): Promise<void>;
 }
 
 /**
- * A relay (env BENCH_SCHEMA, BENCH_RELAY_OPTIONS as JSON) or a consumer (env BENCH_SCHEMA,
+ * A relay (env BENCH_SCHEMA, BENCH_RELAY_OPTIONS as JSON), a consumer (env BENCH_SCHEMA,
+ * BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS) or a bare read_committed reader (env
  * BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS) in a process of its own.
  */
-export function startChild(mode: 'relay' | 'consumer', env: Record<string, string>): Child {
+export function startChild(mode: 'relay' | 'consumer' | 'reader', env: Record<string, string>): Child {
   buildChild();
   const proc = spawn(process.execPath, [CHILD, mode], {
     env: { ...process.env, DATABASE_URL, KAFKA_BROKERS: brokers().join(','), NODE_PATH: join(ROOT, 'node_modules'), ...env },

@@ -24,6 +24,10 @@ export interface Drain {
    * last acknowledgement: its start (loading its modules, connecting) is not in it.
    */
   processCpuPer100k: number;
+  /** Distinct outbox ids acknowledged (more acks than this: some row went out twice). */
+  distinctAcked: number;
+  /** Rows acknowledged per client and mode, as the relay child recorded them (bench/child.ts). */
+  ackedVia: Record<string, number>;
 }
 
 /** Rows/s from the first batch acknowledged to the last, and the per-second series. */
@@ -69,7 +73,7 @@ export async function relayDrain(pool: pg.Pool, backlog: number, label: string, 
     if (!Number.isFinite(processCpu)) throw new Error(`${label}: no CPU reading of the relay process in /proc`);
     const rate = drainRate(relay.acks, backlog);
     const t0 = relay.acks.reduce((m, a) => Math.min(m, a[1]), Infinity);
-    const timing = relay.timing ?? { sendMs: NaN, sends: 0, batchMs: NaN, batches: 0 };
+    const timing = relay.timing ?? { sendMs: NaN, sends: 0, batchMs: NaN, batches: 0, ackedVia: {} };
     return {
       rowsPerSecond: rate.rowsPerSecond,
       peakRss: relay.peakRss,
@@ -78,6 +82,8 @@ export async function relayDrain(pool: pg.Pool, backlog: number, label: string, 
       sendShare: timing.sendMs / timing.batchMs,
       batches: timing.batches,
       processCpuPer100k: (processCpu / backlog) * 100_000,
+      distinctAcked: new Set(relay.acks.map((a) => a[0])).size,
+      ackedVia: timing.ackedVia,
     };
   } finally {
     await drop();

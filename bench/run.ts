@@ -36,8 +36,9 @@ import { retention } from './sections/retention.js';
 import { pooler } from './sections/pooler.js';
 import { effects } from './sections/effects.js';
 import { consoleSection } from './sections/console.js';
+import { exactlyOnce } from './sections/exactlyOnce.js';
 
-const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler', 'effects', 'console'] as const;
+const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler', 'effects', 'console', 'exactlyonce'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
@@ -120,6 +121,12 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
   { name: 'effects', title: '14. effect guard', run: (pool) => effects(pool, { effects: P.effects, rounds: P.effectsRounds }) },
   // The console's reads on 10,000,000 outbox rows and 1,000,000 dead letters (built in a private schema), each ~50 times: p95 < 200 ms.
   { name: 'console', title: '15. console', run: (pool) => consoleSection(pool, { outboxRows: P.consoleOutboxRows, deadLetters: P.consoleDeadLetters, repeats: P.consoleRepeats }) },
+  // delivery: 'exactly-once' against at-least-once on kafkajs and at the defaults (platformatic), side by side: drain rows/s and relay CPU per row, commit → ack at 1,000 rows/s.
+  {
+    name: 'exactlyonce',
+    title: '16. exactly-once',
+    run: (pool) => exactlyOnce(pool, { rows: P.exactlyOnceRows, rounds: P.exactlyOnceRounds, rate: 1_000, latencySeconds: P.exactlyOnceLatencySeconds }),
+  },
 ];
 
 // The selected sections and those they need, in the order of the list.

@@ -32,19 +32,25 @@ export interface LatencyResult {
 
 const TARGET_RATE = 1_000; // the target: p99 commit → ack ≤ 25 ms at 1,000 rows/s
 
+/**
+ * With `withConsumer`, `consumerMode` 'reader' puts a bare read_committed kafkajs reader
+ * (bench/child.ts, no Postgres) where our consumer would be: `handler` is then commit →
+ * fetched by it.
+ */
 export async function latencyAt(
   pool: pg.Pool,
   rate: number,
   seconds: number,
   withConsumer: boolean,
   relayOptions: Record<string, unknown> = {},
-): Promise<LatencyResult & { ackSorted: number[]; handlerSorted: number[] }> {
+  consumerMode: 'consumer' | 'reader' = 'consumer',
+): Promise<LatencyResult & { ackSorted: number[]; handlerSorted: number[]; ackedVia: () => Record<string, number> }> {
   const { schema, drop } = await benchSchema(pool, 'benchlat');
   const topic = await createTopic(PARTITIONS);
   await createEffectsTable(pool, schema);
   const relay = startChild('relay', { BENCH_SCHEMA: schema, BENCH_RELAY_OPTIONS: JSON.stringify(relayOptions) });
   const consumer = withConsumer
-    ? startChild('consumer', { BENCH_SCHEMA: schema, BENCH_TOPIC: topic, BENCH_GROUP: `bench-lat-${randomUUID()}`, BENCH_PARTITIONS: String(PARTITIONS) })
+    ? startChild(consumerMode, { BENCH_SCHEMA: schema, BENCH_TOPIC: topic, BENCH_GROUP: `bench-lat-${randomUUID()}`, BENCH_PARTITIONS: String(PARTITIONS) })
     : { ready: Promise.resolve(), acks: [] as Array<[number, number]>, stop: async () => undefined };
   try {
     await Promise.all([relay.ready, consumer.ready]);
@@ -84,7 +90,9 @@ export async function latencyAt(
     }
     ack.sort((a, b) => a - b);
     handler.sort((a, b) => a - b);
-    return { offered: rate, withConsumer, achieved, rows: committed.size, ack: percentiles(ack), handler: percentiles(handler), ackSorted: ack, handlerSorted: handler };
+    // Rows acknowledged per client and mode: the relay's last line, which comes once it is stopped (below).
+    const ackedVia = (): Record<string, number> => relay.timing?.ackedVia ?? {};
+    return { offered: rate, withConsumer, achieved, rows: committed.size, ack: percentiles(ack), handler: percentiles(handler), ackSorted: ack, handlerSorted: handler, ackedVia };
   } finally {
     await Promise.all([relay.stop(), consumer.stop()]);
     await drop();
@@ -97,7 +105,7 @@ export async function latency(pool: pg.Pool, o: LatencyOptions): Promise<Section
   const data: LatencyResult[] = [];
   const series: Series[] = [];
   for (const { rate, withConsumer } of o.arms) {
-    const { ackSorted, handlerSorted, ...r } = await latencyAt(pool, rate, o.seconds, withConsumer);
+    const { ackSorted, handlerSorted, ackedVia: _, ...r } = await latencyAt(pool, rate, o.seconds, withConsumer);
     data.push(r);
     const where = withConsumer ? 'with the consumer on the same Postgres' : 'relay alone';
     const targeted = rate === TARGET_RATE;

@@ -70,6 +70,12 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
     await ensureProgressTopic(admin, names.progressTopic);
     await checkTransactionalIds(kafka, `${o.transactionalIdPrefix}.${o.schema}.start-check.${instanceId}`, o.transactionTimeoutMs);
     await checkProgressGroup(admin, names);
+    let announced = false;
+    const onCommitted = (): void => {
+      if (announced) return;
+      announced = true;
+      logger.info({ producer: 'kafkajs', delivery: 'exactly-once' }, 'producer adapter publishing');
+    };
     logger.info({ progressTopic: names.progressTopic, progressGroup: names.progressGroup, transactionalIds: names.transactionalId(0).replace(/0$/, '*'), units: UNIT_COUNT }, 'exactly-once delivery: Kafka checks passed');
     const units = Array.from(
       { length: UNIT_COUNT },
@@ -86,6 +92,7 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
           compression: o.compression,
           maxProgressChars,
           logger,
+          onCommitted,
         }),
     );
     return {
@@ -98,8 +105,16 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
     };
   } catch (error) {
     await close();
-    throw error;
+    if (error instanceof ExactlyOnceRefused) throw error;
+    // Not a setting or a permission: Kafka did not answer (a broker down, a coordinator
+    // not elected yet). The relay tries again (relay.ts).
+    throw new OutboxError(`exactly-once delivery: Kafka did not answer the start-up checks: ${describeError(error)}`, { retriable: true, cause: error });
   }
+}
+
+/** Kafka's refusals that a retry does not change: a permission or a setting. */
+function refusedForGood(error: unknown): boolean {
+  return /AUTHORIZATION_FAILED|POLICY_VIOLATION|INVALID_|authorization failed/i.test(`${(error as { type?: string }).type ?? ''} ${describeError(error)}`);
 }
 
 /** The broker settings transactions depend on; returns the longest progress record. */
@@ -121,8 +136,11 @@ async function checkBrokerSettings(admin: Admin, o: ResolvedRelayOptions, logger
   const minIsr = number('transaction.state.log.min.isr');
   const topics = await admin.listTopics();
   if (replication !== undefined && replication > brokers.length && !topics.includes('__transaction_state')) {
-    throw new ExactlyOnceRefused(
-      `the brokers' transaction.state.log.replication.factor is ${replication} but the cluster has ${brokers.length} broker(s): Kafka cannot create its transaction log (__transaction_state); lower it or add brokers`,
+    // Brokers down at this moment look the same as brokers that are not there: a warning,
+    // and the transactional-id check below waits for the transaction log.
+    logger.warn(
+      { replicationFactor: replication, brokers: brokers.length },
+      "exactly-once delivery: the brokers' transaction.state.log.replication.factor is above the brokers that answer: Kafka cannot create its transaction log (__transaction_state) until enough of them do; lower it if the cluster is that small",
     );
   }
   if (replication !== undefined && minIsr !== undefined && minIsr > replication) {
@@ -158,8 +176,10 @@ async function ensureProgressTopic(admin: Admin, topic: string): Promise<void> {
       await admin.createTopics({ topics: [{ topic, numPartitions: UNIT_COUNT }], waitForLeaders: true });
     } catch (error) {
       const type = (error as { type?: string }).type;
-      // Another relay created it meanwhile: fine. Anything else, the operator creates it.
+      // Another relay created it meanwhile: fine. Refused: the operator creates it. Else
+      // (a broker down) the start is tried again.
       if (type !== 'TOPIC_ALREADY_EXISTS' && !/already exists/i.test(describeError(error))) {
+        if (!refusedForGood(error)) throw error;
         throw new ExactlyOnceRefused(
           `the progress topic ${JSON.stringify(topic)} does not exist and could not be created (${describeError(error)}): create it with ${UNIT_COUNT} partitions, or allow CREATE on it`,
           error,
@@ -193,7 +213,8 @@ async function checkTransactionalIds(kafka: Kafka, transactionalId: string, tran
     if (/TRANSACTIONAL_ID_AUTHORIZATION_FAILED|Transactional Id authorization failed/i.test(why) || (error as { type?: string }).type === 'TRANSACTIONAL_ID_AUTHORIZATION_FAILED') {
       throw new ExactlyOnceRefused(`Kafka refused the transactional id ${JSON.stringify(transactionalId)}: allow WRITE and DESCRIBE on TransactionalId with this prefix`, error);
     }
-    throw new ExactlyOnceRefused(`could not start a transactional producer (${why}): are transactions enabled on the brokers (the transaction log replicated, a coordinator up)?`, error);
+    if (refusedForGood(error)) throw new ExactlyOnceRefused(`Kafka refused a transactional producer (${why})`, error);
+    throw new OutboxError(`could not start a transactional producer (${why}): is the transaction log (__transaction_state) available (enough brokers up for its replication factor)?`, { retriable: true, cause: error });
   } finally {
     clearTimeout(timer);
     await producer.disconnect().catch(() => undefined);
@@ -205,6 +226,7 @@ async function checkProgressGroup(admin: Admin, names: ExactlyOnceNames): Promis
   try {
     await admin.fetchOffsets({ groupId: names.progressGroup, topics: [names.progressTopic] });
   } catch (error) {
+    if (!refusedForGood(error)) throw error;
     throw new ExactlyOnceRefused(
       `cannot read the progress group ${JSON.stringify(names.progressGroup)} (${describeError(error)}): allow READ and DESCRIBE on the group and DESCRIBE on topic ${JSON.stringify(names.progressTopic)}`,
       error,

@@ -12,6 +12,7 @@ import { Horizon } from './horizon.js';
 import { IdAudit } from './idAudit.js';
 import { WakeUp } from './wakeUp.js';
 import { settlesWithin } from '../shared/deadline.js';
+import { backoffDelayMs } from '../shared/backoff.js';
 import type { RelayRuntime } from './relayRuntime.js';
 import { runHorizonLoop } from './horizonLoop.js';
 import { runMembershipLoop } from './membershipLoop.js';
@@ -200,7 +201,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.kafkaClient = kafka;
     if (this.exactlyOnceMode) {
       try {
-        this.exactlyOnce = await this.unlessStopped(setUpExactlyOnce(kafka, o, this.instanceId, this.logger), (late) => void late.close());
+        this.exactlyOnce = await this.setUpExactlyOnce(kafka);
       } catch (error) {
         this.pool = undefined;
         await pool.end().catch(() => undefined);
@@ -228,6 +229,24 @@ export class Relay extends TypedEmitter<RelayEvents> {
       },
       'relay started',
     );
+  }
+
+  /**
+   * Exactly-once mode's start-up checks and units. A refusal (a setting, a permission)
+   * fails the start; Kafka not answering (a broker down at start) is retried with backoff
+   * until it does or a stop begins, as batches are in the default mode.
+   */
+  private async setUpExactlyOnce(kafka: Kafka): Promise<ExactlyOnce> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.unlessStopped(setUpExactlyOnce(kafka, this.options, this.instanceId, this.logger), (late) => void late.close());
+      } catch (error) {
+        if (this.stopping || !(error instanceof OutboxError) || !error.retriable) throw error;
+        const retryInMs = backoffDelayMs(attempt, 500, this.options.retryMaxDelayMs);
+        this.logger.warn({ err: describeError(error), attempt: attempt + 1, retryInMs }, 'exactly-once delivery: Kafka did not answer the start-up checks; retrying');
+        await this.sleep(retryInMs);
+      }
+    }
   }
 
   /**

@@ -51,6 +51,8 @@ export interface TransactionalUnitOptions {
   /** Longest progress string the brokers keep (offset.metadata.max.bytes). */
   maxProgressChars: number;
   logger: Logger;
+  /** Called at each commit; the relay logs its adapter once, as the at-least-once adapters do (./messageProducer.ts). */
+  onCommitted(): void;
 }
 
 /** A send's messages did not all fit one progress record: the rest wait for the next send. */
@@ -174,6 +176,7 @@ export class TransactionalUnit {
     });
     await transaction.commit();
     this.batchIds = progress;
+    this.o.onCommitted();
     for (const i of sending) results[i] = { acknowledged: true };
     if (kafkaCommitted.hasSubscribers) kafkaCommitted.publish({ unit: this.o.unit, count: sending.length });
     return results;

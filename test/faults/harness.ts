@@ -10,6 +10,7 @@ import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
 import { waitFor } from '../helpers/wait.js';
 import { check, readEffects, readOutbox, readWholeTopic, violations, type Delivered } from './checker.js';
+import { readCommittedWithKafka } from '../helpers/committedReader.js';
 import { Injector } from './inject.js';
 import { log } from './log.js';
 import { Slot } from './processes.js';
@@ -112,6 +113,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   }
   await admin.disconnect();
 
+  const exactlyOnce = p.delivery === 'exactly-once';
   const faults = buildSchedule({
     seed: cfg.seed,
     counts: p.counts,
@@ -123,6 +125,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     brokers: p.brokers,
     partitions: p.partitions,
     outboxes: outboxes.length,
+    relayKillsAfterKafkaCommit: exactlyOnce,
   });
   const schedule = faults.map(describeFault);
   log(`fault schedule (${faults.length} faults):`);
@@ -150,12 +153,15 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   // Processes of each slot that moved shards between their workers (src/relay/workerShards.ts).
   const handedOver = Array.from({ length: p.relays }, () => 0);
   const handedBack = Array.from({ length: p.relays }, () => 0);
+  // Exactly-once profiles: relay processes that marked rows sent from a unit's progress.
+  const markedFromProgress = Array.from({ length: p.relays }, () => 0);
   const relaySlots = Array.from(
     { length: p.relays },
     (_, i) =>
       new Slot({
         name: `relay ${i}`,
-        args: ['src/cli.ts', 'run'],
+        // Exactly-once: the preload that kills at a Kafka commit, and plants the bug.
+        args: exactlyOnce ? ['--import', './test/faults/relayHooks.ts', 'src/cli.ts', 'run'] : ['src/cli.ts', 'run'],
         cwd: codeDir,
         env: {
           ...relayDatabaseEnv,
@@ -172,6 +178,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
           // Both ways of running behind the pooler: told (even slots) and detected (odd).
           ...(bouncer ? { OUTBOX_POOLER: relayPooler(i) } : {}),
           ...(cfg.plant === 'horizon-off' ? { OUTBOX_HORIZON_MAX_WAIT_MS: '0' } : {}),
+          ...(exactlyOnce ? { OUTBOX_DELIVERY: 'exactly-once', OUTBOX_TRANSACTIONAL_ID_PREFIX: `faults-${tag}-${Date.now().toString(36)}` } : {}),
+          ...(cfg.plant === 'progress-off' ? { FAULTS_PROGRESS: 'off' } : {}),
         },
         logFile: join(logs, `relay-${i}.log`),
         restartDelayMs: 1_000,
@@ -183,6 +191,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
           }
           if (typeof line.msg === 'string' && /transaction-pooling proxy/.test(line.msg) && line.level !== 50) poolerDetected[i]!++;
           if (line.msg === 'relay started') relaysStarted[i]!++;
+          if (typeof line.msg === 'string' && line.msg.startsWith('exactly-once unit started: rows its last Kafka transaction published were still unsent')) markedFromProgress[i]!++;
           if (typeof line.msg === 'string' && line.msg.startsWith('claiming ahead:')) claimedAhead[i]!++;
           if (typeof line.msg === 'string' && line.msg.startsWith('shards handed to worker 0:')) handedOver[i]!++;
           if (typeof line.msg === 'string' && line.msg.startsWith('shards handed back:')) handedBack[i]!++;
@@ -317,7 +326,9 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   let delivered: Delivered[];
   try {
     delivered = [];
-    for (const t of topics) delivered.push(...(await readWholeTopic(brokers, t, 180_000)));
+    // Exactly-once: what a read_committed reader of Kafka's own client gets (kafkajs'
+    // filter lets records of aborted transactions through: test/helpers/committedReader.ts).
+    for (const t of topics) delivered.push(...(exactlyOnce ? await readCommittedWithKafka(t, { brokers, timeoutMs: 180_000 }) : await readWholeTopic(brokers, t, 180_000)));
   } catch (error) {
     log(`checker could not read the topic: ${(error as Error).message}`);
     delivered = [];
@@ -341,6 +352,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   actual.consumers = consumerSlots.filter((s) => (s.events.started ?? 0) > 0 && (s.events.assigned ?? 0) > 0).length;
   actual.brokers = brokersInCluster;
   actual.rowsCommitted = ws.committed.length;
+  actual.relayKillsAfterKafkaCommit = injector.relayWorstMomentKills;
+  actual.relaysMarkingFromProgress = markedFromProgress.reduce((a, b) => a + b, 0);
   for (const { kind } of FAULT_KINDS) actual.faults[kind] = injector.injected[kind] ?? 0;
   if (poolerSightings) {
     actual.relaysThroughPooler = poolerSightings.seenInTransactionPools(relaySlots.map((s) => s.o.name)).length;
@@ -351,7 +364,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     poolerSightings &&
     `PgBouncer's SHOW CLIENTS, sampled ${poolerSightings.samples} times: ${slots.map((s) => `${s.o.name} ${poolerSightings.throughTransactionPool.get(s.o.name) ?? 0}x in a transaction pool${poolerSightings.otherModes.has(s.o.name) ? `, in ${[...poolerSightings.otherModes.get(s.o.name)!].join('/')} pools too` : ''}`).join(', ')}`;
   // A planted run is short and may make no backlog: the pipeline is required of the real runs.
-  const expected = { ...expectedTally(p), ...(cfg.plant === 'none' ? {} : { relaysClaimingAhead: 0 }) };
+  const expected = { ...expectedTally(p), ...(cfg.plant === 'none' ? {} : { relaysClaimingAhead: 0, relaysMarkingFromProgress: 0 }) };
   const lines = selfCheck(expected, actual, {
     relays: `started ${relaySlots.reduce((n, s) => n + s.starts, 0)} times; seen heartbeating in outbox_relays${sightings.length > 1 ? ' of every outbox' : ''}: ${sightings.map((r) => [...r.seen].sort().join(', ') || 'none').join(' | ')}`,
     outboxes: sightings.map((r, i) => `${outboxes[i]!.name}: ${r.seen.size} relays`).join(', '),
@@ -364,6 +377,9 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     'broker-kill': injector.brokerKills.filter((k) => k.ledPartition === undefined).map((k) => `node ${k.node}, back in sync after ${k.recoveredMs} ms`).join('; ') || undefined,
     'leader-kill': injector.brokerKills.filter((k) => k.ledPartition !== undefined).map((k) => `node ${k.node} leading partition ${k.ledPartition}, new leader after ${k.failoverMs} ms, back in sync after ${k.recoveredMs} ms`).join('; ') || undefined,
     'consumer-kill': `${injector.worstMomentKills} killed themselves between the Postgres commit and the offset commit`,
+    'relay-kill': exactlyOnce ? `${injector.relayWorstMomentKills} killed themselves between a Kafka commit and its Postgres COMMIT` : undefined,
+    relayKillsAfterKafkaCommit: exactlyOnce ? 'the relay process SIGKILLed itself at a Kafka commit after SIGUSR2 (test/faults/relayHooks.ts)' : undefined,
+    relaysMarkingFromProgress: exactlyOnce ? `processes of each slot that logged marking rows sent from a unit's progress: ${markedFromProgress.map((n, i) => `relay ${i}: ${n}`).join(', ')}` : undefined,
     'consumer-join': 'counted once the joining consumer was assigned partitions',
     'database-cut': outboxes.length > 1 ? `of ${outboxes.slice(1).map((o) => o.database).join(', ')}` : undefined,
     'pgbouncer-restart': injector.pgbouncerRestarts.map((r) => `${r.mode === 'kill' ? 'SIGKILL' : 'clean stop'} of pid ${r.fromPid}, pid ${r.toPid} serving after ${r.backMs} ms`).join('; ') || undefined,
@@ -375,6 +391,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   } satisfies Partial<Record<FaultKind | Exclude<keyof typeof actual, 'faults'>, string | undefined>>, rowsOvershoot(p));
 
   const found = violations(result);
+  // Exactly once on the wire: the reader gets each row once.
+  if (exactlyOnce && result.wireDuplicates > 0) found.push(`wireDuplicates=${result.wireDuplicates}`);
   if (drainedAt === undefined) found.push('not drained');
   found.push(...selfCheckFailures(lines));
   const { committed, rolledBack, unknown, ...workloadRest } = ws;

@@ -70,6 +70,8 @@ export class Injector {
   /** Consumer kills at the worst moment where the consumer killed itself at its commit
    *  (the rest were SIGKILLed after 10 s without a commit). */
   worstMomentKills = 0;
+  /** Relay kills at the worst moment where the relay killed itself between a Kafka commit and its Postgres COMMIT. */
+  relayWorstMomentKills = 0;
   /** When the last fault was over (restart done, pause over). */
   lastFaultEndAt = Date.now();
   /** Every cluster node SIGKILLed, leaders included, in order. */
@@ -130,9 +132,18 @@ export class Injector {
         await slot.exclusive(async () => {
           await this.running(slot, `relay ${f.relay}`);
           await this.published(f.relay);
-          log(`FAULT relay ${f.relay}: SIGKILL (restart in ${f.downMs} ms)`);
-          if (await slot.kill()) this.mark(f.kind);
-          else log(`relay ${f.relay}: no process to kill; not counted`);
+          if (f.moment === 'after-kafka-commit') {
+            log(`FAULT relay ${f.relay}: SIGKILL right after its next Kafka commit, before that batch's Postgres COMMIT (restart in ${f.downMs} ms)`);
+            const outcome = await slot.signalAndAwaitExit('SIGUSR2', 10_000);
+            if (outcome === 'by-itself') this.relayWorstMomentKills++;
+            if (outcome === 'killed') log(`relay ${f.relay}: no Kafka commit within 10 s; SIGKILLed anyway`);
+            if (outcome === 'no-process') log(`relay ${f.relay}: no process to kill; not counted`);
+            else this.mark(f.kind);
+          } else {
+            log(`FAULT relay ${f.relay}: SIGKILL (restart in ${f.downMs} ms)`);
+            if (await slot.kill()) this.mark(f.kind);
+            else log(`relay ${f.relay}: no process to kill; not counted`);
+          }
           await sleep(f.downMs);
           slot.start();
         });

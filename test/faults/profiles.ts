@@ -8,8 +8,17 @@ import type { FaultCounts } from './schedule.js';
 import { producer as producerSetting } from '../../src/relay/options.js';
 
 /** The bugs the suite plants to show its checker can fail. */
-export const PLANTS = ['dedup-off', 'horizon-off'] as const;
+export const PLANTS = ['dedup-off', 'horizon-off', 'progress-off'] as const;
 export type PlantedBug = (typeof PLANTS)[number];
+
+/**
+ * The planted bugs a profile's --verify-planted runs: exactly-once profiles plant the
+ * missing progress check (what their wire check must catch), the others the consumers'
+ * missing dedup and the relay's missing horizon.
+ */
+export function plantsOf(profile: Profile): readonly PlantedBug[] {
+  return profile.delivery === 'exactly-once' ? ['progress-off'] : ['dedup-off', 'horizon-off'];
+}
 export type Plant = 'none' | PlantedBug;
 
 export interface Profile {
@@ -43,6 +52,11 @@ export interface Profile {
    *  PgBouncer of the suite's own, in this pool mode, in front of its Postgres (the
    *  harness's own reads and the migration go direct). Default: none, all direct. */
   pooler?: 'transaction';
+  /** `exactly-once`: the relays publish in Kafka transactions (kafkajs; docs/exactly-once.md),
+   *  every other relay kill lands between a Kafka commit and its Postgres COMMIT, and the
+   *  checker reads the topic with Kafka's own read_committed consumer and fails on any
+   *  duplicate on the wire. Default: at least once. */
+  delivery?: 'exactly-once';
   counts: FaultCounts;
   /** Bound on the wait for everything to drain after the writers and faults are done. */
   drainTimeoutMs: number;
@@ -132,6 +146,20 @@ export const PROFILES: Record<string, Profile> = {
     counts: { relayKills: 3, relayPauses: 1, brokerRestarts: 0, postgresRestarts: 2, consumerKills: 2, consumerJoins: 0, brokerKills: 0, leaderKills: 0, pgbouncerRestarts: 2 },
     drainTimeoutMs: 90_000,
   },
+  // Exactly-once delivery on the 3-node cluster: relays killed between a Kafka commit and
+  // its Postgres COMMIT (every other kill), a relay paused past its lease (its units taken
+  // over, its producers fenced), broker and leader kills. A read_committed reader must
+  // count no duplicate, no loss, no reordering (CI runs it with --verify-planted).
+  'eos-cluster-ci': {
+    ...BASE,
+    rows: 4_000,
+    writeMs: 50_000,
+    relays: 2,
+    brokers: 3,
+    delivery: 'exactly-once',
+    counts: { relayKills: 4, relayPauses: 1, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 1, consumerJoins: 0, brokerKills: 1, leaderKills: 1 },
+    drainTimeoutMs: 90_000,
+  },
   long: {
     ...BASE,
     rows: 100_000,
@@ -173,6 +201,14 @@ export const PLANTED: Record<PlantedBug, Partial<Profile>> = {
     counts: { relayKills: 0, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 0, consumerJoins: 0, brokerKills: 0, leaderKills: 0 },
     drainTimeoutMs: 60_000,
   },
+  // Batches in Kafka and unsent in Postgres come from relays killed after a Kafka commit:
+  // many kills, every other one at that moment, and nothing else.
+  'progress-off': {
+    rows: 2_000,
+    writeMs: 20_000,
+    counts: { relayKills: 6, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 0, consumerJoins: 0, brokerKills: 0, leaderKills: 0 },
+    drainTimeoutMs: 60_000,
+  },
 };
 
 /** The relay's producer adapters (its `producer` setting); the relays of a run use one. */
@@ -212,7 +248,9 @@ export function planRuns(req: RunRequest): RunConfig[] {
   const base = PROFILES[req.profile];
   if (!base) throw new Error(`unknown profile ${req.profile}`);
   const profile: Profile = { ...base, ...(req.rows ? { rows: req.rows } : {}), ...(req.relays ? { relays: req.relays } : {}) };
-  const producer = req.producer ?? DEFAULT_PRODUCER;
+  // Exactly-once delivery takes the kafkajs adapter only (the relay refuses platformatic).
+  if (profile.delivery === 'exactly-once' && req.producer === 'platformatic') throw new Error(`profile ${req.profile} is exactly-once: its relays publish through kafkajs only`);
+  const producer = profile.delivery === 'exactly-once' ? 'kafkajs' : (req.producer ?? DEFAULT_PRODUCER);
   // Runs on the other adapter are named apart (their results files too).
   const suffix = producer === DEFAULT_PRODUCER ? '' : `-${producer}`;
   const producerFlag = producer === DEFAULT_PRODUCER ? '' : ` --producer ${producer}`;
@@ -231,6 +269,6 @@ export function planRuns(req: RunRequest): RunConfig[] {
   });
   if (req.plant !== 'none') return [planted(req.plant, true)];
   const runs: RunConfig[] = [{ name: `${req.profile}-${req.seed}${suffix}`, profileName: req.profile, profile, seed: req.seed, plant: 'none', producer, command: command(overrides) }];
-  if (req.verifyPlanted) for (const plant of PLANTS) runs.push(planted(plant, false));
+  if (req.verifyPlanted) for (const plant of plantsOf(profile)) runs.push(planted(plant, false));
   return runs;
 }

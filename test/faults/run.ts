@@ -3,7 +3,7 @@
  * runtime lose nothing, apply nothing twice and reorder no key under faults.
  *
  *   tsx test/faults/run.ts --profile smoke|ci|multi-ci|pooler-ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N]
- *                          [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot]
+ *                          [--plant dedup-off|horizon-off|progress-off] [--verify-planted] [--no-snapshot]
  *                          [--producer kafkajs|platformatic]   (the relays' adapter, OUTBOX_PRODUCER)
  *                          [--committed-src]   (src/ and sql/ from HEAD, not the working tree)
  *
@@ -67,7 +67,7 @@ function parseArgs(argv: string[]): Args {
 
 function usage(problem: string): never {
   process.stderr.write(
-    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|multi-ci|pooler-ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off] [--verify-planted] [--no-snapshot] [--committed-src] [--code-dir DIR] [--producer kafkajs|platformatic]\n`,
+    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|multi-ci|pooler-ci|cluster-ci|eos-cluster-ci|cluster|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off|progress-off] [--verify-planted] [--no-snapshot] [--committed-src] [--code-dir DIR] [--producer kafkajs|platformatic]\n`,
   );
   process.exit(2);
 }

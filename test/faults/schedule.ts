@@ -38,8 +38,10 @@ export class Random {
 }
 
 export type Fault =
-  /** SIGKILL a relay, start it again `downMs` later. */
-  | { kind: 'relay-kill'; atMs: number; relay: number; downMs: number }
+  /** SIGKILL a relay, start it again `downMs` later. `after-kafka-commit` (exactly-once
+   *  profiles): the relay kills itself right after its next Kafka transaction committed,
+   *  before that batch's Postgres COMMIT (test/faults/relayHooks.ts). */
+  | { kind: 'relay-kill'; atMs: number; relay: number; downMs: number; moment?: 'any' | 'after-kafka-commit' }
   /** SIGSTOP a relay for `pauseMs` (longer than its lease), then SIGCONT. */
   | { kind: 'relay-pause'; atMs: number; relay: number; pauseMs: number }
   /** Stop the Kafka broker (SIGTERM), start it again. */
@@ -101,6 +103,8 @@ export interface ScheduleOptions {
   partitions?: number;
   /** Outboxes of the run (database cuts pick one of 1..outboxes-1). */
   outboxes?: number;
+  /** Exactly-once profiles: every other relay kill lands between a Kafka commit and its Postgres COMMIT. */
+  relayKillsAfterKafkaCommit?: boolean;
 }
 
 /**
@@ -149,7 +153,11 @@ export function buildSchedule(o: ScheduleOptions): Fault[] {
   });
 
   for (let i = 0; i < o.counts.relayKills; i++) {
-    faults.push({ kind: 'relay-kill', atMs: at(), relay: rnd.int(0, o.relays - 1), downMs: rnd.int(100, 2_000) });
+    // In this order: the schedules of the other profiles' seeds stay what they were.
+    const atMs = at();
+    const relay = rnd.int(0, o.relays - 1);
+    const downMs = rnd.int(100, 2_000);
+    faults.push(o.relayKillsAfterKafkaCommit ? { kind: 'relay-kill', atMs, relay, downMs, moment: i % 2 === 0 ? 'after-kafka-commit' : 'any' } : { kind: 'relay-kill', atMs, relay, downMs });
   }
   for (let i = 0; i < o.counts.relayPauses; i++) {
     faults.push({ kind: 'relay-pause', atMs: at(), relay: rnd.int(0, o.relays - 1), pauseMs: o.leaseTtlMs + rnd.int(1_000, 3_000) });
@@ -169,7 +177,7 @@ export function describeFault(f: Fault): string {
   const t = `t+${(f.atMs / 1000).toFixed(1)}s`.padEnd(9);
   switch (f.kind) {
     case 'relay-kill':
-      return `${t} relay ${f.relay} SIGKILL, restarted after ${f.downMs} ms`;
+      return `${t} relay ${f.relay} SIGKILL${f.moment === 'after-kafka-commit' ? " between a Kafka commit and its batch's Postgres COMMIT" : ''}, restarted after ${f.downMs} ms`;
     case 'relay-pause':
       return `${t} relay ${f.relay} SIGSTOP for ${f.pauseMs} ms, then SIGCONT`;
     case 'broker-restart':

@@ -7,7 +7,7 @@
  * bugs fails when fewer planted runs completed than are listed. Pure logic
  * (test/faultsProfile.test.ts).
  */
-import { PLANTS, type Profile, type RunConfig } from './profiles.js';
+import { PLANTS, plantsOf, type Profile, type RunConfig } from './profiles.js';
 import type { FaultKind } from './schedule.js';
 
 /** Every fault kind and the profile count that says how many of it a run injects. */
@@ -78,6 +78,17 @@ export interface Tally {
    * PgBouncer. Must be 0.
    */
   directBackends: number;
+  /**
+   * Exactly-once profiles: relay kills where the relay killed itself between a Kafka
+   * commit and its Postgres COMMIT (test/faults/relayHooks.ts). At least one must.
+   */
+  relayKillsAfterKafkaCommit: number;
+  /**
+   * Exactly-once profiles, not planted: relay processes that started a unit and found rows
+   * its progress named still unsent, marking them sent (their own log line). At least one
+   * must: the kills made that case, and the relay must have met it.
+   */
+  relaysMarkingFromProgress: number;
   /** Faults injected (and completed), by kind. */
   faults: Record<FaultKind, number>;
 }
@@ -100,6 +111,8 @@ export function expectedTally(p: Profile): Tally {
     relaysThroughPooler: pooled ? p.relays : 0,
     consumersThroughPooler: pooled ? p.consumers : 0,
     directBackends: 0,
+    relayKillsAfterKafkaCommit: p.delivery === 'exactly-once' ? 1 : 0,
+    relaysMarkingFromProgress: p.delivery === 'exactly-once' ? 1 : 0,
     faults,
   };
 }
@@ -113,7 +126,7 @@ export function rowsOvershoot(p: Pick<Profile, 'maxRowsPerTransaction' | 'outbox
 export function emptyTally(): Tally {
   const faults = {} as Record<FaultKind, number>;
   for (const { kind } of FAULT_KINDS) faults[kind] = 0;
-  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, relaysClaimingAhead: 0, relaysMovingShards: 0, consumers: 0, brokers: 0, outboxes: 0, rowsCommitted: 0, relaysThroughPooler: 0, consumersThroughPooler: 0, directBackends: 0, faults };
+  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, relaysClaimingAhead: 0, relaysMovingShards: 0, consumers: 0, brokers: 0, outboxes: 0, rowsCommitted: 0, relaysThroughPooler: 0, consumersThroughPooler: 0, directBackends: 0, relayKillsAfterKafkaCommit: 0, relaysMarkingFromProgress: 0, faults };
 }
 
 /** One line of the self-check: "relays: 2 of 2". */
@@ -148,6 +161,14 @@ export function selfCheck(expected: Tally, actual: Tally, details: Partial<Recor
     line('relays through PgBouncer in transaction pooling', expected.relaysThroughPooler, actual.relaysThroughPooler, details.relaysThroughPooler),
     line('consumers through PgBouncer in transaction pooling', expected.consumersThroughPooler, actual.consumersThroughPooler, details.consumersThroughPooler),
     line('backends connected around PgBouncer', expected.directBackends, actual.directBackends, details.directBackends),
+    {
+      ...line('relay kills between a Kafka commit and its Postgres COMMIT (at least)', expected.relayKillsAfterKafkaCommit, actual.relayKillsAfterKafkaCommit, details.relayKillsAfterKafkaCommit),
+      ok: actual.relayKillsAfterKafkaCommit >= expected.relayKillsAfterKafkaCommit,
+    },
+    {
+      ...line('relay processes that marked rows sent from a unit\'s progress (at least)', expected.relaysMarkingFromProgress, actual.relaysMarkingFromProgress, details.relaysMarkingFromProgress),
+      ok: actual.relaysMarkingFromProgress >= expected.relaysMarkingFromProgress,
+    },
   ];
   for (const { kind } of FAULT_KINDS) lines.push(line(`fault ${kind}`, expected.faults[kind], actual.faults[kind] ?? 0, details[kind]));
   return lines;
@@ -159,7 +180,8 @@ export function runsCheck(planned: readonly RunConfig[], completed: readonly str
   const lines = [line('runs', planned.length, planned.filter((r) => done.has(r.name)).length)];
   if (verifyPlanted) {
     const plantedDone = planned.filter((r) => r.plant !== 'none' && done.has(r.name)).length;
-    lines.push(line('planted cases', PLANTS.length, plantedDone, PLANTS.join(', ')));
+    const plants = planned[0] ? plantsOf(planned[0].profile) : PLANTS;
+    lines.push(line('planted cases', plants.length, plantedDone, plants.join(', ')));
   }
   return lines;
 }

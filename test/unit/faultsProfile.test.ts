@@ -4,7 +4,7 @@
 // so that takeover and fencing escape the faults).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { PLANTS, PROFILES, planRuns } from '../faults/profiles.js';
+import { PROFILES, planRuns, plantsOf } from '../faults/profiles.js';
 import { emptyTally, expectedTally, FAULT_KINDS, rowsOvershoot, runsCheck, selfCheck, selfCheckFailures, type Tally } from '../faults/selfCheck.js';
 import { parseChangedFiles } from '../faults/snapshot.js';
 import { buildSchedule } from '../faults/schedule.js';
@@ -47,7 +47,7 @@ test('self-check: a run that ran what its profile says passes', () => {
   const lines = selfCheck(expectedTally(ci), faithful());
   assert.deepEqual(selfCheckFailures(lines), []);
   assert.ok(lines.every((l) => l.ok));
-  assert.equal(lines.length, 12 + FAULT_KINDS.length);
+  assert.equal(lines.length, 14 + FAULT_KINDS.length);
 });
 
 test('self-check: one relay where the profile says two fails the run', () => {
@@ -108,7 +108,7 @@ test('self-check: --verify-planted that completed fewer planted cases than liste
     all.map((l) => [l.what, l.actual, l.expected]),
     [
       ['runs', 3, 3],
-      ['planted cases', PLANTS.length, PLANTS.length],
+      ['planted cases', 2, 2],
     ],
   );
   assert.deepEqual(selfCheckFailures(runsCheck(runs, ['ci-7', 'ci-7-dedup-off'], true)), ['self-check: runs 2 of 3', 'self-check: planted cases 1 of 2']);
@@ -232,4 +232,18 @@ test('pooler sightings: clients count in transaction pools only; a backend that 
   assert.deepEqual([...tally.direct.values()], ['faults-writer-3 (pid 2, client port 40002)']);
   assert.equal(tally.backendsSeen.size, 3);
   assert.equal(tally.samples, 3);
+});
+
+test('profiles: eos-cluster-ci relays exactly once through kafkajs on the 3-node cluster, kills relays at a Kafka commit, and plants the missing progress check', () => {
+  const runs = planRuns({ profile: 'eos-cluster-ci', seed: 5, plant: 'none', verifyPlanted: true });
+  assert.deepEqual(runs.map((r) => r.plant), ['none', 'progress-off']);
+  for (const r of runs) {
+    assert.equal(r.profile.delivery, 'exactly-once', r.name);
+    assert.equal(r.profile.brokers, 3, r.name);
+    assert.equal(r.producer, 'kafkajs', r.name);
+  }
+  assert.deepEqual(plantsOf(PROFILES.ci!), ['dedup-off', 'horizon-off']);
+  assert.throws(() => planRuns({ profile: 'eos-cluster-ci', seed: 5, plant: 'none', verifyPlanted: false, producer: 'platformatic' }), /kafkajs only/);
+  const kills = buildSchedule({ seed: 5, counts: runs[0]!.profile.counts, startMs: 0, endMs: 40_000, relays: 2, consumers: 2, leaseTtlMs: 2_500, brokers: 3, partitions: 6, relayKillsAfterKafkaCommit: true }).filter((f) => f.kind === 'relay-kill');
+  assert.equal(kills.filter((f) => f.kind === 'relay-kill' && f.moment === 'after-kafka-commit').length, Math.ceil(kills.length / 2));
 });
