@@ -18,7 +18,7 @@ import type { RunSummary } from './summary.js';
 /** The files with tables, relative to the repository root. */
 export const TABLE_FILES = ['README.md', 'docs/benchmarks.md', 'docs/console.md'] as const;
 
-export const KINDS = ['readme', 'docs', 'retention', 'pooler', 'effects', 'console'] as const;
+export const KINDS = ['readme', 'docs', 'retention', 'pooler', 'effects', 'console', 'exactlyonce'] as const;
 export type Kind = (typeof KINDS)[number];
 
 /**
@@ -26,7 +26,13 @@ export type Kind = (typeof KINDS)[number];
  * that explains that section: each names its own summary, so a run of that section alone
  * (`--only retention`) can feed it while the other tables keep theirs.
  */
-export const SECTION_KINDS: Partial<Record<Kind, string>> = { retention: '12. retention', pooler: '13. pooled mode', effects: '14. effect guard', console: '15. console' };
+export const SECTION_KINDS: Partial<Record<Kind, string>> = {
+  retention: '12. retention',
+  pooler: '13. pooled mode',
+  effects: '14. effect guard',
+  console: '15. console',
+  exactlyonce: '16. exactly-once',
+};
 
 /**
  * Rows without a target that README shows for context, by section and the start of their

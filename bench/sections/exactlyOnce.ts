@@ -41,6 +41,8 @@ type ArmKey = 'exactlyOnce' | 'kafkajs' | 'default';
 interface Arm {
   key: ArmKey;
   label: string;
+  /** How bench/child.ts must have recorded every acknowledgement of this arm (its ackedVia). */
+  via: 'kafkajs transaction' | 'kafkajs' | 'platformatic';
   /** Relay options for one run: exactly-once takes a fresh transactional-id prefix each time. */
   options(): Record<string, unknown>;
 }
@@ -49,14 +51,25 @@ const ARMS: Arm[] = [
   {
     key: 'exactlyOnce',
     label: 'exactly-once (kafkajs)',
+    via: 'kafkajs transaction',
     // Fresh each run, as the mode asks one prefix per outbox database: no arm shares
     // even the progress topic of another.
     options: () => ({ producer: 'kafkajs', delivery: 'exactly-once', transactionalIdPrefix: name('bench-eos') }),
   },
-  { key: 'kafkajs', label: 'at-least-once (kafkajs)', options: () => ({ producer: 'kafkajs' }) },
+  { key: 'kafkajs', label: 'at-least-once (kafkajs)', via: 'kafkajs', options: () => ({ producer: 'kafkajs' }) },
   // Named: bench/child.ts hands the relay a kafkajs client, which would otherwise publish.
-  { key: 'default', label: 'at-least-once (default, platformatic)', options: () => ({ producer: 'platformatic' }) },
+  { key: 'default', label: 'at-least-once (default, platformatic)', via: 'platformatic', options: () => ({ producer: 'platformatic' }) },
 ];
+
+/**
+ * The arm ran as labelled: every row acknowledged through its client and mode and none
+ * through another (a relay handed a kafkajs client and no producer publishes through it;
+ * exactly-once rows count at their transaction's commit only).
+ */
+function checkVia(arm: Arm, ackedVia: Record<string, number>, what: string): void {
+  const other = Object.entries(ackedVia).filter(([via, n]) => via !== arm.via && n > 0);
+  if (!(ackedVia[arm.via]! > 0) || other.length > 0) throw new Error(`${what}: ${arm.label} acknowledged ${JSON.stringify(ackedVia)}, expected ${arm.via} only`);
+}
 
 /** Round r's order: the arms rotated by r, so that each comes first and last in turn. */
 function order(r: number): Arm[] {
@@ -93,7 +106,11 @@ export async function exactlyOnce(pool: pg.Pool, o: ExactlyOnceOptions): Promise
   const drains = rounds();
   for (let r = 0; r < o.rounds; r++) {
     for (const arm of order(r)) {
-      const d = await relayDrain(pool, o.rows, `exactly-once section, drain round ${r + 1}, ${arm.label}`, arm.options());
+      const what = `exactly-once section, drain round ${r + 1}, ${arm.label}`;
+      const d = await relayDrain(pool, o.rows, what, arm.options());
+      checkVia(arm, d.ackedVia, what);
+      // A row acknowledged twice would end the drain's wait before the last row went out.
+      if (d.distinctAcked !== o.rows) throw new Error(`${what}: ${d.distinctAcked} distinct rows acknowledged of ${o.rows}`);
       drains[arm.key].push({ rowsPerSecond: d.rowsPerSecond, processCpuPer100k: d.processCpuPer100k, sendShare: d.sendShare, batches: d.batches, peakRss: d.peakRss });
     }
   }
@@ -108,6 +125,7 @@ export async function exactlyOnce(pool: pg.Pool, o: ExactlyOnceOptions): Promise
     // Rotated the other way from the drains, so that no arm always runs right after the same one.
     for (const arm of order(o.rounds - r).reverse()) {
       const l = await latencyAt(pool, o.rate, o.latencySeconds, true, arm.options(), 'reader');
+      checkVia(arm, l.ackedVia(), `exactly-once section, latency round ${r + 1}`);
       acks[arm.key].push(...l.ackSorted);
       reads[arm.key].push(...l.handlerSorted);
       achieved[arm.key].push(l.achieved);
