@@ -4,6 +4,7 @@ import type { Logger } from '../shared/logger.js';
 import { KafkajsTopicMetadata } from './producer.js';
 import { TransactionalUnit } from './transactionalUnit.js';
 import { UNIT_COUNT } from './units.js';
+import { ProgressReader } from './progressReader.js';
 import type { ResolvedRelayOptions } from './options.js';
 
 // What exactly-once mode sets up at start (docs/exactly-once.md): the names it works
@@ -60,8 +61,10 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
   const names = exactlyOnceNames(o.transactionalIdPrefix, o.schema);
   const admin = kafka.admin();
   const metadata = new KafkajsTopicMetadata(kafka);
+  const progress = new ProgressReader(o, names.progressGroup, names.progressTopic);
   const close = async (): Promise<void> => {
     await metadata.close();
+    await progress.close();
     await admin.disconnect().catch(() => undefined);
   };
   try {
@@ -69,7 +72,7 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
     const maxProgressChars = await checkBrokerSettings(admin, o, logger);
     await ensureProgressTopic(admin, names.progressTopic);
     await checkTransactionalIds(kafka, `${o.transactionalIdPrefix}.${o.schema}.start-check.${instanceId}`, o.transactionTimeoutMs);
-    await checkProgressGroup(admin, names);
+    await checkProgressGroup(progress, names);
     let announced = false;
     const onCommitted = (): void => {
       if (announced) return;
@@ -82,7 +85,7 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
       (_, unit) =>
         new TransactionalUnit({
           kafka,
-          admin,
+          progress,
           metadata: metadata.metadata,
           unit,
           transactionalId: names.transactionalId(unit),
@@ -222,9 +225,9 @@ async function checkTransactionalIds(kafka: Kafka, transactionalId: string, tran
 }
 
 /** OffsetFetch on the progress group: the READ and DESCRIBE permissions a unit's start needs. */
-async function checkProgressGroup(admin: Admin, names: ExactlyOnceNames): Promise<void> {
+async function checkProgressGroup(progress: ProgressReader, names: ExactlyOnceNames): Promise<void> {
   try {
-    await admin.fetchOffsets({ groupId: names.progressGroup, topics: [names.progressTopic] });
+    await progress.read(0);
   } catch (error) {
     if (!refusedForGood(error)) throw error;
     throw new ExactlyOnceRefused(

@@ -1,5 +1,6 @@
 import { CompressionTypes, Partitioners, type Kafka, type Message, type Producer } from 'kafkajs';
 import type { RelayMessage } from './message.js';
+import { OutboxError } from '../shared/errors.js';
 import type { MessageProducer, SendResult } from './messageProducer.js';
 import { partitionGroups } from './partitioner.js';
 import { KafkajsPartitionCounts, TopicMetadata } from './topicMetadata.js';
@@ -77,13 +78,16 @@ class BatchProducer implements MessageProducer {
       groups.map(async ({ topic, partition, indexes }) => {
         try {
           const request = indexes.map((i) => messages[i]!);
-          await traceRequest(request, topic, partition, () =>
+          const answer = await traceRequest(request, topic, partition, () =>
             this.producer.sendBatch({
               topicMessages: [{ topic, messages: request.map((m) => toKafkajs(m, partition)) }],
               acks: -1,
               compression: COMPRESSION[this.compression],
             }),
           );
+          // kafkajs sends nothing, and answers nothing, for a partition its own metadata
+          // does not have yet (a topic just given more partitions): not acknowledged.
+          if (!answer.some((r) => r.topicName === topic && r.partition === partition && r.errorCode === 0)) throw unanswered(topic, partition);
           for (const i of indexes) results[i] = { acknowledged: true };
           this.announce();
         } catch (error) {
@@ -145,6 +149,11 @@ export class KafkajsTopicMetadata {
     // and waits for its leaders, then has nothing to produce.
     await this.creator.sendBatch({ topicMessages: [{ topic, messages: [] }], acks: -1 });
   }
+}
+
+/** A send kafkajs reported done without the partition's answer in it: not acknowledged. */
+export function unanswered(topic: string, partition: number): OutboxError {
+  return new OutboxError(`Kafka's answer did not name partition ${partition} of ${JSON.stringify(topic)}: not sent`, { retriable: true, context: { topic, partition } });
 }
 
 /** A relay message as kafkajs sends it, to `partition`. */

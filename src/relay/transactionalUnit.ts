@@ -1,12 +1,13 @@
 import diagnosticsChannel from 'node:diagnostics_channel';
-import { Partitioners, type Admin, type Kafka, type Producer } from 'kafkajs';
+import { Partitioners, type Kafka, type Producer } from 'kafkajs';
+import type { ProgressReader } from './progressReader.js';
 import { OutboxError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { RelayMessage } from './message.js';
 import type { SendResult } from './messageProducer.js';
 import { partitionGroups } from './partitioner.js';
 import { classifyPublishError } from './publishErrors.js';
-import { COMPRESSION, toKafkajs } from './producer.js';
+import { COMPRESSION, toKafkajs, unanswered } from './producer.js';
 import { decodeProgress, encodeProgress, progressPrefixFitting } from './progress.js';
 import type { TopicMetadata } from './topicMetadata.js';
 
@@ -38,8 +39,8 @@ const progressRead = diagnosticsChannel.channel(PROGRESS_READ_CHANNEL);
 /** What one unit's producer needs; the names come from ./exactlyOnceNames.ts. */
 export interface TransactionalUnitOptions {
   kafka: Kafka;
-  /** Reads the progress back (OffsetFetch); shared by a relay's units. */
-  admin: Admin;
+  /** Reads the progress back (OffsetFetch, require_stable); shared by a relay's units. */
+  progress: ProgressReader;
   /** Partition counts, shared by a relay's units. */
   metadata: TopicMetadata;
   unit: number;
@@ -111,10 +112,10 @@ export class TransactionalUnit {
       await producer.disconnect().catch(() => undefined);
       this.assertOpen();
     }
-    const offsets = await this.o.admin.fetchOffsets({ groupId: this.o.progressGroup, topics: [this.o.progressTopic] });
-    const entry = offsets.find((t) => t.topic === this.o.progressTopic)?.partitions.find((p) => p.partition === this.o.unit);
+    const metadata = await this.o.progress.read(this.o.unit);
+    this.assertOpen();
     this.batchIds = [];
-    const message = { unit: this.o.unit, ids: decodeProgress(entry?.metadata) };
+    const message = { unit: this.o.unit, ids: decodeProgress(metadata) };
     if (progressRead.hasSubscribers) progressRead.publish(message);
     return message.ids;
   }
@@ -154,14 +155,24 @@ export class TransactionalUnit {
     const progress = mergeSorted(this.batchIds, batch.map((m) => m.id).sort((a, b) => a - b));
 
     const transaction = await producer.transaction();
-    try {
-      // One request for every partition: a transaction is committed or aborted whole.
-      await transaction.sendBatch({
-        topicMessages: groups.map((g) => ({ topic: g.topic, messages: g.indexes.map((i) => toKafkajs(batch[i]!, g.partition)) })),
-        acks: -1,
-        compression: COMPRESSION[this.o.compression],
-      });
-    } catch (error) {
+    // One request per partition, as the kafkajs adapter sends (./producer.ts): a kafkajs
+    // send to partitions on several brokers that is retried after a leader change skips
+    // the partitions that moved to a broker which had already answered, and reports
+    // success (a fault run on the 3-node cluster lost rows that way). Each answer must
+    // name its partition, else the transaction aborts.
+    const sent = await Promise.allSettled(
+      groups.map(async (g) => {
+        const answer = await transaction.sendBatch({
+          topicMessages: [{ topic: g.topic, messages: g.indexes.map((i) => toKafkajs(batch[i]!, g.partition)) }],
+          acks: -1,
+          compression: COMPRESSION[this.o.compression],
+        });
+        if (!answer.some((r) => r.topicName === g.topic && r.partition === g.partition && r.errorCode === 0)) throw unanswered(g.topic, g.partition);
+      }),
+    );
+    const failed = sent.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) {
+      const error: unknown = failed.reason;
       await transaction.abort();
       for (const g of groups) this.o.metadata.forget(g.topic);
       // The records' own fault: publishBatch isolates them. Anything else fails the batch.

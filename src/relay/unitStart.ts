@@ -1,4 +1,4 @@
-import { describeError } from '../shared/errors.js';
+import { OutboxError, describeError } from '../shared/errors.js';
 import { markRecoveredSql } from './sql/recover.js';
 import type { RelayRuntime } from './relayRuntime.js';
 import type { Worker } from './batch.js';
@@ -19,8 +19,11 @@ export async function startUnit(rt: RelayRuntime, worker: Worker, unit: Transact
     if (rt.stopping) return false;
     let marked = 0;
     if (ids.length > 0) {
-      const r = await rt.pool.query(markRecoveredSql(rt.quotedSchema, rt.options.onPublish), [ids, shards, rt.instanceId]);
-      marked = r.rowCount ?? 0;
+      const { rows } = await rt.pool.query<{ unsent: number; marked: number }>(markRecoveredSql(rt.quotedSchema, rt.options.onPublish), [ids, shards, rt.instanceId]);
+      marked = rows[0]!.marked;
+      if (marked < rows[0]!.unsent) {
+        throw new OutboxError(`a lease of the unit lapsed while marking its progress: ${marked} of ${rows[0]!.unsent} rows marked sent`, { retriable: true });
+      }
     }
     worker.unitReady = true;
     rt.logger[marked > 0 ? 'info' : 'debug'](

@@ -159,6 +159,7 @@ export function check(input: CheckInput): CheckResult {
     }
     if (seen.has(m.messageId)) {
       wireDuplicates++;
+      note('wireDuplicates', { messageId: m.messageId, key: m.key, outboxId: m.outboxId, detail: `again in partition ${m.partition} at offset ${m.offset}` });
       continue;
     }
     seen.add(m.messageId);

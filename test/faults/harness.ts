@@ -10,7 +10,7 @@ import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
 import { waitFor } from '../helpers/wait.js';
 import { check, readEffects, readOutbox, readWholeTopic, violations, type Delivered } from './checker.js';
-import { readCommittedWithKafka } from '../helpers/committedReader.js';
+import { readCommittedWithKafka, readWithKafka } from '../helpers/committedReader.js';
 import { Injector } from './inject.js';
 import { log } from './log.js';
 import { Slot } from './processes.js';
@@ -390,6 +390,19 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     rowsCommitted: `seen to commit by the writers (${ws.unknown.length} of unknown outcome not counted); the last transactions may add up to ${rowsOvershoot(p)}`,
   } satisfies Partial<Record<FaultKind | Exclude<keyof typeof actual, 'faults'>, string | undefined>>, rowsOvershoot(p));
 
+  if (exactlyOnce && result.lost > 0) {
+    // Rows never written, or written behind a transaction still open (which holds a
+    // read_committed reader at the partition's last stable offset)? Read both ways.
+    try {
+      const committed = await readWithKafka(topic, 'read_committed', { brokers, timeoutMs: 60_000 });
+      const everything = await readWithKafka(topic, 'read_uncommitted', { brokers, timeoutMs: 60_000 });
+      const lostIds = new Set((result.examples.lost ?? []).map((e) => e.outboxId));
+      log(`lost rows: read_committed ends ${[...committed.ends].map(([p, e]) => `${p}:${e}`).join(' ')}; read_uncommitted ends ${[...everything.ends].map(([p, e]) => `${p}:${e}`).join(' ')}`);
+      for (const r of everything.records.filter((x) => lostIds.has(x.outboxId))) log(`lost row ${r.outboxId} is in partition ${r.partition} at offset ${r.offset} for a read_uncommitted reader`);
+    } catch (error) {
+      log(`could not read the topic again: ${(error as Error).message}`);
+    }
+  }
   const found = violations(result);
   // Exactly once on the wire: the reader gets each row once.
   if (exactlyOnce && result.wireDuplicates > 0) found.push(`wireDuplicates=${result.wireDuplicates}`);

@@ -108,7 +108,7 @@ export function judge(r: RunReport, lone: boolean): { pass: boolean; what: strin
   const mismatches = r.selfCheck.filter((l) => !l.ok).map((l) => `${l.what} ${l.actual} of ${l.expected}`);
   const selfWhat = selfOk ? '' : `; SELF-CHECK FAILED: ${mismatches.join(', ')}`;
   if (lone || r.plant === 'none') return { pass: r.ok, what: (r.ok ? 'no violations' : r.violations.join(', ')) + (r.plant === 'none' ? '' : selfWhat) };
-  const caught = r.plant === 'dedup-off' ? r.check.duplicateEffects : r.check.reorderings;
-  const label = r.plant === 'dedup-off' ? 'duplicate effects caught' : 'reorderings caught';
+  const caught = r.plant === 'dedup-off' ? r.check.duplicateEffects : r.plant === 'progress-off' ? r.check.wireDuplicates : r.check.reorderings;
+  const label = r.plant === 'dedup-off' ? 'duplicate effects caught' : r.plant === 'progress-off' ? 'wire duplicates caught' : 'reorderings caught';
   return { pass: caught > 0 && selfOk, what: `${label}: ${caught}${selfWhat}` };
 }

@@ -43,12 +43,26 @@ function compiled(): string {
 }
 
 /** Every record of `topic` a read_committed reader gets, per partition in offset order. */
-export async function readCommittedWithKafka(topic: string, { brokers = testBrokers(), timeoutMs = 120_000 }: { brokers?: string[]; timeoutMs?: number } = {}): Promise<CommittedRecord[]> {
+export async function readCommittedWithKafka(topic: string, options: { brokers?: string[]; timeoutMs?: number } = {}): Promise<CommittedRecord[]> {
+  return (await readWithKafka(topic, 'read_committed', options)).records;
+}
+
+/** The same with either isolation level, and the end offsets the reader read to, by partition. */
+export async function readWithKafka(
+  topic: string,
+  isolation: 'read_committed' | 'read_uncommitted',
+  { brokers = testBrokers(), timeoutMs = 120_000 }: { brokers?: string[]; timeoutMs?: number } = {},
+): Promise<{ records: CommittedRecord[]; ends: Map<number, number> }> {
   const classes = compiled();
-  const { stdout } = await promisify(execFile)('java', ['-cp', `${classes}:${LIBS}/*`, 'CommittedReader', brokers.join(','), topic, String(timeoutMs)], {
+  const { stdout, stderr } = await promisify(execFile)('java', ['-cp', `${classes}:${LIBS}/*`, 'CommittedReader', brokers.join(','), topic, String(timeoutMs), isolation], {
     maxBuffer: 512 * 1024 * 1024,
   });
-  return stdout
+  const ends = new Map<number, number>();
+  for (const line of stderr.split('\n')) {
+    const [tag, partition, end] = line.split('\t');
+    if (tag === 'end') ends.set(Number(partition), Number(end));
+  }
+  const records = stdout
     .split('\n')
     .filter((l) => l !== '')
     .map((line) => {
@@ -61,4 +75,5 @@ export async function readCommittedWithKafka(topic: string, { brokers = testBrok
         messageId: messageId === '-' ? undefined : messageId,
       };
     });
+  return { records, ends };
 }

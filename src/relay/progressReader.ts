@@ -1,0 +1,58 @@
+import { createRequire } from 'node:module';
+import type { Admin as PltAdmin } from '@platformatic/kafka';
+import { PLATFORMATIC_PACKAGE } from './platformaticPackage.js';
+import { platformaticClientOptions } from './platformaticProducer.js';
+import type { ResolvedRelayOptions } from './options.js';
+
+/**
+ * Reads a unit's progress back (./progress.ts) with OffsetFetch and `require_stable`
+ * (KIP-447): Kafka writes a committed transaction's markers first and materializes its
+ * offset commit on the group coordinator afterwards, so a plain OffsetFetch right after
+ * InitProducerId can still answer the previous transaction's progress; with
+ * `require_stable` the coordinator answers UNSTABLE_OFFSET_COMMIT until it is final, and
+ * the client retries. kafkajs 2.2.4 speaks OffsetFetch up to v4, without the flag (a
+ * fault run on the 3-node cluster published batches again that way), so this one read
+ * goes through @platformatic/kafka's admin client (v8+), whichever adapter publishes.
+ */
+export class ProgressReader {
+  private admin: PltAdmin | undefined;
+
+  constructor(
+    private readonly options: Pick<ResolvedRelayOptions, 'kafkaBrokers' | 'clientId' | 'compression' | 'kafkaSecurity'>,
+    private readonly group: string,
+    private readonly topic: string,
+  ) {}
+
+  /** The progress string of `unit`, or null when it has none yet. */
+  async read(unit: number): Promise<string | null> {
+    const admin = this.client();
+    const groups = await admin.listConsumerGroupOffsets({ groups: [{ groupId: this.group, topics: [{ name: this.topic, partitionIndexes: [unit] }] }], requireStable: true });
+    const partition = groups.find((g) => g.groupId === this.group)?.topics.find((t) => t.name === this.topic)?.partitions.find((p) => p.partitionIndex === unit);
+    return partition?.metadata ?? null;
+  }
+
+  async close(): Promise<void> {
+    const admin = this.admin;
+    this.admin = undefined;
+    await admin?.close().catch(() => undefined);
+  }
+
+  private client(): PltAdmin {
+    if (!this.admin) {
+      const { Admin } = createRequire(import.meta.url)(PLATFORMATIC_PACKAGE) as typeof import('@platformatic/kafka');
+      const { clientId, bootstrapBrokers, tls, tlsServerName, sasl, retries, retryDelay, timeout, connectTimeout } = platformaticClientOptions(this.options);
+      this.admin = new Admin({
+        clientId,
+        bootstrapBrokers,
+        // UNSTABLE_OFFSET_COMMIT lasts as long as the coordinator takes to apply a commit's markers.
+        retries: Math.max(retries as number, 10),
+        retryDelay,
+        timeout,
+        connectTimeout,
+        ...(tls ? { tls, tlsServerName } : {}),
+        ...(sasl ? { sasl } : {}),
+      } as ConstructorParameters<typeof Admin>[0]);
+    }
+    return this.admin;
+  }
+}
