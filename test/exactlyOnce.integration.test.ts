@@ -92,7 +92,8 @@ async function crashAfterKafkaCommit(plant: boolean): Promise<{ rows: number[]; 
   const topic = await createTopic(2);
   const prefix = uniqueName('eos-crash');
   const rows = await writeCommitted(db, Array.from({ length: 200 }, (_, i) => ({ topic, key: `c${i % 11}`, payload: { i } })));
-  const first = createRelay(relayOptions(prefix));
+  // A short lease: the second relay takes the first one's units over when it expires.
+  const first = createRelay(relayOptions(prefix, { leaseTtlMs: 1_500 }));
   let committedInKafka = 0;
   const onCommit = (): void => {
     committedInKafka++;
@@ -114,7 +115,7 @@ async function crashAfterKafkaCommit(plant: boolean): Promise<{ rows: number[]; 
     if (plant) m.ids = [];
   };
   diagnosticsChannel.subscribe(PROGRESS_READ_CHANNEL, onProgress);
-  const second = createRelay(relayOptions(prefix, { logger: countingLogger((n) => (markedAtStart += n)) }));
+  const second = createRelay(relayOptions(prefix, { leaseTtlMs: 1_500, logger: countingLogger((n) => (markedAtStart += n)) }));
   try {
     await second.start();
     await waitFor('every row sent', async () => (await sentCount(db, topic)) === rows.length);
