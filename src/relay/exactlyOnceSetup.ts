@@ -5,6 +5,7 @@ import { KafkajsTopicMetadata } from './producer.js';
 import { TransactionalUnit } from './transactionalUnit.js';
 import { UNIT_COUNT } from './units.js';
 import { ProgressReader } from './progressReader.js';
+import { innermost, kafkaErrorType } from './publishErrors.js';
 import type { ResolvedRelayOptions } from './options.js';
 
 // What exactly-once mode sets up at start (docs/exactly-once.md): the names it works
@@ -71,7 +72,7 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
     await admin.connect();
     const maxProgressChars = await checkBrokerSettings(admin, o, logger);
     await ensureProgressTopic(admin, names.progressTopic);
-    await checkTransactionalIds(kafka, `${o.transactionalIdPrefix}.${o.schema}.start-check.${instanceId}`, o.transactionTimeoutMs);
+    await checkTransactionalIds(kafka, progress, `${o.transactionalIdPrefix}.${o.schema}.start-check.${instanceId}`, o.transactionTimeoutMs);
     await checkProgressGroup(progress, names);
     let announced = false;
     const onCommitted = (): void => {
@@ -115,9 +116,9 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
   }
 }
 
-/** Kafka's refusals that a retry does not change: a permission or a setting. */
+/** Kafka's refusals that a retry does not change: a permission or a setting, found inside either client's wrappers. */
 function refusedForGood(error: unknown): boolean {
-  return /AUTHORIZATION_FAILED|POLICY_VIOLATION|INVALID_|authorization failed/i.test(`${(error as { type?: string }).type ?? ''} ${describeError(error)}`);
+  return [error, ...innermost(error)].some((e) => /AUTHORIZATION_FAILED|POLICY_VIOLATION|INVALID_/.test(kafkaErrorType(e) ?? '') || /authorization failed/i.test((e as Error)?.message ?? ''));
 }
 
 /** The broker settings transactions depend on; returns the longest progress record. */
@@ -197,7 +198,15 @@ async function ensureProgressTopic(admin: Admin, topic: string): Promise<void> {
 }
 
 /** InitProducerId under a transactional id of the prefix: the WRITE permission on them, and a transaction coordinator that answers. */
-async function checkTransactionalIds(kafka: Kafka, transactionalId: string, transactionTimeoutMs: number): Promise<void> {
+async function checkTransactionalIds(kafka: Kafka, progress: ProgressReader, transactionalId: string, transactionTimeoutMs: number): Promise<void> {
+  // kafkajs turns a refusal of the transactional id into "Failed to find group coordinator":
+  // ask once through the client that reports it.
+  try {
+    await progress.findTransactionCoordinator(transactionalId);
+  } catch (error) {
+    if (refusedForGood(error)) throw new ExactlyOnceRefused(`Kafka refused the transactional id ${JSON.stringify(transactionalId)}: allow WRITE and DESCRIBE on TransactionalId with this prefix`, error);
+    throw error;
+  }
   const producer = kafka.producer({ transactionalId, transactionTimeout: transactionTimeoutMs, maxInFlightRequests: 1, createPartitioner: Partitioners.DefaultPartitioner, retry: { retries: 5 } });
   let timer: NodeJS.Timeout | undefined;
   try {

@@ -31,6 +31,15 @@ export class ProgressReader {
     return partition?.metadata ?? null;
   }
 
+  /**
+   * FindCoordinator for a transactional id: Kafka answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+   * without the DESCRIBE permission on it, where kafkajs reports only "Failed to find group
+   * coordinator" (the start-up check, ./exactlyOnceSetup.ts).
+   */
+  async findTransactionCoordinator(transactionalId: string): Promise<void> {
+    await this.client().findCoordinator({ keyType: 1, keys: [transactionalId] });
+  }
+
   async close(): Promise<void> {
     const admin = this.admin;
     this.admin = undefined;

@@ -41,7 +41,8 @@ const PERMANENT = new Set([
 // AuthenticationError the failed SASL response as `cause`.
 
 /** Walk the clients' wrappers to the errors inside. */
-function innermost(error: unknown): unknown[] {
+/** The errors inside `error` (kafkajs' and @platformatic/kafka's wrappers), innermost first. */
+export function innermost(error: unknown): unknown[] {
   const found: unknown[] = [];
   const visit = (e: unknown, depth: number): void => {
     if (!e || typeof e !== 'object' || depth > 5) return;
