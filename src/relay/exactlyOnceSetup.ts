@@ -192,6 +192,13 @@ async function ensureProgressTopic(admin: Admin, topic: string): Promise<void> {
     }
     count = await partitions();
   }
+  // Just created (here or by another relay): the brokers' metadata may not show its
+  // partitions yet. A moment, not a refusal.
+  for (let i = 0; i < 50 && !count; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    count = await partitions();
+  }
+  if (!count) throw new OutboxError(`the progress topic ${JSON.stringify(topic)} shows no partitions yet`, { retriable: true });
   if (count !== UNIT_COUNT) {
     throw new ExactlyOnceRefused(`the progress topic ${JSON.stringify(topic)} has ${count ?? 'no'} partitions; it needs ${UNIT_COUNT}, one per unit of shards (is the prefix another tool's?)`);
   }

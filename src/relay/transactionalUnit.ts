@@ -160,16 +160,23 @@ export class TransactionalUnit {
     // the partitions that moved to a broker which had already answered, and reports
     // success (a fault run on the 3-node cluster lost rows that way). Each answer must
     // name its partition, else the transaction aborts.
-    const sent = await Promise.allSettled(
-      groups.map(async (g) => {
+    // One after the other: kafkajs sends AddPartitionsToTxn with each, and concurrent ones
+    // of one transaction are refused (CONCURRENT_TRANSACTIONS) and retried.
+    const sent: PromiseSettledResult<void>[] = [];
+    for (const g of groups) {
+      try {
         const answer = await transaction.sendBatch({
           topicMessages: [{ topic: g.topic, messages: g.indexes.map((i) => toKafkajs(batch[i]!, g.partition)) }],
           acks: -1,
           compression: COMPRESSION[this.o.compression],
         });
         if (!answer.some((r) => r.topicName === g.topic && r.partition === g.partition && r.errorCode === 0)) throw unanswered(g.topic, g.partition);
-      }),
-    );
+        sent.push({ status: 'fulfilled', value: undefined });
+      } catch (error) {
+        sent.push({ status: 'rejected', reason: error });
+        break;
+      }
+    }
     const failed = sent.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) {
       const error: unknown = failed.reason;

@@ -152,8 +152,8 @@ export const PROFILES: Record<string, Profile> = {
   // count no duplicate, no loss, no reordering (CI runs it with --verify-planted).
   'eos-cluster-ci': {
     ...BASE,
-    rows: 4_000,
-    writeMs: 50_000,
+    rows: 3_000,
+    writeMs: 40_000,
     relays: 2,
     brokers: 3,
     delivery: 'exactly-once',
