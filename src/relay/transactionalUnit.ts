@@ -94,8 +94,12 @@ export class TransactionalUnit {
       createPartitioner: Partitioners.DefaultPartitioner,
       allowAutoTopicCreation: false,
       // A failed send aborts its transaction, so bounded retries cost no guarantee; the
-      // batch is retried by the worker.
-      retry: { retries: 5 },
+      // batch is retried by the worker. The first retry soon: Kafka answers a transaction's
+      // first partitions CONCURRENT_TRANSACTIONS while the previous commit's markers are
+      // still being written, nearly every time a unit begins its next transaction at once,
+      // and kafkajs' default first retry (300 ms) was most of a batch's time (docs/benchmarks.md,
+      // History 2026-12-03 14:57).
+      retry: { retries: 8, initialRetryTime: 10, maxRetryTime: 1_000 },
     });
     this.producer = producer;
     try {
