@@ -12,7 +12,7 @@ export const PLATFORMATIC_PACKAGE = '@platformatic/kafka';
 export function missingPackage(cause?: unknown): ConfigError {
   const error = new ConfigError(
     'producer',
-    `is platformatic, but the package ${PLATFORMATIC_PACKAGE} is not installed: \`npm install ${PLATFORMATIC_PACKAGE}@^1.35.0\`, or use the default producer kafkajs (--producer / OUTBOX_PRODUCER)`,
+    `is platformatic, but the package ${PLATFORMATIC_PACKAGE} is not installed: \`npm install ${PLATFORMATIC_PACKAGE}@^1.35.0\`, or publish through kafkajs instead (--producer kafkajs / OUTBOX_PRODUCER=kafkajs)`,
   );
   if (cause !== undefined) Object.defineProperty(error, 'cause', { value: cause });
   return error;
@@ -20,7 +20,7 @@ export function missingPackage(cause?: unknown): ConfigError {
 
 /**
  * Fail at configuration time, not at the first batch, when the package is missing: the
- * adapter imports it lazily (only users who pick it install it).
+ * adapter imports it lazily, so an install without it fails here, naming the fix.
  *
  * @throws ConfigError naming the setting (`producer`) and the package
  */

@@ -17,7 +17,8 @@ export const COMPRESSION = {
 } as const;
 
 /**
- * The kafkajs adapter of {@link MessageProducer}, the relay's default.
+ * The kafkajs adapter of {@link MessageProducer} (`producer: 'kafkajs'`; the default is
+ * platformatic, ./platformaticProducer.ts), the only one exactly-once delivery takes.
  *
  * The relay partitions itself (Java's murmur2, ./partitioner.ts, over the partition
  * counts of ./topicMetadata.ts) and sends one produce request per partition, all at once:

@@ -19,8 +19,11 @@ const CHANNEL = 'outbox-relay:relay-started';
 const REPORTS_ENV = 'OUTBOX_TEST_ADAPTER_REPORTS';
 const ADAPTERS = ['kafkajs', 'platformatic'];
 
+// Unset, the product's own default adapter (src/relay/options.ts; this file cannot import
+// TypeScript, so test/unit/testAdapterDefault.test.ts pins the two together).
+const PRODUCT_DEFAULT = 'platformatic';
 const raw = (process.env.OUTBOX_TEST_PRODUCER ?? '').trim();
-const expected = raw === '' ? 'kafkajs' : raw;
+const expected = raw === '' ? PRODUCT_DEFAULT : raw;
 if (!ADAPTERS.includes(expected)) {
   process.stderr.write(`adapter guard: OUTBOX_TEST_PRODUCER=${JSON.stringify(raw)} is not one of ${ADAPTERS.join(', ')}\n`);
   process.exit(2);

@@ -146,9 +146,9 @@ test("platformatic's unknown-topic answer is recognised; retries back off like k
   assert.deepEqual([1, 2, 3].map((a) => retryDelayMs(undefined, 'metadata', a)), [100, 200, 400]);
 });
 
-test('OUTBOX_TEST_PRODUCER: kafkajs when unset, either adapter by name, anything else throws', () => {
-  assert.equal(testProducerFrom(undefined), 'kafkajs');
-  assert.equal(testProducerFrom(''), 'kafkajs');
+test('OUTBOX_TEST_PRODUCER: the product default (platformatic) when unset, either adapter by name, anything else throws', () => {
+  assert.equal(testProducerFrom(undefined), 'platformatic');
+  assert.equal(testProducerFrom(''), 'platformatic');
   assert.equal(testProducerFrom('kafkajs'), 'kafkajs');
   assert.equal(testProducerFrom('platformatic'), 'platformatic');
   assert.throws(() => testProducerFrom('rdkafka'), /OUTBOX_TEST_PRODUCER="rdkafka" is not one of kafkajs, platformatic/);
