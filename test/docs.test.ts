@@ -229,6 +229,11 @@ async function cliProblems(calls: Invocation[]): Promise<string[]> {
   const problems: string[] = [];
   for (const call of calls) {
     const [first, second] = call.command;
+    if (!first && call.flags.length > 0) {
+      // `outbox-relay --help`: the top-level options.
+      for (const flag of call.flags) if (!new RegExp(`(^|[\\s,])${flag.replace(/[-]/g, '\\-')}(\\s|,|$)`, 'm').test(top)) problems.push(`${call.where}: \`outbox-relay\` has no option ${flag}`);
+      continue;
+    }
     if (!first || !commands.has(first)) {
       problems.push(`${call.where}: \`outbox-relay ${call.command.join(' ')}\` is not a command (${[...commands].join(', ')})`);
       continue;
@@ -263,7 +268,7 @@ test('docs: a shell line with an unknown command or flag fails the check, naming
     file: 'docs/example.md',
     fence: 10,
     lang: 'sh',
-    code: ['outbox-relay cleanup --retention 12h --bogus-flag 3   # one unknown flag', 'DATABASE_URL=x outbox-relay dead-letters replay --all \\', '  --rate 10 --nope', 'outbox-relay nosuch --x'].join('\n'),
+    code: ['outbox-relay cleanup --retention 12h --bogus-flag 3   # one unknown flag', 'DATABASE_URL=x outbox-relay dead-letters replay --all \\', '  --rate 10 --nope', 'outbox-relay nosuch --x', 'outbox-relay --help --bogus'].join('\n'),
     marker: undefined,
     markerLine: 0,
   };
@@ -272,10 +277,12 @@ test('docs: a shell line with an unknown command or flag fails the check, naming
     ['docs/example.md:11', 'cleanup', '--retention --bogus-flag'],
     ['docs/example.md:12', 'dead-letters replay', '--all --rate --nope'],
     ['docs/example.md:14', 'nosuch', '--x'],
+    ['docs/example.md:15', '', '--help --bogus'],
   ]);
   const problems = await cliProblems(calls);
-  assert.equal(problems.length, 3, problems.join('\n'));
+  assert.equal(problems.length, 4, problems.join('\n'));
   assert.match(problems[0]!, /^docs\/example\.md:11: `outbox-relay cleanup` has no option --bogus-flag$/);
   assert.match(problems[1]!, /^docs\/example\.md:12: `outbox-relay dead-letters replay` has no option --nope$/);
   assert.match(problems[2]!, /^docs\/example\.md:14: `outbox-relay nosuch` is not a command/);
+  assert.match(problems[3]!, /^docs\/example\.md:15: `outbox-relay` has no option --bogus$/);
 });
