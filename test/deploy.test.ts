@@ -145,6 +145,15 @@ test('Dockerfile: multi-stage, production dependencies only, non-root, signals r
   assert.ok(existsSync(join(DEPLOY, 'Dockerfile.dockerignore')));
 });
 
+test('the docs name the Node image the Dockerfile builds on, and no other', () => {
+  const base = /^ARG NODE_IMAGE=(\S+)$/m.exec(read('Dockerfile'))?.[1];
+  assert.ok(base, 'the Dockerfile names its base in ARG NODE_IMAGE');
+  const pages = ['README.md', ...readdirSync(join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+  const named = pages.flatMap((page) => [...readFileSync(join(ROOT, page), 'utf8').matchAll(/\bnode:\d+[\w.-]*/g)].map((m) => `${page}: ${m[0]}`));
+  assert.ok(named.length >= 1, 'the docs name the image somewhere (docs/operations.md, Deployment)');
+  assert.deepEqual(named.filter((n) => !n.endsWith(`: ${base}`)), [], `images named in the docs that are not the Dockerfile's ${base}`);
+});
+
 test('docker-compose.yml: every service wired, secrets from files, images consistent', () => {
   const compose = parse(read('docker-compose.yml')) as Any;
   const s = compose.services;
