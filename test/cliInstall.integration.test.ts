@@ -41,6 +41,9 @@ before(async () => {
   // The documented commands, in a checkout whose dependencies are installed (npm ci: done),
   // with npm's global prefix moved to a directory of the test's own.
   assert.deepEqual(documentedInstall(), ['npm ci', 'npm pack', `npm install --global ./${tarball}`, 'outbox-relay --help']);
+  // README's five-minute path gives the same commands on one line.
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  assert.ok(readme.includes(`npm ci && npm pack && npm install --global ./${tarball}\n`), "README's first step is docs/cli.md's install");
   const npmEnv = { ...process.env, npm_config_update_notifier: 'false', npm_config_prefix: join(dir, 'global') };
   await run('npm', ['pack', '--pack-destination', dir], { cwd: ROOT, env: npmEnv, maxBuffer: 64 << 20 });
   assert.ok(existsSync(join(dir, tarball)), `npm pack wrote ${tarball}, the name docs/cli.md gives`);

@@ -17,7 +17,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -285,4 +285,45 @@ test('docs: a shell line with an unknown command or flag fails the check, naming
   assert.match(problems[1]!, /^docs\/example\.md:12: `outbox-relay dead-letters replay` has no option --nope$/);
   assert.match(problems[2]!, /^docs\/example\.md:14: `outbox-relay nosuch` is not a command/);
   assert.match(problems[3]!, /^docs\/example\.md:15: `outbox-relay` has no option --bogus$/);
+});
+
+/** GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens. */
+function slug(heading: string): string {
+  return heading.trim().toLowerCase().replace(/[^\p{L}\p{N}_\- ]/gu, '').replace(/ /g, '-');
+}
+
+/** Relative links of the pages whose file or heading does not exist, one line each. */
+function brokenLinks(pages: Map<string, string>, exists: (path: string) => boolean): string[] {
+  const anchors = new Map([...pages].map(([file, text]) => [file, new Set([...text.replace(/```[\s\S]*?```/g, '').matchAll(/^#+ (.*)$/gm)].map((m) => slug(m[1]!)))]));
+  const problems: string[] = [];
+  for (const [file, text] of pages) {
+    for (const m of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+      const link = m[1]!;
+      if (/^[a-z]+:/.test(link)) continue;
+      const [path, anchor] = link.split('#') as [string, string | undefined];
+      const target = path === '' ? file : join(file, '..', path).replace(/^\.\//, '');
+      if (!exists(target)) problems.push(`${file}: ${link}: no such file`);
+      else if (anchor && target.endsWith('.md') && !anchors.get(target)?.has(anchor)) problems.push(`${file}: ${link}: no such heading in ${target}`);
+    }
+  }
+  return problems;
+}
+
+test('docs: every relative link of README.md and docs/ reaches a file, and a heading where it names one', () => {
+  const pages = new Map(DOCS.map((f) => [f, readFileSync(join(ROOT, f), 'utf8')]));
+  const links = [...pages.values()].reduce((n, t) => n + [...t.matchAll(/\]\((?![a-z]+:)[^)\s]+\)/g)].length, 0);
+  assert.ok(links >= 50, `found ${links} relative links: is the extraction broken?`);
+  assert.deepEqual(brokenLinks(pages, (p) => existsSync(join(ROOT, p))), []);
+});
+
+test('docs: a link to a missing file or heading fails the check (positive control)', () => {
+  const pages = new Map([
+    ['README.md', '# Top\n\n## Try it\n\n[a](docs/a.md#the-part) [b](docs/b.md) [c](#try-it) [d](#nowhere)\n'],
+    ['docs/a.md', '# A\n\n## The part\n\n[back](../README.md#try-it) [gone](../README.md#gone)\n'],
+  ]);
+  assert.deepEqual(brokenLinks(pages, (p) => pages.has(p)), [
+    'README.md: docs/b.md: no such file',
+    'README.md: #nowhere: no such heading in README.md',
+    'docs/a.md: ../README.md#gone: no such heading in README.md',
+  ]);
 });

@@ -22,7 +22,7 @@ export const EXIT = {
   forced: 3,
 } as const;
 
-/** Every setting of `outbox-relay run`, in the order the CLI and README list them. */
+/** Every setting of `outbox-relay run`, in the order the CLI and docs/configuration.md list them. */
 export const RUN_SETTINGS = [...RELAY_SETTINGS, ...KAFKA_SECURITY_SETTINGS, ...METRICS_SETTINGS, logLevel] as const;
 
 /** Options of {@link runRelay}: the relay's, plus the metrics server and signal handling. */

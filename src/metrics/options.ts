@@ -56,5 +56,5 @@ export const metricsSampleIntervalMs = integer({
   max: 600_000,
 });
 
-/** The metrics settings, in the order the CLI and README list them. */
+/** The metrics settings, in the order the CLI and docs/configuration.md list them. */
 export const METRICS_SETTINGS = [metricsAddress, metricsSampleIntervalMs] as const;

@@ -335,7 +335,7 @@ export const pooler = settings.choice({
   choices: ['auto', 'none', 'transaction'] as const,
 });
 
-/** The relay's own settings, in the order the CLI and README list them (the `run` command adds Kafka security, metrics and logging). */
+/** The relay's own settings, in the order the CLI and docs/configuration.md list them (the `run` command adds Kafka security, metrics and logging). */
 export const RELAY_SETTINGS = [
   databaseUrl,
   kafkaBrokers,

@@ -92,7 +92,7 @@ export const kafkaSaslPassword = text({
   secret: true,
 });
 
-/** Every Kafka security setting, in the order the CLI and README list them. */
+/** Every Kafka security setting, in the order the CLI and docs/configuration.md list them. */
 export const KAFKA_SECURITY_SETTINGS = [
   kafkaSsl,
   kafkaSslCaFile,

@@ -4,8 +4,9 @@ import { formatDuration, parseDuration } from './durations.js';
 
 /**
  * One user-facing setting: its flag, its environment variable, how to read it from text,
- * and what values it accepts. The CLI and the README's settings table are both built from
- * these, and library options are checked by the same `check`, so the three never disagree.
+ * and what values it accepts. The CLI is built from these, docs/configuration.md's settings
+ * table is checked against them (test/unit/readme.test.ts), and library options are checked
+ * by the same `check`, so the three never disagree.
  */
 export interface Setting<T> {
   /** Property name in the library's options object. */
