@@ -327,3 +327,52 @@ test('docs: a link to a missing file or heading fails the check (positive contro
     'docs/a.md: ../README.md#gone: no such heading in README.md',
   ]);
 });
+
+// Flags of other programs the docs show: Node's, npm's and Kafka's own command-line tools.
+const FOREIGN_FLAGS = new Set(['--import', '--cpu-prof', '--max-old-space-size', '--max-semi-space-size', '--global', '--add-config', '--add-scram', '--alter', '--entity-name', '--entity-type', '--to-earliest']);
+
+/** Every `--flag` the pages show in inline code, with where (shell blocks: the invocation check above). */
+function documentedFlags(pages: Map<string, string>): Array<{ where: string; flag: string }> {
+  const found: Array<{ where: string; flag: string }> = [];
+  for (const [file, text] of pages) {
+    const lines = text.split('\n');
+    lines.forEach((line, i) => {
+      for (const code of line.matchAll(/`([^`]+)`/g)) {
+        for (const m of code[1]!.matchAll(/(?:^|[\s[(=])(--[a-z][a-z0-9]*(?:-[a-z0-9]+)*)\b(?!-)/g)) found.push({ where: `${file}:${i + 1}`, flag: m[1]! });
+      }
+    });
+  }
+  return found;
+}
+
+test('docs: every --flag shown in README.md and docs/ exists: a flag of an outbox-relay command, of a program of this repository (bench, fault suite, scripts), or of Node, npm or Kafka\'s tools', async () => {
+  const pages = new Map(DOCS.map((f) => [f, readFileSync(join(ROOT, f), 'utf8')]));
+  // Every command's help, subcommands included.
+  const top = await help([]);
+  const commands = [...top.matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]!).filter((c) => c !== 'help');
+  const texts = [top];
+  for (const c of commands) {
+    const text = await help([c]);
+    texts.push(text);
+    const subs = /\nCommands:\n/.test(text) ? [...text.replace(/^[\s\S]*?\nCommands:\n/, '').matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]!).filter((s) => s !== 'help') : [];
+    for (const s of subs) texts.push(await help([c, s]));
+  }
+  const cliFlags = new Set(texts.flatMap((t) => [...t.matchAll(/(?:^|[\s,])(--[a-z][a-z0-9-]*)/gm)].map((m) => m[1]!)));
+  assert.ok(cliFlags.has('--batch-size') && cliFlags.has('--rate') && cliFlags.has('--table'), 'the helps of run, dead-letters replay and debezium attach were read');
+  const own = ['bench', 'test/faults', 'scripts'].flatMap((dir) =>
+    readdirSync(join(ROOT, dir), { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts')).map((f) => readFileSync(join(ROOT, dir, f), 'utf8')),
+  ).join('\n');
+  const flags = documentedFlags(pages);
+  assert.ok(flags.length >= 100, `found ${flags.length} flags: is the extraction broken?`);
+  const unknown = flags.filter(({ flag }) => !cliFlags.has(flag) && !FOREIGN_FLAGS.has(flag) && !new RegExp(`['"\`]${flag}['"\`=\\s]`).test(own));
+  assert.deepEqual(unknown.map((u) => `${u.where}: ${u.flag}`), []);
+});
+
+test('docs: a flag no program has is found, with its line (positive control)', () => {
+  const flags = documentedFlags(new Map([['docs/x.md', 'Run `outbox-relay run --batch-size 5 --bogus-flag`.\nOr `--metrics-*` and [`--rate`](#r).']]));
+  assert.deepEqual(flags, [
+    { where: 'docs/x.md:1', flag: '--batch-size' },
+    { where: 'docs/x.md:1', flag: '--bogus-flag' },
+    { where: 'docs/x.md:2', flag: '--rate' },
+  ]);
+});
