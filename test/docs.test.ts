@@ -376,3 +376,42 @@ test('docs: a flag no program has is found, with its line (positive control)', (
     { where: 'docs/x.md:2', flag: '--rate' },
   ]);
 });
+
+/** Environment variables the pages name in inline code that no source of the repository names. */
+function unknownVariables(pages: Map<string, string>, known: Set<string>): string[] {
+  const problems: string[] = [];
+  for (const [file, text] of pages) {
+    text.split('\n').forEach((line, i) => {
+      for (const code of line.matchAll(/`([^`]+)`/g)) {
+        for (const m of code[1]!.matchAll(/\b((?:OUTBOX|KAFKA|DATABASE|PG|REDIS|TEST|HOSTILE|PROMTOOL)_[A-Z0-9_]*[A-Z0-9])\b/g)) {
+          const name = m[1]!;
+          const base = name.replace(/_FILE$/, '');
+          // A per-outbox variable of the examples' outboxes (OUTBOX_<NAME>_SCHEMA): its setting's own name.
+          const perOutbox = /^OUTBOX_(?:TENANT_A|ORDERS|BILLING)_(.+)$/.exec(base)?.[1];
+          if (known.has(name) || known.has(base) || (perOutbox && (known.has(perOutbox) || known.has(`OUTBOX_${perOutbox}`)))) continue;
+          problems.push(`${file}:${i + 1}: ${name}`);
+        }
+      }
+    });
+  }
+  return problems;
+}
+
+test('docs: every environment variable README.md and docs/ name is one the code reads or sets (src, tests, scripts, bench, CI, deploy)', () => {
+  const pages = new Map(DOCS.map((f) => [f, readFileSync(join(ROOT, f), 'utf8')]));
+  const sources = ['src', 'test', 'scripts', 'bench', 'deploy', 'examples', '.ci'].flatMap((dir) =>
+    readdirSync(join(ROOT, dir), { recursive: true, encoding: 'utf8' })
+      .map((f) => join(ROOT, dir, f))
+      .filter((f) => /\.(ts|mjs|sh|ya?ml)$|\/run$|Dockerfile$/.test(f) && !f.endsWith('docs.test.ts'))
+      .map((f) => readFileSync(f, 'utf8')),
+  );
+  const known = new Set(sources.flatMap((t) => [...t.matchAll(/\b[A-Z][A-Z0-9_]{2,}\b/g)].map((m) => m[0])));
+  assert.ok(known.has('OUTBOX_BATCH_SIZE') && known.has('KAFKA_BROKERS'), 'the sources were read');
+  assert.deepEqual(unknownVariables(pages, known), []);
+});
+
+test('docs: a variable no code names is found, with its line (positive control)', () => {
+  const known = new Set(['OUTBOX_SCHEMA', 'DATABASE_URL']);
+  const pages = new Map([['docs/x.md', 'Set `OUTBOX_SCHEMA`, `DATABASE_URL_FILE` and `OUTBOX_TENANT_A_SCHEMA`.\nNot `OUTBOX_SCHEMAS` nor `KAFKA_BROKER`.']]);
+  assert.deepEqual(unknownVariables(pages, known), ['docs/x.md:2: OUTBOX_SCHEMAS', 'docs/x.md:2: KAFKA_BROKER']);
+});
