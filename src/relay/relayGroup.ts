@@ -11,6 +11,7 @@ import { WakeUp } from './wakeUp.js';
 import { OutboxPlaces, readOutboxPlace, type OutboxPlace } from './outboxPlace.js';
 import * as settings from '../shared/settings.js';
 import { createRelay, type Relay } from './relay.js';
+import { exactlyOnceNames } from './exactlyOnceSetup.js';
 import { resolveRelayOptions, withKafkaClient, type RelayOptions, type ResolvedRelayOptions } from './options.js';
 
 /** Options of {@link createRelayGroup}: the outboxes, and the relay options they share. */
@@ -135,6 +136,7 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
       total += connectionsPerOutbox(resolved.delivery === 'exactly-once' ? UNIT_COUNT : resolved.batchesInFlight);
       this.relayOptions.set(o.name, resolved);
     }
+    refuseSharedTransactionalIds(outboxes, this.relayOptions);
     const bound = settings.optionValue(maxDatabaseConnections, options.maxDatabaseConnections);
     if (bound > 0) {
       if (total > bound) {
@@ -332,6 +334,31 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
 
   protected override listenerFailed(event: string, error: unknown): void {
     this.logger.error({ event, err: describeError(error) }, 'a relay group event listener threw; ignored');
+  }
+}
+
+/**
+ * Exactly-once outboxes of one group share the transactional id prefix (a setting of the
+ * group) and tell their Kafka names apart by schema alone: two in different databases
+ * with one schema name would take the same transactional ids and progress group, and
+ * their relays would fence each other and read each other's progress.
+ *
+ * @throws ConfigError naming both outboxes
+ */
+function refuseSharedTransactionalIds(outboxes: readonly OutboxDefinition[], resolved: ReadonlyMap<string, ResolvedRelayOptions>): void {
+  const byUnit = new Map<string, string>();
+  for (const o of outboxes) {
+    const r = resolved.get(o.name)!;
+    if (r.delivery !== 'exactly-once') continue;
+    const unit = exactlyOnceNames(r.transactionalIdPrefix, r.schema).transactionalId(0);
+    const other = byUnit.get(unit);
+    if (other !== undefined) {
+      throw new ConfigError(
+        `outbox ${o.name}`,
+        `is exactly-once in schema ${r.schema}, as outbox ${other} is, under one transactional id prefix: both would use the transactional ids ${unit.replace(/0$/, 'N')} and fence each other; give one another schema, or run it in a process of its own with its own --transactional-id-prefix`,
+      );
+    }
+    byUnit.set(unit, o.name);
   }
 }
 
