@@ -225,16 +225,24 @@ export async function startLocalKafka(options: LocalKafkaOptions = {}): Promise<
   let child: ChildProcess | undefined;
   let pid = 0;
 
+  const stop = async (): Promise<void> => {
+    if (pid) await killPid(pid);
+    pid = 0;
+  };
   const start = async (): Promise<void> => {
     child = java(['kafka.Kafka', props], dir, options.detached ?? false);
     pid = child.pid ?? 0;
     writeFileSync(join(dir, 'broker.pid'), String(pid));
     if (options.detached) child.unref();
-    await waitUntilReady(brokers, readyTimeoutMs, child);
-  };
-  const stop = async (): Promise<void> => {
-    if (pid) await killPid(pid);
-    pid = 0;
+    try {
+      await waitUntilReady(brokers, readyTimeoutMs, child);
+    } catch (error) {
+      // Nobody gets a handle on a broker that failed to start: left running, its JVM
+      // (detached, for the `start` command) would hold its ports and memory for good.
+      await stop();
+      rmSync(join(dir, 'broker.pid'), { force: true });
+      throw error;
+    }
   };
   await start();
   return {
@@ -368,21 +376,34 @@ export async function startLocalKafkaCluster(options: LocalKafkaClusterOptions =
     if (!n) throw new Error(`no node ${id} in a cluster of ${count}`);
     return n;
   };
+  const stopAll = async (): Promise<void> => {
+    await Promise.all(nodes.map((n) => n.kill('SIGTERM')));
+  };
   const startNode = async (id: number): Promise<void> => {
     const n = node(id);
     if (n.pid() && alive(n.pid())) return;
     n.spawn();
-    // It serves requests itself, and the controller lists every node again.
-    await waitUntilReady(n.address, readyTimeoutMs, n.child());
-    await waitUntilReady(n.address, readyTimeoutMs, n.child(), count);
+    try {
+      // It serves requests itself, and the controller lists every node again.
+      await waitUntilReady(n.address, readyTimeoutMs, n.child());
+      await waitUntilReady(n.address, readyTimeoutMs, n.child(), count);
+    } catch (error) {
+      // The node that did not come up is not left running (the others are the caller's).
+      await n.kill('SIGTERM');
+      throw error;
+    }
   };
   const startAll = async (): Promise<void> => {
     // The quorum needs a majority of voters: start them all at once.
     for (const n of nodes) if (!n.pid() || !alive(n.pid())) n.spawn();
-    await Promise.all(nodes.map((n) => waitUntilReady(n.address, readyTimeoutMs, n.child(), count)));
-  };
-  const stopAll = async (): Promise<void> => {
-    await Promise.all(nodes.map((n) => n.kill('SIGTERM')));
+    try {
+      await Promise.all(nodes.map((n) => waitUntilReady(n.address, readyTimeoutMs, n.child(), count)));
+    } catch (error) {
+      // A cluster that did not come up is stopped whole: its JVMs have no owner otherwise.
+      await stopAll();
+      for (const n of nodes) rmSync(join(n.dir, 'broker.pid'), { force: true });
+      throw error;
+    }
   };
   await startAll();
   return {

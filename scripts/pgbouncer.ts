@@ -17,7 +17,7 @@
  *   tsx scripts/pgbouncer.ts stop --dir DIR              stops it (the directory is kept)
  */
 import { execFileSync } from 'node:child_process';
-import { chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -218,7 +218,40 @@ async function startDaemon(dir: string, port: number, timeoutMs: number): Promis
     }
     await sleep(50);
   }
-  throw new Error(`pgbouncer on 127.0.0.1:${port} not ready after ${timeoutMs} ms: ${(last as Error)?.message}\n${logTail(dir)}`);
+  const log = logTail(dir);
+  // Nobody gets a handle on a daemon that did not become ready: left running, it would
+  // hold its port and its connections to Postgres for good.
+  await stopUnready(dir);
+  throw new Error(`pgbouncer on 127.0.0.1:${port} not ready after ${timeoutMs} ms: ${(last as Error)?.message}\n${log}`);
+}
+
+/**
+ * Stop a daemon of `dir` that did not become ready: by its pid file, or, when it has not
+ * written one yet, by its command line (`-d <dir>/pgbouncer.ini`). `pgbouncer -d` returns
+ * once the daemon has detached and closed the output it inherited, so the daemon exists
+ * by then, whether or not its pid file does.
+ */
+async function stopUnready(dir: string): Promise<void> {
+  for (const pid of daemonsOf(dir)) {
+    if (alive(pid)) process.kill(pid, 'SIGKILL');
+  }
+  await stopDaemon(dir);
+}
+
+/** Live processes whose command line is a pgbouncer daemon of `dir`'s ini. */
+export function daemonsOf(dir: string): number[] {
+  const ini = join(dir, INI);
+  const pids: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      if (argv.includes('-d') && argv.includes(ini) && !argv.includes('runuser')) pids.push(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
 }
 
 /** PgBouncer's messages when the chosen port was taken between freePort() and its bind(). */

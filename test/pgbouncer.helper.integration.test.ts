@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
@@ -122,6 +122,34 @@ test('integration: the CLI starts, restarts and stops PgBouncer in a directory a
     await assert.rejects(cli('start', '--dir', dir, '--mode', 'statement'), (error: Error & { code?: number }) => error.code === 2);
   } finally {
     await cli('stop', '--dir', dir).catch(() => undefined);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** Pids of the live processes whose command line names `ini` (a daemon of that directory). */
+function processesOf(ini: string): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').includes(ini) && alive(Number(entry))) pids.push(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
+
+test('integration: a PgBouncer that is not ready in time: the start fails and the daemon is not left running', async () => {
+  const dir = mkdtempSync('/tmp/outbox-pgbouncer-unready-');
+  const ini = join(dir, 'pgbouncer.ini');
+  try {
+    // 0 ms: the readiness wait, which runs only once `pgbouncer -d` has detached its daemon, gives up at once.
+    await assert.rejects(startPgBouncer({ mode: 'transaction', dir, readyTimeoutMs: 0 }), /not ready after 0 ms/);
+    assert.ok(existsSync(ini), 'precondition: the daemon was started on this ini');
+    assert.deepEqual(processesOf(ini), [], 'no daemon of this directory is left running');
+  } finally {
+    for (const pid of processesOf(ini)) process.kill(pid, 'SIGKILL');
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -6,7 +6,9 @@ import { silentLogger, type Logger } from '../shared/logger.js';
 import { kafkaSecurityConfig, type KafkaSecurityOptions } from '../shared/kafkaSecurity.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
 import { assertPlatformaticInstalled } from './platformaticPackage.js';
-import { ConfigError } from '../shared/errors.js';
+import { checkExactlyOnce, delivery, producer, transactionalIdPrefix, transactionTimeoutMs } from './deliverySettings.js';
+
+export { delivery, producer, transactionalIdPrefix, transactionTimeoutMs } from './deliverySettings.js';
 
 // The relay's options: their types, the user-facing settings behind them (flag,
 // environment, default, accepted values), and their validation.
@@ -183,50 +185,6 @@ export const compression = settings.choice({
   description: 'Compression of published batches.',
   defaultValue: 'none',
   choices: ['none', 'gzip'] as const,
-});
-
-export const producer = settings.choice({
-  option: 'producer',
-  flag: '--producer',
-  env: 'OUTBOX_PRODUCER',
-  description: 'Kafka client that publishes: platformatic (@platformatic/kafka, the faster) or kafkajs. Same guarantees either way. Default platformatic; kafkajs when a library caller passes a kafkajs client (kafka).',
-  defaultValue: 'platformatic',
-  choices: ['kafkajs', 'platformatic'] as const,
-});
-
-export const delivery = settings.choice({
-  option: 'delivery',
-  flag: '--delivery',
-  env: 'OUTBOX_DELIVERY',
-  description:
-    'at-least-once, or exactly-once: each batch in a Kafka transaction with its progress, for readers with isolation.level=read_committed (docs/exactly-once.md; needs --producer kafkajs and --transactional-id-prefix).',
-  defaultValue: 'at-least-once',
-  choices: ['at-least-once', 'exactly-once'] as const,
-});
-
-/** Kafka's legal characters for a topic name, which the prefix also starts (the progress topic). */
-const TRANSACTIONAL_ID_PREFIX = /^[A-Za-z0-9._-]{1,180}$/;
-
-export const transactionalIdPrefix = settings.checkedText({
-  option: 'transactionalIdPrefix',
-  flag: '--transactional-id-prefix',
-  env: 'OUTBOX_TRANSACTIONAL_ID_PREFIX',
-  description:
-    'Exactly-once mode: start of the Kafka transactional ids, progress group and progress topic; one per database (two databases under one prefix fence each other).',
-  defaultValue: '',
-  check: (v) => (v === '' || TRANSACTIONAL_ID_PREFIX.test(v) ? undefined : 'must be 1-180 letters, digits, ".", "_" or "-" (it starts a Kafka topic name)'),
-});
-
-export const transactionTimeoutMs = settings.integer({
-  option: 'transactionTimeoutMs',
-  flag: '--transaction-timeout-ms',
-  env: 'OUTBOX_TRANSACTION_TIMEOUT_MS',
-  description:
-    "Exactly-once mode: Kafka's transaction.timeout.ms for the relay's transactions; a relay that stops mid-transaction holds read_committed readers of its partitions back at most this long (milliseconds).",
-  defaultValue: 30_000,
-  min: 1_000,
-  // Above Kafka's default transaction.max.timeout.ms (900000): the start-up check compares with the brokers' own.
-  max: 3_600_000,
 });
 
 export const horizonMaxWaitMs = settings.integer({
@@ -434,20 +392,4 @@ export function resolveRelayOptions(options: RelayOptions | ResolvedRelayOptions
   // failure of every batch later.
   if (resolved.producer === 'platformatic') assertPlatformaticInstalled();
   return brand(resolved);
-}
-
-/** What exactly-once delivery needs of the other options (docs/exactly-once.md). */
-function checkExactlyOnce(o: ResolvedRelayOptions): void {
-  if (o.producer !== 'kafkajs') {
-    throw new ConfigError(
-      'producer',
-      'must be kafkajs with delivery exactly-once (--producer kafkajs, OUTBOX_PRODUCER=kafkajs): @platformatic/kafka\'s transactional offset commit carries no metadata, where this mode keeps each batch\'s progress',
-    );
-  }
-  if (o.transactionalIdPrefix === '') {
-    throw new ConfigError(
-      'transactionalIdPrefix',
-      'is required with delivery exactly-once (--transactional-id-prefix, OUTBOX_TRANSACTIONAL_ID_PREFIX): one per database, since relays under one prefix fence each other and read each other\'s progress',
-    );
-  }
 }

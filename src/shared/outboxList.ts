@@ -66,7 +66,9 @@ function outboxNameProblem(name: unknown): string | undefined {
 
 /**
  * Check a list of outboxes: names valid and unique, connection strings well-formed, no
- * two entries on the same database and schema, at most {@link MAX_OUTBOXES}.
+ * two entries whose URLs name the same host, port, database and schema, at most
+ * {@link MAX_OUTBOXES}. Only the text is compared here, before anything connects; the
+ * relay group compares the servers the URLs reach at start (src/relay/outboxPlace.ts).
  *
  * @param setting names the source in errors (the file or the variable)
  * @throws ConfigError

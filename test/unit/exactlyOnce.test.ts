@@ -5,6 +5,7 @@ import { UNIT_COUNT, unitOf, unitShards, wantedUnitShards } from '../../src/rela
 import { SHARD_COUNT } from '../../src/relay/shards.js';
 import { resolveRelayOptions } from '../../src/relay/options.js';
 import { ConfigError } from '../../src/shared/errors.js';
+import { createRelayGroup } from '../../src/relay/relayGroup.js';
 
 // The pure parts of exactly-once delivery (docs/exactly-once.md): the progress record a
 // Kafka transaction carries, the units of shards, and the options it needs.
@@ -54,4 +55,20 @@ test('exactly-once delivery refuses the platformatic adapter and a missing trans
   assert.equal(ok.delivery, 'exactly-once');
   assert.equal(ok.transactionTimeoutMs, 30_000);
   assert.equal(resolveRelayOptions({ databaseUrl: base.databaseUrl, kafkaBrokers: base.kafkaBrokers }).delivery, 'at-least-once');
+});
+
+test('a relay group refuses two exactly-once outboxes in different databases with one schema name (one prefix: the same transactional ids), naming both; other schemas, or at-least-once, pass', () => {
+  const group = (outboxes: Array<{ name: string; databaseUrl: string; schema: string; delivery?: 'at-least-once' | 'exactly-once' }>) =>
+    createRelayGroup({ outboxes, kafkaBrokers: ['127.0.0.1:9'], producer: 'kafkajs', delivery: 'exactly-once', transactionalIdPrefix: 'shop' });
+  const orders = { name: 'orders', databaseUrl: 'postgres://relay@orders-db:5432/orders', schema: 'public' };
+  const billing = { name: 'billing', databaseUrl: 'postgres://relay@billing-db:5432/billing', schema: 'public' };
+  assert.throws(
+    () => group([orders, billing]),
+    (e: unknown) =>
+      e instanceof ConfigError &&
+      e.setting === 'outbox billing' &&
+      /is exactly-once in schema public, as outbox orders is, under one transactional id prefix: both would use the transactional ids shop\.public\.unit-N and fence each other/.test(e.message),
+  );
+  assert.doesNotThrow(() => group([orders, { ...billing, schema: 'billing' }]));
+  assert.doesNotThrow(() => group([orders, { ...billing, delivery: 'at-least-once' }]));
 });

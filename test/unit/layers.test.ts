@@ -111,3 +111,16 @@ test('the cycle finder finds a cycle through a type-only import', () => {
   assert.deepEqual(cycles(new Map([[x!, [y!]], [y!, [z!]], [z!, [x!]]])), [['x.ts', 'y.ts', 'z.ts']]);
   assert.deepEqual(cycles(new Map([[x!, [y!, z!]], [y!, [z!]], [z!, []]])), []);
 });
+
+/** The project's bound on a source file: past it, a module holds more than one concept. */
+const MAX_SOURCE_LINES = 450;
+
+test(`no source file of src/ is over ${MAX_SOURCE_LINES} lines`, () => {
+  const files = sources(SRC);
+  assert.ok(files.length > 100 && files.includes(join(SRC, 'relay/options.ts')), `walked ${files.length} files`);
+  const over = files
+    .map((f) => ({ file: relative(SRC, f), lines: readFileSync(f, 'utf8').split('\n').length - 1 }))
+    .filter((f) => f.lines > MAX_SOURCE_LINES)
+    .map((f) => `${f.file}: ${f.lines}`);
+  assert.deepEqual(over, []);
+});

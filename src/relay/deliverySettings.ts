@@ -1,0 +1,66 @@
+import * as settings from '../shared/settings.js';
+import { ConfigError } from '../shared/errors.js';
+
+// How the relay delivers to Kafka: which client publishes, and at-least-once or
+// exactly-once with the transactional settings that mode needs (docs/exactly-once.md).
+// options.ts re-exports them and resolves them with the other relay options.
+
+export const producer = settings.choice({
+  option: 'producer',
+  flag: '--producer',
+  env: 'OUTBOX_PRODUCER',
+  description: 'Kafka client that publishes: platformatic (@platformatic/kafka, the faster) or kafkajs. Same guarantees either way. Default platformatic; kafkajs when a library caller passes a kafkajs client (kafka).',
+  defaultValue: 'platformatic',
+  choices: ['kafkajs', 'platformatic'] as const,
+});
+
+export const delivery = settings.choice({
+  option: 'delivery',
+  flag: '--delivery',
+  env: 'OUTBOX_DELIVERY',
+  description:
+    'at-least-once, or exactly-once: each batch in a Kafka transaction with its progress, for readers with isolation.level=read_committed (docs/exactly-once.md; needs --producer kafkajs and --transactional-id-prefix).',
+  defaultValue: 'at-least-once',
+  choices: ['at-least-once', 'exactly-once'] as const,
+});
+
+/** Kafka's legal characters for a topic name, which the prefix also starts (the progress topic). */
+const TRANSACTIONAL_ID_PREFIX = /^[A-Za-z0-9._-]{1,180}$/;
+
+export const transactionalIdPrefix = settings.checkedText({
+  option: 'transactionalIdPrefix',
+  flag: '--transactional-id-prefix',
+  env: 'OUTBOX_TRANSACTIONAL_ID_PREFIX',
+  description:
+    'Exactly-once mode: start of the Kafka transactional ids, progress group and progress topic; one per database (two databases under one prefix fence each other).',
+  defaultValue: '',
+  check: (v) => (v === '' || TRANSACTIONAL_ID_PREFIX.test(v) ? undefined : 'must be 1-180 letters, digits, ".", "_" or "-" (it starts a Kafka topic name)'),
+});
+
+export const transactionTimeoutMs = settings.integer({
+  option: 'transactionTimeoutMs',
+  flag: '--transaction-timeout-ms',
+  env: 'OUTBOX_TRANSACTION_TIMEOUT_MS',
+  description:
+    "Exactly-once mode: Kafka's transaction.timeout.ms for the relay's transactions; a relay that stops mid-transaction holds read_committed readers of its partitions back at most this long (milliseconds).",
+  defaultValue: 30_000,
+  min: 1_000,
+  // Above Kafka's default transaction.max.timeout.ms (900000): the start-up check compares with the brokers' own.
+  max: 3_600_000,
+});
+
+/** What exactly-once delivery needs of the other options (docs/exactly-once.md). */
+export function checkExactlyOnce(o: { producer: string; transactionalIdPrefix: string }): void {
+  if (o.producer !== 'kafkajs') {
+    throw new ConfigError(
+      'producer',
+      'must be kafkajs with delivery exactly-once (--producer kafkajs, OUTBOX_PRODUCER=kafkajs): @platformatic/kafka\'s transactional offset commit carries no metadata, where this mode keeps each batch\'s progress',
+    );
+  }
+  if (o.transactionalIdPrefix === '') {
+    throw new ConfigError(
+      'transactionalIdPrefix',
+      'is required with delivery exactly-once (--transactional-id-prefix, OUTBOX_TRANSACTIONAL_ID_PREFIX): one per database, since relays under one prefix fence each other and read each other\'s progress',
+    );
+  }
+}
