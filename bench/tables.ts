@@ -19,7 +19,7 @@ import type { RunSummary } from './summary.js';
 /** The files with tables, relative to the repository root. */
 export const TABLE_FILES = ['README.md', 'docs/benchmarks.md', 'docs/console.md'] as const;
 
-export const KINDS = ['readme', 'docs', 'retention', 'pooler', 'effects', 'console', 'exactlyonce'] as const;
+export const KINDS = ['readme', 'docs', 'drain', 'retention', 'pooler', 'effects', 'console', 'exactlyonce'] as const;
 export type Kind = (typeof KINDS)[number];
 
 /**
@@ -28,6 +28,7 @@ export type Kind = (typeof KINDS)[number];
  * (`--only retention`) can feed it while the other tables keep theirs.
  */
 export const SECTION_KINDS: Partial<Record<Kind, string>> = {
+  drain: '2. drain',
   retention: '12. retention',
   pooler: '13. pooled mode',
   effects: '14. effect guard',
