@@ -19,7 +19,7 @@ import type { RunSummary } from './summary.js';
 /** The files with tables, relative to the repository root. */
 export const TABLE_FILES = ['README.md', 'docs/benchmarks.md', 'docs/console.md'] as const;
 
-export const KINDS = ['readme', 'docs', 'drain', 'retention', 'pooler', 'effects', 'console', 'exactlyonce'] as const;
+export const KINDS = ['readme', 'docs', 'drain', 'consumer', 'retention', 'pooler', 'effects', 'console', 'exactlyonce'] as const;
 export type Kind = (typeof KINDS)[number];
 
 /**
@@ -29,6 +29,7 @@ export type Kind = (typeof KINDS)[number];
  */
 export const SECTION_KINDS: Partial<Record<Kind, string>> = {
   drain: '2. drain',
+  consumer: '4. consumer',
   retention: '12. retention',
   pooler: '13. pooled mode',
   effects: '14. effect guard',
