@@ -6,7 +6,8 @@
  *   node .cache/bench-build/child.mjs consumer (env BENCH_SCHEMA, BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS)
  *   node .cache/bench-build/child.mjs reader   (env BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS)
  *
- * Lines: {"ready":true} once started; {"t":ms,"rss":bytes,"acks":[[outboxId,ms],...]} every
+ * Lines: {"ready":true,"ran":{...}} once started, with what the relay or consumer announced
+ * on its diagnostics channel (bench/armFacts.ts: client, its version, delivery, Node, commit); {"t":ms,"rss":bytes,"acks":[[outboxId,ms],...]} every
  * 200 ms (relay: when Kafka acknowledged the row's batch, or in exactly-once mode committed
  * the transaction holding it; consumer: when its handler started; reader, a bare kafkajs
  * consumer reading committed records only: when a fetch returned the row). Times are wall-clock milliseconds with sub-millisecond precision
@@ -21,6 +22,7 @@ import { createRelay } from '../src/relay/relay.js';
 import type { RelayOptions } from '../src/relay/options.js';
 import { createConsumer } from '../src/consumer/consumer.js';
 import { createLogger, silentLogger } from '../src/shared/logger.js';
+import { armHere, onConsumerStarted, onRelayStarted, type ArmFacts } from './armFacts.js';
 
 const mode = process.argv[2];
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -29,6 +31,9 @@ const schema = process.env.BENCH_SCHEMA ?? 'public';
 const now = (): number => performance.timeOrigin + performance.now();
 
 let acks: Array<[number, number]> = [];
+/** What the relay or consumer in this process announced when it started (its ready line carries it). */
+let ran: ArmFacts | undefined;
+
 let peakRss = 0;
 /**
  * Relay: time in Kafka sends and in whole batches (claim, send, mark, commit), summed; and
@@ -122,6 +127,8 @@ async function main(): Promise<void> {
     // no producer publishes through that client, so "the defaults" would be kafkajs.
     const producer = options.producer ?? 'platformatic';
     if (producer === 'platformatic') await recordPlatformaticSends();
+    // What the relay itself says it runs on, not what it was given.
+    const stopObserving = onRelayStarted((m) => (ran = armHere('relay', m.producer, m.delivery)));
     const relay = createRelay({
       databaseUrl,
       kafkaBrokers: brokers,
@@ -139,11 +146,13 @@ async function main(): Promise<void> {
       timing.batches++;
     });
     await relay.start();
+    stopObserving();
     stop = () => relay.stop();
   } else if (mode === 'consumer') {
     const partitions = Number(process.env.BENCH_PARTITIONS ?? 6);
     const pool = new pg.Pool({ connectionString: databaseUrl, max: partitions + 2 });
     const effect = `INSERT INTO "${schema}".effects (message_id, entity, amount) VALUES ($1, $2, $3)`;
+    const stopObserving = onConsumerStarted((m) => (ran = armHere('consumer', m.client)));
     const consumer = createConsumer<{ i: number }>({
       kafkaBrokers: brokers,
       groupId: process.env.BENCH_GROUP ?? 'bench',
@@ -159,6 +168,7 @@ async function main(): Promise<void> {
       },
     });
     await consumer.start();
+    stopObserving();
     stop = async () => {
       await consumer.stop();
       await pool.end();
@@ -169,6 +179,7 @@ async function main(): Promise<void> {
     const kafka = createKafka({ brokers, clientId: 'bench-reader', logger: silentLogger() });
     const reader = kafka.consumer({ groupId: process.env.BENCH_GROUP ?? 'bench-reader', maxWaitTimeInMs: 10, readUncommitted: false });
     await reader.connect();
+    ran = armHere('raw', 'kafkajs');
     await reader.subscribe({ topic: process.env.BENCH_TOPIC ?? 'bench', fromBeginning: true });
     await reader.run({
       partitionsConsumedConcurrently: Number(process.env.BENCH_PARTITIONS ?? 6),
@@ -182,7 +193,8 @@ async function main(): Promise<void> {
     throw new Error(`usage: child.mjs relay|consumer|reader (got ${mode})`);
   }
   const timer = setInterval(report, 200);
-  process.stdout.write(`${JSON.stringify({ ready: true, t: now() })}\n`);
+  if (!ran) throw new Error(`bench child (${mode}): started, but announced nothing on its diagnostics channel`);
+  process.stdout.write(`${JSON.stringify({ ready: true, t: now(), ran })}\n`);
   let stopping = false;
   process.on('SIGTERM', () => {
     if (stopping) return;

@@ -9,6 +9,22 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 import { DATABASE_URL, brokers } from './common.js';
+import type { ArmFacts } from './armFacts.js';
+
+/**
+ * Every arm a child reported since the last call of takeArmsStarted: the harness gives a
+ * section's rows the arms that ran in it, when the section does not name each row's own.
+ */
+let armsStarted: ArmFacts[] = [];
+/** An arm started otherwise (the real command, bench/multiOutboxRelays.ts), from what it reported. */
+export function reportArmStarted(ran: ArmFacts): void {
+  armsStarted.push(ran);
+}
+export function takeArmsStarted(): ArmFacts[] {
+  const out = armsStarted;
+  armsStarted = [];
+  return out;
+}
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 // Two directories under the repository, as scripts/bundle.ts requires.
@@ -30,6 +46,8 @@ export interface Child {
   peakRss: number;
   /** Relay: milliseconds in Kafka sends and in whole batches, summed, and rows acknowledged per client and mode (from its last line). */
   timing?: { sendMs: number; sends: number; batchMs: number; batches: number; ackedVia: Record<string, number> };
+  /** What the relay or consumer in it announced when it started (set when `ready` resolves). */
+  ran?: ArmFacts;
   ready: Promise<void>;
   stop(): Promise<void>;
 }
@@ -41,6 +59,10 @@ export interface Child {
  */
 export function startChild(mode: 'relay' | 'consumer' | 'reader', env: Record<string, string>): Child {
   buildChild();
+  // What this arm is meant to run: a relay's producer and delivery as its options give
+  // them, the relay's defaults otherwise; the child's announcement must agree.
+  const relayOptions = JSON.parse(env.BENCH_RELAY_OPTIONS ?? '{}') as { producer?: string; delivery?: string };
+  const expected = mode === 'relay' ? { client: relayOptions.producer ?? 'platformatic', delivery: relayOptions.delivery ?? 'at-least-once' } : { client: 'kafkajs' };
   const proc = spawn(process.execPath, [CHILD, mode], {
     env: { ...process.env, DATABASE_URL, KAFKA_BROKERS: brokers().join(','), NODE_PATH: join(ROOT, 'node_modules'), ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -65,13 +87,23 @@ export function startChild(mode: 'relay' | 'consumer' | 'reader', env: Record<st
     proc.once('exit', (code) => reject(new Error(`bench child ${mode} exited with ${code} before it was ready`)));
     createInterface({ input: proc.stdout! }).on('line', (line) => {
       if (!line.startsWith('{')) return;
-      let msg: { ready?: boolean; t?: number; rss?: number; acks?: Array<[number, number]>; done?: boolean; peakRss?: number; timing?: Child['timing'] };
+      let msg: { ready?: boolean; ran?: ArmFacts; t?: number; rss?: number; acks?: Array<[number, number]>; done?: boolean; peakRss?: number; timing?: Child['timing'] };
       try {
         msg = JSON.parse(line);
       } catch {
         return; // a log line
       }
-      if (msg.ready) resolve();
+      if (msg.ready) {
+        const ran = msg.ran;
+        if (!ran || ran.client !== expected.client || ('delivery' in expected && ran.delivery !== expected.delivery)) {
+          proc.kill('SIGTERM');
+          reject(new Error(`bench child ${mode}: meant to run ${JSON.stringify(expected)}, but it reported ${JSON.stringify(ran ?? 'nothing')}`));
+          return;
+        }
+        child.ran = ran;
+        armsStarted.push(ran);
+        resolve();
+      }
       if (msg.acks) for (const a of msg.acks) child.acks.push(a);
       if (msg.rss !== undefined && msg.t !== undefined) {
         child.rss.push([msg.t, msg.rss]);

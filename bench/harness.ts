@@ -10,6 +10,8 @@ import { machine } from './machine.js';
 import { writeReport, type Plot, type Row, type SectionResult } from './report.js';
 import { currentCommit, SUMMARY_DIR, SUMMARY_FORMAT, writeSummary } from './summary.js';
 import { log } from './util.js';
+import { armHere, distinctArms, labelProblem, onConsumerStarted, onRelayStarted, type ArmFacts } from './armFacts.js';
+import { takeArmsStarted } from './children.js';
 
 export interface Section {
   name: string;
@@ -21,11 +23,24 @@ export interface Section {
 }
 
 /** Why a section's result does not count as a result, or undefined when it does. */
-function problemWith(r: SectionResult): string | undefined {
+export function problemWith(r: SectionResult): string | undefined {
   if (r.rows.length === 0) return 'returned no rows';
   const empty = r.rows.filter((x) => x.value.includes('n/a'));
   if (empty.length > 0) return `no figure for ${empty.map((x) => `"${x.what}"`).join(', ')}`;
+  const mislabelled = r.rows.map((x) => labelProblem(x.what, x.ran ?? [])).filter((p) => p !== undefined);
+  if (mislabelled.length > 0) return `labelled other than it ran: ${mislabelled.join('; ')}`;
   return undefined;
+}
+
+/**
+ * Rows without arms of their own get every arm that ran in their section: the relays
+ * and consumers of child processes (bench/children.ts) and of this one (their
+ * diagnostics channels), once each.
+ */
+export function stampArms(rows: Row[], arms: ArmFacts[]): void {
+  const distinct = distinctArms(arms);
+  if (distinct.length === 0) return;
+  for (const r of rows) if (r.ran === undefined) r.ran = distinct;
 }
 
 /**
@@ -61,8 +76,16 @@ export async function runSections(o: {
         continue;
       }
       log(s.title);
+      takeArmsStarted();
+      const inProcess: ArmFacts[] = [];
+      const stopRelays = onRelayStarted((m) => inProcess.push(armHere('relay', m.producer, m.delivery)));
+      const stopConsumers = onConsumerStarted((m) => inProcess.push(armHere('consumer', m.client)));
       try {
-        const r = await s.run(pool);
+        const r = await s.run(pool).finally(() => {
+          stopRelays();
+          stopConsumers();
+        });
+        stampArms(r.rows, [...takeArmsStarted(), ...inProcess]);
         rows.push(...r.rows);
         plots.push(...(r.plots ?? []));
         results[s.name] = r.data;

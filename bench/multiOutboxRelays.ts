@@ -10,6 +10,8 @@
  * ticks sampled over time (so a window can be cut out afterwards), peak RSS, and which
  * process holds each Postgres connection (client port → pid, from `ss`).
  */
+import { armHere } from './armFacts.js';
+import { reportArmStarted } from './children.js';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -90,7 +92,10 @@ export function startRun(outboxes: OutboxPlace[], clientId: string): RunProcess 
     if (lines.length > TAIL_LINES) lines.shift();
     let level = 0;
     try {
-      level = (JSON.parse(line) as { level?: number }).level ?? 0;
+      const entry = JSON.parse(line) as { level?: number; msg?: string; producer?: string; delivery?: string };
+      level = entry.level ?? 0;
+      // What each of its outboxes' relays runs on, as the relay logs it when it starts.
+      if (entry.msg === 'relay started' && entry.producer !== undefined) reportArmStarted(armHere('relay', entry.producer, entry.delivery));
     } catch {
       level = 50; // not a log line: stderr, a crash
     }

@@ -5,6 +5,7 @@
  */
 import type pg from 'pg';
 import { withRelay } from './children.js';
+import type { ArmFacts } from './armFacts.js';
 import { KEYS, PARTITIONS, benchSchema, createTopic, fillBacklog } from './common.js';
 import { fmt, log, sleep, until } from './util.js';
 import { cpuSeconds } from './procCpu.js';
@@ -28,6 +29,8 @@ export interface Drain {
   distinctAcked: number;
   /** Rows acknowledged per client and mode, as the relay child recorded them (bench/child.ts). */
   ackedVia: Record<string, number>;
+  /** What the relay reported it ran on (bench/armFacts.ts). */
+  ran: ArmFacts;
 }
 
 /** Rows/s from the first batch acknowledged to the last, and the per-second series. */
@@ -84,6 +87,7 @@ export async function relayDrain(pool: pg.Pool, backlog: number, label: string, 
       processCpuPer100k: (processCpu / backlog) * 100_000,
       distinctAcked: new Set(relay.acks.map((a) => a[0])).size,
       ackedVia: timing.ackedVia,
+      ran: relay.ran!,
     };
   } finally {
     await drop();

@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { load1 } from './machine.js';
 import { lineChart, type ChartOptions } from './svg.js';
 import { log } from './util.js';
+import type { ArmFacts } from './armFacts.js';
 
 export interface Row {
   section: string;
@@ -18,6 +19,12 @@ export interface Row {
   met?: boolean | undefined;
   /** The 1-minute load average when the result came in: the machine is shared. */
   load1: number;
+  /**
+   * What ran for this figure, as the relays and consumers reported it (bench/armFacts.ts):
+   * the row's own arms when its section names them, else every arm its section started.
+   * Absent in summaries written before the bench recorded it.
+   */
+  ran?: ArmFacts[];
 }
 
 export interface Plot {
@@ -34,8 +41,8 @@ export interface SectionResult<Data = unknown> {
 }
 
 /** A table row, stamped with the load average now, and logged as it comes in. */
-export function row(section: string, what: string, value: string, target?: string, met?: boolean): Row {
-  const r: Row = { section, what, value, target, met, load1: load1() };
+export function row(section: string, what: string, value: string, target?: string, met?: boolean, ran?: ArmFacts[]): Row {
+  const r: Row = { section, what, value, target, met, load1: load1(), ...(ran !== undefined && { ran }) };
   log(`${section} | ${what}: ${value}${target ? ` (target ${target}: ${met ? 'met' : 'NOT met'})` : ''} [load ${r.load1}]`);
   return r;
 }

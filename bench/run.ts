@@ -129,6 +129,13 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
   },
 ];
 
+// Every name --only accepts has its section, once: a full run runs all of them (and the
+// harness fails a run in which a selected one did not complete or a row is labelled other
+// than its arms ran).
+const listed = sections.map((s) => s.name);
+const unlisted = SECTIONS.filter((n) => listed.filter((l) => l === n).length !== 1);
+if (unlisted.length > 0 || listed.length !== SECTIONS.length) usage(`the section list and SECTIONS differ (${unlisted.join(', ') || 'extra entries'})`);
+
 // The selected sections and those they need, in the order of the list.
 const selected = new Set<SectionName>(args.only ?? SECTIONS);
 for (const s of [...sections].reverse()) if (selected.has(s.name)) for (const n of s.needs ?? []) selected.add(n);

@@ -80,6 +80,8 @@ export function readSummary(path: string): RunSummary {
     if (typeof r.section !== 'string' || typeof r.what !== 'string' || typeof r.value !== 'string' || typeof r.load1 !== 'number')
       throw new Error(`benchmark result ${path}: a row without section, what, value or load1`);
     if (r.target !== undefined && typeof r.met !== 'boolean') throw new Error(`benchmark result ${path}: row "${r.what}" has a target but no met`);
+    if (r.ran !== undefined && (!Array.isArray(r.ran) || r.ran.some((a) => typeof a?.client !== 'string' || typeof a?.clientVersion !== 'string' || typeof a?.role !== 'string')))
+      throw new Error(`benchmark result ${path}: row "${r.what}" has a "ran" that is not a list of arms (role, client, clientVersion)`);
   }
   if (!Array.isArray(s.sectionsSelected) || !Array.isArray(s.sectionsCompleted) || typeof s.sectionProblems !== 'object' || !s.machine)
     throw new Error(`benchmark result ${path}: sections or machine missing`);

@@ -13,12 +13,13 @@
  * performance section stands outside a table.
  */
 import type { Row } from './report.js';
+import { describeRan, distinctArms } from './armFacts.js';
 import type { RunSummary } from './summary.js';
 
 /** The files with tables, relative to the repository root. */
 export const TABLE_FILES = ['README.md', 'docs/benchmarks.md', 'docs/console.md'] as const;
 
-export const KINDS = ['readme', 'docs', 'retention', 'pooler', 'effects', 'console', 'exactlyonce'] as const;
+export const KINDS = ['readme', 'docs', 'drain', 'consumer', 'retention', 'pooler', 'effects', 'console', 'exactlyonce'] as const;
 export type Kind = (typeof KINDS)[number];
 
 /**
@@ -27,6 +28,8 @@ export type Kind = (typeof KINDS)[number];
  * (`--only retention`) can feed it while the other tables keep theirs.
  */
 export const SECTION_KINDS: Partial<Record<Kind, string>> = {
+  drain: '2. drain',
+  consumer: '4. consumer',
   retention: '12. retention',
   pooler: '13. pooled mode',
   effects: '14. effect guard',
@@ -45,6 +48,40 @@ export const README_CONTEXT: Array<[section: string, whatStartsWith: string]> = 
   ['7. cost', 'outbox, relay polling another schema'],
   ['11. many outboxes', 'one process / 4 processes:'],
 ];
+
+/**
+ * What was found afterwards about committed runs that did not record what their arms ran
+ * on, by result file: the tables say it beside the run. Runs between cb769e2 (platformatic
+ * the relay's default) and e01a881 labelled their child relays "platformatic" or
+ * "defaults", but bench/child.ts handed each its recording kafkajs client and no
+ * producer, and a relay given a kafkajs client and no producer publishes through it.
+ */
+const KAFKAJS_IN_CHILDREN =
+  'Found afterwards (issue 33): every relay this run started in a child process (sections drain, latency, scale, peer, cost, relaycost, debezium, retention, pooler) ran the kafkajs client, whatever its row says: bench/child.ts handed each relay a kafkajs client and no producer until e01a881. Rows naming platformatic or the defaults for those relays are kafkajs figures; the ceilings, the consumer and the real command (many outboxes) are not affected.';
+export const RAN_NOTES: Record<string, string> = {
+  'bench/committed/2026-12-02T07-00-05-646Z-full.json': KAFKAJS_IN_CHILDREN,
+  'bench/committed/2026-12-03T06-46-31-049Z-full.json': KAFKAJS_IN_CHILDREN,
+  'bench/committed/2026-12-03T07-37-53-504Z-full.json': KAFKAJS_IN_CHILDREN,
+};
+
+/**
+ * A row's "ran" cell: its arms as they reported themselves; a dash for a row of no Kafka
+ * client (Postgres, Redis) in a run that records them; "not recorded" in one that did not.
+ */
+function ranCell(r: Row, s: RunSummary): string {
+  if (r.ran !== undefined && r.ran.length > 0) return describeRan(r.ran);
+  return s.rows.some((x) => x.ran !== undefined) ? '–' : 'not recorded';
+}
+
+/** What the run's rows say about what ran: Node and our commit as the arms reported them, or that they were not recorded. */
+function ranLine(s: RunSummary, from: string): string {
+  const arms = distinctArms(s.rows.flatMap((r) => r.ran ?? []));
+  const note = RAN_NOTES[from] ? ` ${RAN_NOTES[from]}` : '';
+  if (arms.length === 0) return `This run did not record which client each arm ran on (runs record it since issue 33).${note}`;
+  const nodes = [...new Set(arms.map((a) => a.node))].join(', ');
+  const commits = [...new Set(arms.map((a) => a.commit ?? 'not recorded'))].join(', ');
+  return `Column "ran": the client, its version and the delivery mode each row's relays and consumers reported when they started (a run fails when a row's label names another); they reported Node ${nodes}, commit ${commits}.${note}`;
+}
 
 const cell = (text: string): string => text.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 
@@ -75,6 +112,7 @@ export function describeRun(s: RunSummary, from: string): string {
     `Run of ${utc(s.startedAt)}, ${took}, ${profile}, on ${commit}; sections ${s.sectionsSelected.join(', ')}.`,
     `Machine: ${m.cpus} cores (${m.cpuModel ?? 'model unknown'}), ${m.memoryGiB} GiB, Node ${m.node}, PostgreSQL ${m.postgres ?? 'unknown'};`,
     `1-minute load average ${loadRange(s.rows)} while the rows came in. Result file: \`${from}\`.`,
+    ranLine(s, from),
   ];
   if (problems.length > 0) lines.push(`Sections without a result in this run: ${problems.map(([name, why]) => `${name} (${why})`).join('; ')}.`);
   return lines.join('\n');
@@ -122,18 +160,18 @@ export function renderBlock(kind: Kind, s: RunSummary, from: string): string {
     const rows = s.rows.filter((r) => r.section === sectionLabel);
     if (kind === 'console') return renderConsole(s, from, rows);
     if (rows.length === 0) return `The run in \`${from}\` has no rows of section "${sectionLabel}" (its sections: ${s.sectionsSelected.join(', ')}).`;
-    const out = [describeRun(s, from), '', '| what | result | target | met | load |', '|---|---|---|---|---:|'];
-    for (const r of rows) out.push(`| ${cell(r.what)} | ${cell(r.value)} | ${cell(r.target ?? '')} | ${met(r)} | ${r.load1} |`);
+    const out = [describeRun(s, from), '', '| what | result | target | met | ran | load |', '|---|---|---|---|---|---:|'];
+    for (const r of rows) out.push(`| ${cell(r.what)} | ${cell(r.value)} | ${cell(r.target ?? '')} | ${met(r)} | ${cell(ranCell(r, s))} | ${r.load1} |`);
     out.push('', notMet({ ...s, rows }));
     return out.join('\n');
   }
   const out = [describeRun(s, from), ''];
   if (kind === 'readme') {
-    out.push('| figure | result | target | met |', '|---|---|---|---|');
-    for (const r of readmeRows(s.rows)) out.push(`| ${cell(`${r.section}: ${r.what}`)} | ${cell(r.value)} | ${cell(r.target ?? '')} | ${met(r)} |`);
+    out.push('| figure | result | target | met | ran |', '|---|---|---|---|---|');
+    for (const r of readmeRows(s.rows)) out.push(`| ${cell(`${r.section}: ${r.what}`)} | ${cell(r.value)} | ${cell(r.target ?? '')} | ${met(r)} | ${cell(ranCell(r, s))} |`);
   } else {
-    out.push('| section | what | result | target | met | load |', '|---|---|---|---|---|---:|');
-    for (const r of s.rows) out.push(`| ${cell(r.section)} | ${cell(r.what)} | ${cell(r.value)} | ${cell(r.target ?? '')} | ${met(r)} | ${r.load1} |`);
+    out.push('| section | what | result | target | met | ran | load |', '|---|---|---|---|---|---|---:|');
+    for (const r of s.rows) out.push(`| ${cell(r.section)} | ${cell(r.what)} | ${cell(r.value)} | ${cell(r.target ?? '')} | ${met(r)} | ${cell(ranCell(r, s))} | ${r.load1} |`);
   }
   out.push('', notMet(s));
   return out.join('\n');

@@ -11,6 +11,7 @@ import type pg from 'pg';
 import { randomUUID } from 'node:crypto';
 import { Partitioners, type Message } from 'kafkajs';
 import type { MessageToProduce } from '@platformatic/kafka';
+import { armHere } from '../armFacts.js';
 import { HEADERS } from '../../src/shared/kafka.js';
 import { BATCH, KEYS, PARTITIONS, PAYLOAD, benchSchema, brokers, createTopic, fillBacklog, kafka } from '../common.js';
 import { row, type SectionResult } from '../report.js';
@@ -146,8 +147,8 @@ export async function ceilings(pool: pg.Pool, o: CeilingsOptions): Promise<Secti
   return {
     data: { kafkaProducer, platformaticProducer, postgresClaimAndMark },
     rows: [
-      row('1. ceilings', `raw kafkajs producer, batch ${BATCH}, acks=all, 2 in flight (ceiling 1)`, `${fmt(kafkaProducer)} rows/s`),
-      row('1. ceilings', `raw @platformatic/kafka producer, batch ${BATCH}, acks=all, 2 in flight (ceiling 1 of the platformatic adapter)`, `${fmt(platformaticProducer)} rows/s, ${fmt(platformaticProducer / kafkaProducer, 2)} × kafkajs'`),
+      row('1. ceilings', `raw kafkajs producer, batch ${BATCH}, acks=all, 2 in flight (ceiling 1)`, `${fmt(kafkaProducer)} rows/s`, undefined, undefined, [armHere('raw', 'kafkajs')]),
+      row('1. ceilings', `raw @platformatic/kafka producer, batch ${BATCH}, acks=all, 2 in flight (ceiling 1 of the platformatic adapter)`, `${fmt(platformaticProducer)} rows/s, ${fmt(platformaticProducer / kafkaProducer, 2)} × kafkajs'`, undefined, undefined, [armHere('raw', 'platformatic')]),
       row('1. ceilings', `raw Postgres claim-and-mark loop, batch ${BATCH}, 2 loops (ceiling 2)`, `${fmt(postgresClaimAndMark)} rows/s`),
     ],
   };

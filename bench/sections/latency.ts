@@ -8,6 +8,7 @@
 import type pg from 'pg';
 import { randomUUID } from 'node:crypto';
 import { startChild } from '../children.js';
+import type { ArmFacts } from '../armFacts.js';
 import { KEYS, PARTITIONS, PAYLOAD, benchSchema, createEffectsTable, createTopic } from '../common.js';
 import { pgbench, tps } from '../pgbench.js';
 import { row, type Row, type SectionResult } from '../report.js';
@@ -44,14 +45,14 @@ export async function latencyAt(
   withConsumer: boolean,
   relayOptions: Record<string, unknown> = {},
   consumerMode: 'consumer' | 'reader' = 'consumer',
-): Promise<LatencyResult & { ackSorted: number[]; handlerSorted: number[]; ackedVia: () => Record<string, number> }> {
+): Promise<LatencyResult & { ackSorted: number[]; handlerSorted: number[]; ackedVia: () => Record<string, number>; ran: { relay: ArmFacts[]; beside: ArmFacts[] } }> {
   const { schema, drop } = await benchSchema(pool, 'benchlat');
   const topic = await createTopic(PARTITIONS);
   await createEffectsTable(pool, schema);
   const relay = startChild('relay', { BENCH_SCHEMA: schema, BENCH_RELAY_OPTIONS: JSON.stringify(relayOptions) });
   const consumer = withConsumer
     ? startChild(consumerMode, { BENCH_SCHEMA: schema, BENCH_TOPIC: topic, BENCH_GROUP: `bench-lat-${randomUUID()}`, BENCH_PARTITIONS: String(PARTITIONS) })
-    : { ready: Promise.resolve(), acks: [] as Array<[number, number]>, stop: async () => undefined };
+    : { ready: Promise.resolve(), acks: [] as Array<[number, number]>, stop: async () => undefined, ran: undefined };
   try {
     await Promise.all([relay.ready, consumer.ready]);
     // A first row through the whole path: the consumer has joined and is fetching.
@@ -92,7 +93,9 @@ export async function latencyAt(
     handler.sort((a, b) => a - b);
     // Rows acknowledged per client and mode: the relay's last line, which comes once it is stopped (below).
     const ackedVia = (): Record<string, number> => relay.timing?.ackedVia ?? {};
-    return { offered: rate, withConsumer, achieved, rows: committed.size, ack: percentiles(ack), handler: percentiles(handler), ackSorted: ack, handlerSorted: handler, ackedVia };
+    // What the relay (and the consumer or reader beside it) reported it ran on, for the rows.
+    const ran = { relay: [relay.ran!], beside: consumer.ran ? [consumer.ran] : [] };
+    return { offered: rate, withConsumer, achieved, rows: committed.size, ack: percentiles(ack), handler: percentiles(handler), ackSorted: ack, handlerSorted: handler, ackedVia, ran };
   } finally {
     await Promise.all([relay.stop(), consumer.stop()]);
     await drop();
@@ -105,14 +108,14 @@ export async function latency(pool: pg.Pool, o: LatencyOptions): Promise<Section
   const data: LatencyResult[] = [];
   const series: Series[] = [];
   for (const { rate, withConsumer } of o.arms) {
-    const { ackSorted, handlerSorted, ackedVia: _, ...r } = await latencyAt(pool, rate, o.seconds, withConsumer);
+    const { ackSorted, handlerSorted, ackedVia: _, ran, ...r } = await latencyAt(pool, rate, o.seconds, withConsumer);
     data.push(r);
     const where = withConsumer ? 'with the consumer on the same Postgres' : 'relay alone';
     const targeted = rate === TARGET_RATE;
-    rows.push(row('3. latency', `${fmt(rate)} rows/s offered (${fmt(r.achieved)} achieved), ${where}: commit → Kafka ack`, f(r.ack), targeted ? 'p99 ≤ 25 ms' : undefined, targeted ? r.ack.p99 <= 25 : undefined));
+    rows.push(row('3. latency', `${fmt(rate)} rows/s offered (${fmt(r.achieved)} achieved), ${where}: commit → Kafka ack`, f(r.ack), targeted ? 'p99 ≤ 25 ms' : undefined, targeted ? r.ack.p99 <= 25 : undefined, ran.relay));
     series.push({ name: `${fmt(rate)}/s commit → ack${withConsumer ? '' : ' (relay alone)'}`, points: percentileSeries(ackSorted) });
     if (withConsumer) {
-      rows.push(row('3. latency', `${fmt(rate)} rows/s offered, commit → consumer handler`, f(r.handler)));
+      rows.push(row('3. latency', `${fmt(rate)} rows/s offered, commit → consumer handler`, f(r.handler), undefined, undefined, [...ran.relay, ...ran.beside]));
       series.push({ name: `${fmt(rate)}/s commit → handler`, points: percentileSeries(handlerSorted) });
     }
   }

@@ -28,6 +28,7 @@ import { runAfterCommitHooks } from './afterCommitHooks.js';
 import { StopSignal } from './stopSignal.js';
 import { settlesWithin } from '../shared/deadline.js';
 import { waitForTopics } from './topicWait.js';
+import { publishConsumerStarted } from '../shared/diagnostics.js';
 import { KafkaRestart } from './kafkaRestart.js';
 import type { ConsumedMessage, ConsumerEvents, ConsumerStats } from './types.js';
 
@@ -210,6 +211,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
       await this.closePool();
       throw error;
     }
+    publishConsumerStarted({ client: 'kafkajs', groupId: o.groupId, handler: o.handleBatch ? 'handleBatch' : 'handler' });
     this.logger.info({ topics: o.topics, schema: o.schema, batchesInFlight: o.batchesInFlight }, 'consumer started');
   }
 

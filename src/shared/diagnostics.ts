@@ -23,3 +23,26 @@ const relayStarted = diagnosticsChannel.channel(RELAY_STARTED_CHANNEL);
 export function publishRelayStarted(message: RelayStartedMessage): void {
   if (relayStarted.hasSubscribers) relayStarted.publish(message);
 }
+
+/**
+ * Name of the channel on which every consumer announces itself once it has started, as
+ * relays do on {@link RELAY_STARTED_CHANNEL}: a harness can tell which Kafka client a
+ * consumer it measured ran on from the consumer itself.
+ */
+const CONSUMER_STARTED_CHANNEL = 'outbox-relay:consumer-started';
+
+/** What a started consumer announces on {@link CONSUMER_STARTED_CHANNEL}. */
+export interface ConsumerStartedMessage {
+  /** The Kafka client it consumes (and dead-letters) through. */
+  client: 'kafkajs';
+  groupId: string;
+  /** `handler` (one message per call) or `handleBatch`. */
+  handler: 'handler' | 'handleBatch';
+}
+
+const consumerStarted = diagnosticsChannel.channel(CONSUMER_STARTED_CHANNEL);
+
+/** Announce a started consumer; costs nothing when no one subscribes. */
+export function publishConsumerStarted(message: ConsumerStartedMessage): void {
+  if (consumerStarted.hasSubscribers) consumerStarted.publish(message);
+}

@@ -16,7 +16,7 @@ const read = (file: string): string => readFileSync(`${root}${file}`, 'utf8');
 const load = (from: string): RunSummary => readSummary(`${root}${from}`);
 
 /** The tables each file must have: the harness counts them, so a marker lost in an edit fails too. */
-const EXPECTED: Record<(typeof TABLE_FILES)[number], string[]> = { 'README.md': ['readme'], 'docs/benchmarks.md': ['docs', 'retention', 'pooler'], 'docs/console.md': ['console'] };
+const EXPECTED: Record<(typeof TABLE_FILES)[number], string[]> = { 'README.md': ['readme'], 'docs/benchmarks.md': ['docs', 'drain', 'consumer', 'retention', 'pooler', 'exactlyonce'], 'docs/console.md': ['console'] };
 
 /** The first line where two texts differ, for a failure message a reader can act on. */
 function firstDifference(a: string, b: string): string {
@@ -152,7 +152,7 @@ test("a section's table (retention, pooler) has that section's rows only, its un
   };
   const text = renderBlock('retention', run, 'bench/committed/r.json');
   assert.match(text, /^Run of 2026-12-01 12:50 UTC, .*sections retention\./);
-  assert.ok(text.includes('| mark + cleanup: table + indexes, MiB | 3.8 / 5.2; 1.05 |  |  | 1.5 |'));
+  assert.ok(text.includes('| mark + cleanup: table + indexes, MiB | 3.8 / 5.2; 1.05 |  |  | not recorded | 1.5 |'));
   assert.ok(!text.includes('ceiling 1'), 'no row of another section');
   assert.match(text, /Not met in this run:\n\n- 12\. retention, writers' tps, delete mode \/ no relay: 0\.90 \(target ≥ 0\.95\)$/);
   assert.equal(renderBlock('pooler', run, 'bench/committed/r.json'), 'The run in `bench/committed/r.json` has no rows of section "13. pooled mode" (its sections: retention).');
