@@ -459,7 +459,7 @@ test('integration: outbox-relay dead-letters list, replay and discard from the c
 
   const replayed = await cli(['dead-letters', 'replay', `${a.id},${c.id}`, '--rate', '20']);
   assert.equal(replayed.code, 0, replayed.all.join('\n'));
-  assert.match(replayed.stdout.at(-1)!, /^replayed 2 of 2 dead letters in \d+\.\d s \(\d+\.\d\/s\); released 1 parked key$/);
+  assert.match(replayed.stdout.at(-1)!, /^queued 2 of 2 dead letters back into the outbox in \d+\.\d s \(\d+\.\d\/s\), not yet published; released 1 parked key$/);
   assert.deepEqual(await deadLetterIds(), []);
   assert.deepEqual(await parkedKeys(), []);
 });
