@@ -130,3 +130,14 @@ test('integration: status flags parks out of step with the dead letters (written
   assert.equal(await cli.exited, 0, cli.output());
   assert.match(cli.output(), /parked keys out of step with their dead letters: 1 parked behind/);
 });
+
+test('integration: unpark of a key parked behind a dead letter that no longer exists says so, instead of naming dead letters that stay', async () => {
+  // Only hand-written SQL can leave such a park now (the triggers release the others).
+  await db.pool.query(`INSERT INTO ${T('outbox_parked_keys')} (topic, key, dead_letter_id) VALUES ('orders', 'ghost', 999999999)`);
+  assert.equal((await getStatus(conn())).parkedKeys.outOfStep.parksWithoutDeadLetter, 1, 'precondition: the park has no dead letter');
+  const cli = spawnCli(['dead-letters', 'unpark', '--topic', 'orders', '--key', 'ghost'], { DATABASE_URL: db.databaseUrl, OUTBOX_SCHEMA: db.schema, OUTBOX_LOG_LEVEL: 'silent' });
+  assert.equal(await cli.exited, 0, cli.output());
+  assert.match(cli.output(), /behind dead letter 999999999\); 0 waiting rows are published next, without it\. Dead letter 999999999 no longer exists: the key had no dead letter to wait for\n/);
+  assert.doesNotMatch(cli.output(), /stay/);
+  assert.deepEqual(await parked(), []);
+});

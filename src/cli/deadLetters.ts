@@ -176,8 +176,13 @@ export function addDeadLetterCommands(program: Command): void {
       fail(new ConfigError('--yes', `is required to discard these ${r.matched.length} dead letters; nothing was discarded`));
     }
     const released = r.releasedKeys.length;
+    // The ids deleted, not the ids listed: a row replayed or discarded by someone else
+    // between the two is not claimed as discarded here.
     process.stdout.write(
-      `discarded ${r.discarded} dead letters (ids ${r.matched.slice(0, 50).map((d) => d.id).join(', ')}${r.matched.length > 50 ? ', …' : ''}); released ${released} parked ${released === 1 ? 'key' : 'keys'}\n`,
+      `discarded ${r.discarded} dead letters` +
+        (r.discarded ? ` (ids ${ids50(r.discardedIds)})` : '') +
+        (r.gone.length ? `; ${r.gone.length} listed were gone already (replayed or discarded by someone else meanwhile): ${ids50(r.gone)}` : '') +
+        `; released ${released} parked ${released === 1 ? 'key' : 'keys'}\n`,
     );
   });
 
@@ -194,9 +199,15 @@ export function addDeadLetterCommands(program: Command): void {
     const o = resolve(UNPARK_SETTINGS, flags, scopeOf(flags).one());
     const r = await unparkKey({ topic: flags.topic as string, key: flags.key as string, databaseUrl: o.databaseUrl as string, schema: o.schema as string });
     const waiting = `${r.waiting}${r.waitingCapped ? '+' : ''} waiting ${r.waiting === 1 ? 'row is' : 'rows are'}`;
+    const skipped = r.skippedDeadLetterIds;
+    // A park left behind by hand-written SQL has no dead letter to keep: say so, rather
+    // than name a dead letter that no longer exists as staying.
+    const kept =
+      skipped.length === 0
+        ? `Dead letter ${r.deadLetterId} no longer exists: the key had no dead letter to wait for`
+        : `${skipped.length === 1 ? 'Dead letter' : 'Dead letters'} ${skipped.join(', ')} ${skipped.length === 1 ? 'stays' : 'stay'} (policy skip): replaying ${skipped.length === 1 ? 'it' : 'them'} later publishes ${skipped.length === 1 ? 'it' : 'them'} after the key's later events`;
     process.stdout.write(
-      `unparked key ${JSON.stringify(r.key)} of topic ${JSON.stringify(r.topic)} (parked since ${r.parkedAt.toISOString()} behind dead letter ${r.deadLetterId}); ` +
-        `${waiting} published next, without it. ${r.skippedDeadLetterIds.length === 1 ? 'Dead letter' : 'Dead letters'} ${r.skippedDeadLetterIds.join(', ')} ${r.skippedDeadLetterIds.length === 1 ? 'stays' : 'stay'} (policy skip): replaying it later publishes it after the key's later events\n`,
+      `unparked key ${JSON.stringify(r.key)} of topic ${JSON.stringify(r.topic)} (parked since ${r.parkedAt.toISOString()} behind dead letter ${r.deadLetterId}); ${waiting} published next, without it. ${kept}\n`,
     );
   });
 }
