@@ -129,6 +129,10 @@ test('integration: status flags parks out of step with the dead letters (written
   const cli = spawnCli(['status'], { DATABASE_URL: db.databaseUrl, OUTBOX_SCHEMA: db.schema, OUTBOX_LOG_LEVEL: 'silent' });
   assert.equal(await cli.exited, 0, cli.output());
   assert.match(cli.output(), /parked keys out of step with their dead letters: 1 parked behind/);
+
+  // The runbook's fixes: touching the policy puts the park in step; unpark releases the ghost.
+  await db.pool.query(`UPDATE ${T('outbox_dead_letters')} SET policy = 'park' WHERE key = 'loose'`);
+  assert.deepEqual((await getStatus(conn())).parkedKeys.outOfStep, { parksWithoutDeadLetter: 1, deadLettersWithoutPark: 0 });
 });
 
 test('integration: unpark of a key parked behind a dead letter that no longer exists says so, instead of naming dead letters that stay', async () => {
