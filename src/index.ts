@@ -51,6 +51,8 @@ export { listDeadLetters, replayDeadLetters, discardDeadLetters } from './comman
 export { DeadLetterNotFoundError, DeadLetterPermissionError } from './commands/deadLetterSelection.js';
 export { unparkKey, KeyNotParkedError } from './commands/parkedKeys.js';
 export type { UnparkKeyOptions, UnparkResult } from './commands/parkedKeys.js';
+export { waitForReplayed } from './commands/replayWait.js';
+export type { ReplayOutcome, WaitForReplayedOptions } from './commands/replayWait.js';
 export type { DeadLetter, DeadLetterFilter } from './commands/deadLetterSelection.js';
 export type { ListDeadLettersOptions, ListDeadLettersResult, ReplayDeadLettersOptions, ReplayProgress, ReplayResult, DiscardDeadLettersOptions, DiscardResult } from './commands/deadLetters.js';
 export { cleanupOutbox } from './commands/cleanup.js';

@@ -59,7 +59,7 @@ async function deadLetters(n: number): Promise<void> {
   );
 }
 
-test('integration: dead-letters replay shows replayed n / total on a terminal and clears it; off a terminal, the same JSON logs and nothing else', async () => {
+test('integration: dead-letters replay shows queued n / total on a terminal and clears it; off a terminal, the same JSON logs and nothing else', async () => {
   const args = ['dead-letters', 'replay', '--all', '--rate', '20'];
   await deadLetters(40);
   const off = await plain(args);
@@ -69,14 +69,14 @@ test('integration: dead-letters replay shows replayed n / total on a terminal an
   const offLines = off.stdout.split('\n').filter((l) => l !== '');
   // The summary, and JSON log lines (which the asynchronous log destination may write after it).
   const [summary, ...others] = offLines.filter((l) => !l.startsWith('{'));
-  assert.match(summary ?? '', /^replayed 40 of 40 dead letters in /);
+  assert.match(summary ?? '', /^queued 40 of 40 dead letters back into the outbox in /);
   assert.deepEqual(others, [], 'every other line is a JSON log line');
-  assert.ok(!/replayed \d+ \/ /.test(off.stdout));
+  assert.ok(!/queued \d+ \/ /.test(off.stdout));
 
   await deadLetters(40);
   const on = await onTty(args);
   assert.equal(on.code, 0, on.output);
-  const drawn = [...on.output.matchAll(/\rreplayed (\d+) \/ 40 \((\d+\.\d) %\)([^\r\n]*)/g)];
+  const drawn = [...on.output.matchAll(/\rqueued (\d+) \/ 40 \((\d+\.\d) %\)([^\r\n]*)/g)];
   assert.ok(drawn.length >= 3, `the line was drawn and redrawn: ${JSON.stringify(on.output)}`);
   for (const [, done, percent] of drawn) assert.equal(percent, ((Number(done) * 100) / 40).toFixed(1));
   const counts = drawn.map((m) => Number(m[1]));
@@ -85,8 +85,8 @@ test('integration: dead-letters replay shows replayed n / total on a terminal an
   assert.ok(drawn.some((m) => /^ \d+\.\d\/s ETA \d+s$/.test(m[3]!)), JSON.stringify(drawn.map((m) => m[0])));
 
   const shown = screenLines(on.output);
-  assert.ok(!shown.some((l) => /^replayed \d+ \/ 40/.test(l)), `the line is cleared at the end: ${JSON.stringify(shown)}`);
-  assert.match(shown.at(-1)!, /^replayed 40 of 40 dead letters in /);
+  assert.ok(!shown.some((l) => /^queued \d+ \/ 40/.test(l)), `the line is cleared at the end: ${JSON.stringify(shown)}`);
+  assert.match(shown.at(-1)!, /^queued 40 of 40 dead letters back into the outbox in /);
   assert.deepEqual(logs(shown), logs(offLines), 'the same JSON logs as off a terminal');
   assert.equal((await db.pool.query(`SELECT count(*)::int AS n FROM ${T('outbox_dead_letters')}`)).rows[0].n, 0);
 });

@@ -200,8 +200,9 @@ test('integration: every setting refuses a bad value from its flag and from its 
     { env: 'OUTBOX_PURGE_BATCH_SIZE', value: '100001', command: ['purge-processed'] },
     { env: 'OUTBOX_DEAD_LETTERS_LIMIT', value: '0', command: ['dead-letters', 'list'] },
     { env: 'OUTBOX_REPLAY_RATE', value: '0', command: ['dead-letters', 'replay', '--all'] },
+    { env: 'OUTBOX_REPLAY_WAIT_TIMEOUT', value: '0s', command: ['dead-letters', 'replay', '--all', '--wait'], pattern: /is not a duration from 1s to 1d/ },
   ];
-  const all = [...RUN_SETTINGS, outboxesFile, maxDatabaseConnections, ops.cleanupRetention, ops.cleanupBatchSize, purge.purgeRetention, purge.purgeRetentionDays, purge.purgeBatchSize, ops.listLimit, ops.replayRate];
+  const all = [...RUN_SETTINGS, outboxesFile, maxDatabaseConnections, ops.cleanupRetention, ops.cleanupBatchSize, purge.purgeRetention, purge.purgeRetentionDays, purge.purgeBatchSize, ops.listLimit, ops.replayRate, ops.replayWaitTimeout];
   assert.deepEqual(probes.map((p) => p.env).sort(), all.map((s) => s.env).sort(), 'one probe per setting');
   const runs: Array<() => Promise<void>> = [];
   for (const probe of probes) {

@@ -10,6 +10,7 @@ import { DeadLetterNotFoundError } from '../src/commands/deadLetterSelection.js'
 import { ConfigError } from '../src/shared/errors.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { spawnCli } from './helpers/processes.js';
+import { waitFor } from './helpers/wait.js';
 
 // Dead letters are made here the way the relay makes them: an outbox id from the sequence,
 // the row moved whole into outbox_dead_letters, and for policy park a row in
@@ -401,6 +402,33 @@ test('integration: discard without yes changes nothing and says what it would de
   assert.deepEqual(outbox, [waiting], 'the waiting row stays, now free to go; the discarded one is not in the outbox');
 });
 
+test('integration: discard --yes names the dead letters it deleted, not those it listed: one gone meanwhile is said to be gone', async () => {
+  await reset();
+  const a = await makeDeadLetter({ key: 'a', policy: 'skip' });
+  const b = await makeDeadLetter({ key: 'b', policy: 'skip' });
+  // Someone else deletes b and has not committed: the discard lists b, then finds it gone.
+  const other = await db.pool.connect();
+  try {
+    await other.query('BEGIN');
+    await other.query(`DELETE FROM ${T('outbox_dead_letters')} WHERE id = $1`, [b.id]);
+    const p = spawnCli(['dead-letters', 'discard', `${a.id},${b.id}`, '--yes'], { DATABASE_URL: db.databaseUrl, OUTBOX_SCHEMA: db.schema, OUTBOX_LOG_LEVEL: 'silent' });
+    let stdout = '';
+    p.child.stdout?.on('data', (d: Buffer) => (stdout += d.toString()));
+    await waitFor('the discard to wait on the row being deleted meanwhile', async () =>
+      (await db.pool.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = 'outbox-relay:dead-letters-discard' AND wait_event_type = 'Lock'`)).rowCount === 1,
+    );
+    await other.query('COMMIT');
+    assert.equal(await p.exited, 0, p.output());
+    assert.equal(
+      stdout.trim(),
+      `discarded 1 dead letters (ids ${a.id}); 1 listed were gone already (replayed or discarded by someone else meanwhile): ${b.id}; released 0 parked keys`,
+    );
+  } finally {
+    other.release();
+  }
+  assert.deepEqual(await deadLetterIds(), []);
+});
+
 test('integration: bad discard arguments are refused before anything is deleted', async () => {
   await reset();
   const d = await makeDeadLetter({ key: 'a' });
@@ -459,7 +487,7 @@ test('integration: outbox-relay dead-letters list, replay and discard from the c
 
   const replayed = await cli(['dead-letters', 'replay', `${a.id},${c.id}`, '--rate', '20']);
   assert.equal(replayed.code, 0, replayed.all.join('\n'));
-  assert.match(replayed.stdout.at(-1)!, /^replayed 2 of 2 dead letters in \d+\.\d s \(\d+\.\d\/s\); released 1 parked key$/);
+  assert.match(replayed.stdout.at(-1)!, /^queued 2 of 2 dead letters back into the outbox in \d+\.\d s \(\d+\.\d\/s\), not yet published; released 1 parked key$/);
   assert.deepEqual(await deadLetterIds(), []);
   assert.deepEqual(await parkedKeys(), []);
 });

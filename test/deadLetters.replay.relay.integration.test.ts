@@ -88,9 +88,10 @@ test('integration: a real relay parks a key on a record Kafka refuses; after the
     } finally {
       await fix.disconnect();
     }
-    const replay = await cli(['dead-letters', 'replay', '--topic', topic, '--key', 'a', '--rate', '5']);
+    const replay = await cli(['dead-letters', 'replay', '--topic', topic, '--key', 'a', '--rate', '5', '--wait', '--wait-timeout', '60s']);
     assert.equal(replay.code, 0, replay.all.join('\n'));
-    assert.match(replay.stdout.at(-1)!, /^replayed 1 of 1 dead letters .*; released 1 parked key$/);
+    assert.match(replay.stdout.at(-2)!, /^queued 1 of 1 dead letters back into the outbox .*, not yet published; released 1 parked key$/);
+    assert.equal(replay.stdout.at(-1), 'published 1, failed again 0', 'with --wait it says what became of the row');
 
     const messages = await readTopic(topic, (m) => m.filter((x) => x.key === 'a').length >= 4);
     const ofA = messages.filter((m) => m.key === 'a');
@@ -103,6 +104,51 @@ test('integration: a real relay parks a key on a record Kafka refuses; after the
     assert.equal(JSON.parse(ofA[1]!.value!.toString()).n, 2);
     assert.deepEqual(await deadLetterIds(), []);
     assert.deepEqual(await parkedKeys(), []);
+  } finally {
+    await relay.stop();
+  }
+});
+
+test('integration: a replay of a dead letter whose cause was not fixed says queued, not published; with --wait it reports the row failed again and exits 1', async () => {
+  // A topic that refuses records over 2000 bytes, and stays so: the cause is not fixed.
+  const topic = uniqueName('replay_unfixed');
+  const admin = testKafka().admin();
+  await admin.connect();
+  try {
+    await admin.createTopics({ topics: [{ topic, numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '2000' }] }], waitForLeaders: true });
+  } finally {
+    await admin.disconnect();
+  }
+  const client = await db.pool.connect();
+  let big: number;
+  try {
+    const [r] = await enqueue(client, [{ topic, key: 'u', payload: { pad: 'x'.repeat(3_000) } }], { schema: db.schema });
+    big = r!.id as number;
+  } finally {
+    client.release();
+  }
+  const deadLetterOf = async (id: number) => (await db.pool.query(`SELECT dead_lettered_at, error_name FROM ${T('outbox_dead_letters')} WHERE id = $1`, [id])).rows[0];
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, deadLetterPolicy: 'park' });
+  await relay.start();
+  try {
+    const first = await waitFor('the big row to be dead-lettered', () => deadLetterOf(big));
+    assert.equal(first.error_name, 'MESSAGE_TOO_LARGE', 'precondition: Kafka refused it');
+
+    // Without --wait: what is known is that it was queued, not that it was published.
+    const queued = await cli(['dead-letters', 'replay', String(big), '--rate', '5']);
+    assert.equal(queued.code, 0, queued.all.join('\n'));
+    assert.match(queued.stdout.at(-1)!, /^queued 1 of 1 dead letters back into the outbox in .*, not yet published; released 1 parked key$/);
+    assert.ok(!queued.stdout.some((l) => /replayed|published 1/.test(l)), queued.stdout.join('\n'));
+    await waitFor('the row to fail again', async () => (await deadLetterOf(big))?.dead_lettered_at > first.dead_lettered_at || undefined);
+    const second = await deadLetterOf(big);
+
+    // With --wait: it fails again, and the command says so and exits 1.
+    const waited = await cli(['dead-letters', 'replay', String(big), '--rate', '5', '--wait', '--wait-timeout', '60s']);
+    assert.equal(waited.code, 1, waited.all.join('\n'));
+    assert.match(waited.stdout.at(-1)!, new RegExp(`^published 0, failed again 1 \\(${big}: MESSAGE_TOO_LARGE: `));
+    assert.ok(waited.all.some((l) => /1 of 1 failed again and are dead letters again \(ids \d+\): fix the cause first/.test(l)), waited.all.join('\n'));
+    assert.ok((await deadLetterOf(big)).dead_lettered_at > second.dead_lettered_at, 'precondition: the relay really tried it again');
+    assert.equal((await parkedKeys()).filter((p) => p.topic === topic).length, 1, 'its key is parked again');
   } finally {
     await relay.stop();
   }

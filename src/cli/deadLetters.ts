@@ -2,9 +2,10 @@ import type { Command } from 'commander';
 import { ConfigError } from '../shared/errors.js';
 import { createLogger, type LogLevel } from '../shared/logger.js';
 import { databaseUrl, logLevel, schema } from '../shared/commonSettings.js';
-import { listLimit, replayRate } from '../commands/options.js';
+import { listLimit, replayRate, replayWaitTimeout } from '../commands/options.js';
 import { discardDeadLetters, listDeadLetters, replayDeadLetters } from '../commands/deadLetters.js';
 import { unparkKey } from '../commands/parkedKeys.js';
+import { waitForReplayed, type ReplayOutcome } from '../commands/replayWait.js';
 import { deadLetterJson, formatDeadLetters } from '../commands/deadLetterFormat.js';
 import type { DeadLetterFilter } from '../commands/deadLetterSelection.js';
 import { addSettings, fail, resolve } from './settings.js';
@@ -58,7 +59,7 @@ function filterFrom(ids: string[], flags: Record<string, unknown>): DeadLetterFi
 }
 
 const LIST_SETTINGS = [databaseUrl, schema, listLimit] as const;
-const REPLAY_SETTINGS = [databaseUrl, schema, replayRate, logLevel] as const;
+const REPLAY_SETTINGS = [databaseUrl, schema, replayRate, replayWaitTimeout, logLevel] as const;
 const DISCARD_SETTINGS = [databaseUrl, schema] as const;
 const UNPARK_SETTINGS = [databaseUrl, schema] as const;
 
@@ -87,11 +88,13 @@ export function addDeadLetterCommands(program: Command): void {
       deadLetters
         .command('replay')
         .description('Move dead letters back into the outbox under their original id and message id, one row per transaction, lowest id first, at --rate rows per second. Fix the cause first.'),
-    ).option('--all', 'replay every dead letter (needed when no ids and no filter are given)'),
+    )
+      .option('--all', 'replay every dead letter (needed when no ids and no filter are given)')
+      .option('--wait', 'after queueing, wait (up to --wait-timeout) until each row is published or fails again; exit 1 if any fails again or is still unpublished'),
     REPLAY_SETTINGS,
   ).action(async (ids: string[], flags: Record<string, unknown>) => {
     const o = resolve(REPLAY_SETTINGS, flags, scopeOf(flags).one());
-    const progress = new ProgressLine('replayed');
+    const progress = new ProgressLine('queued');
     const logger = createLogger(o.logLevel as LogLevel, progress.logDestination());
     // The line's total, counted only when the line is shown (each dead letter counts once
     // handled, moved or not); a count that fails leaves the replay to report the problem.
@@ -116,11 +119,18 @@ export function addDeadLetterCommands(program: Command): void {
     ).finally(() => progress.end());
     logger.flush();
     const seconds = (r.finishedAt.getTime() - r.startedAt.getTime()) / 1000;
-    let line = `replayed ${r.replayed} of ${r.selected} dead letters in ${seconds.toFixed(1)} s` + (r.ratePerSecond === null ? '' : ` (${r.ratePerSecond.toFixed(1)}/s)`);
-    line += `; released ${r.releasedKeys.length} parked ${r.releasedKeys.length === 1 ? 'key' : 'keys'}`;
+    // A replay only puts rows back into the outbox: whether the relay can publish them now
+    // is known later (--wait), so this line says queued, never published.
+    let line = `queued ${r.replayed} of ${r.selected} dead letters back into the outbox in ${seconds.toFixed(1)} s` + (r.ratePerSecond === null ? '' : ` (${r.ratePerSecond.toFixed(1)}/s)`);
+    line += `, not yet published; released ${r.releasedKeys.length} parked ${r.releasedKeys.length === 1 ? 'key' : 'keys'}`;
     if (r.waiting.length) line += `; ${r.waiting.length} wait behind keys still parked by dead letters ${[...new Set(r.waiting.map((w) => w.parkedBehind))].join(', ')}`;
     process.stdout.write(`${line}\n`);
     if (r.stopped) fail(new Error(`replay stopped by a signal after ${r.replayed} of ${r.selected}; the others are still dead letters`));
+    let outcome: ReplayOutcome | undefined;
+    if (flags.wait === true && r.replayedIds.length) {
+      outcome = await waitForReplayed({ ids: r.replayedIds, timeout: o.timeout as string, databaseUrl: o.databaseUrl as string, schema: o.schema as string, signal: abort.signal });
+      process.stdout.write(`${outcomeLine(outcome, o.timeout as string)}\n`);
+    }
     if (r.notMoved.length) {
       const conflicts = r.notMoved.filter((n) => n.why === 'conflict').map((n) => n.id);
       const gone = r.notMoved.filter((n) => n.why === 'gone').map((n) => n.id);
@@ -131,6 +141,13 @@ export function addDeadLetterCommands(program: Command): void {
             (gone.length ? `; replayed or discarded by someone else meanwhile: ${gone.join(', ')}` : ''),
         ),
       );
+    }
+    if (outcome?.failedAgain.length) {
+      fail(new Error(`${outcome.failedAgain.length} of ${r.replayed} failed again and are dead letters again (ids ${ids50(outcome.failedAgain.map((f) => f.id))}): fix the cause first (docs/operations-dead-letters.md)`));
+    }
+    if (outcome?.pending.length) {
+      const why = abort.signal.aborted ? 'when a signal stopped the wait' : `within ${o.timeout as string}`;
+      fail(new Error(`${outcome.pending.length} of ${r.replayed} not published ${why} (still in the outbox: ids ${ids50(outcome.pending)})`));
     }
   });
 
@@ -159,8 +176,13 @@ export function addDeadLetterCommands(program: Command): void {
       fail(new ConfigError('--yes', `is required to discard these ${r.matched.length} dead letters; nothing was discarded`));
     }
     const released = r.releasedKeys.length;
+    // The ids deleted, not the ids listed: a row replayed or discarded by someone else
+    // between the two is not claimed as discarded here.
     process.stdout.write(
-      `discarded ${r.discarded} dead letters (ids ${r.matched.slice(0, 50).map((d) => d.id).join(', ')}${r.matched.length > 50 ? ', …' : ''}); released ${released} parked ${released === 1 ? 'key' : 'keys'}\n`,
+      `discarded ${r.discarded} dead letters` +
+        (r.discarded ? ` (ids ${ids50(r.discardedIds)})` : '') +
+        (r.gone.length ? `; ${r.gone.length} listed were gone already (replayed or discarded by someone else meanwhile): ${ids50(r.gone)}` : '') +
+        `; released ${released} parked ${released === 1 ? 'key' : 'keys'}\n`,
     );
   });
 
@@ -177,9 +199,29 @@ export function addDeadLetterCommands(program: Command): void {
     const o = resolve(UNPARK_SETTINGS, flags, scopeOf(flags).one());
     const r = await unparkKey({ topic: flags.topic as string, key: flags.key as string, databaseUrl: o.databaseUrl as string, schema: o.schema as string });
     const waiting = `${r.waiting}${r.waitingCapped ? '+' : ''} waiting ${r.waiting === 1 ? 'row is' : 'rows are'}`;
+    const skipped = r.skippedDeadLetterIds;
+    // A park left behind by hand-written SQL has no dead letter to keep: say so, rather
+    // than name a dead letter that no longer exists as staying.
+    const kept =
+      skipped.length === 0
+        ? `Dead letter ${r.deadLetterId} no longer exists: the key had no dead letter to wait for`
+        : `${skipped.length === 1 ? 'Dead letter' : 'Dead letters'} ${skipped.join(', ')} ${skipped.length === 1 ? 'stays' : 'stay'} (policy skip): replaying ${skipped.length === 1 ? 'it' : 'them'} later publishes ${skipped.length === 1 ? 'it' : 'them'} after the key's later events`;
     process.stdout.write(
-      `unparked key ${JSON.stringify(r.key)} of topic ${JSON.stringify(r.topic)} (parked since ${r.parkedAt.toISOString()} behind dead letter ${r.deadLetterId}); ` +
-        `${waiting} published next, without it. ${r.skippedDeadLetterIds.length === 1 ? 'Dead letter' : 'Dead letters'} ${r.skippedDeadLetterIds.join(', ')} ${r.skippedDeadLetterIds.length === 1 ? 'stays' : 'stay'} (policy skip): replaying it later publishes it after the key's later events\n`,
+      `unparked key ${JSON.stringify(r.key)} of topic ${JSON.stringify(r.topic)} (parked since ${r.parkedAt.toISOString()} behind dead letter ${r.deadLetterId}); ${waiting} published next, without it. ${kept}\n`,
     );
   });
+}
+
+/** At most 50 ids, then an ellipsis. */
+function ids50(ids: readonly number[]): string {
+  return ids.slice(0, 50).join(', ') + (ids.length > 50 ? ', …' : '');
+}
+
+/** What `--wait` saw: published, failed again (with the first new reason), still pending. */
+function outcomeLine(o: ReplayOutcome, timeout: string): string {
+  let line = `published ${o.published.length}, failed again ${o.failedAgain.length}`;
+  const first = o.failedAgain[0];
+  if (first) line += ` (${first.id}: ${first.errorName}: ${first.reason.replace(/\s+/g, ' ').slice(0, 120)}${o.failedAgain.length > 1 ? '; …' : ''})`;
+  if (o.pending.length) line += `, not yet published ${o.pending.length} (waited ${timeout})`;
+  return line;
 }

@@ -1,7 +1,7 @@
 import type { DestinationStream } from 'pino';
 
 // The progress line of the CLI's long runs (a throttled replay, cleanup, purge-processed):
-// `replayed 1,234 / 10,000 (12.3 %) 10.0/s ETA 14m 37s`, redrawn in place on a terminal.
+// `queued 1,234 / 10,000 (12.3 %) 10.0/s ETA 14m 37s`, redrawn in place on a terminal.
 // Off a terminal it writes nothing at all: the JSON logs and the closing summary are the
 // whole output, as before, for whatever reads them.
 
@@ -27,7 +27,7 @@ export interface ProgressLineOptions {
 
 /** What the line says at one moment. */
 export interface ProgressState {
-  /** The past participle the line starts with: `replayed`, `deleted`. */
+  /** The past participle the line starts with: `queued`, `deleted`. */
   verb: string;
   done: number;
   /** Null when unknown; shown with `~` when an estimate. */

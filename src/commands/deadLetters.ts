@@ -277,6 +277,10 @@ export interface DiscardResult {
   matched: DeadLetter[];
   /** Deleted for good. */
   discarded: number;
+  /** The ids deleted, lowest first. */
+  discardedIds: number[];
+  /** Listed, but gone before the delete reached them (replayed or discarded by someone else meanwhile). */
+  gone: number[];
   /** Keys released: their waiting rows are published next, without the discarded row. */
   releasedKeys: Array<{ topic: string; key: string; deadLetterId: number }>;
 }
@@ -301,7 +305,7 @@ export async function discardDeadLetters(options: DiscardDeadLettersOptions): Pr
     const filter = resolveFilter(options, await dbNow(db));
     const { rows } = await select(db, s, filter, options.limit ?? null);
     requireMatches(filter, rows, 'discarded');
-    const result: DiscardResult = { dryRun: options.yes !== true, matched: rows, discarded: 0, releasedKeys: [] };
+    const result: DiscardResult = { dryRun: options.yes !== true, matched: rows, discarded: 0, discardedIds: [], gone: [], releasedKeys: [] };
     if (result.dryRun) return result;
     await requireChangePrivileges(db, s, 'discard');
     // Exactly the rows listed (not whatever matches by now), a chunk per transaction.
@@ -312,6 +316,8 @@ export async function discardDeadLetters(options: DiscardDeadLettersOptions): Pr
         throw permissionDenied(error, 'discard');
       });
       result.discarded += out.length;
+      const deleted = new Set(out.map((r) => Number(r.id)));
+      for (const id of ids) (deleted.has(id) ? result.discardedIds : result.gone).push(id);
       for (const r of out) if (r.released_key) result.releasedKeys.push({ topic: r.topic, key: r.key, deadLetterId: Number(r.id) });
     }
     return result;

@@ -41,3 +41,13 @@ export const cleanupBatchSize = integer({
   min: 1,
   max: 100_000,
 });
+
+export const replayWaitTimeout = duration({
+  option: 'timeout',
+  flag: '--wait-timeout',
+  env: 'OUTBOX_REPLAY_WAIT_TIMEOUT',
+  description: 'With --wait: how long to wait, after the last row is queued, for the replayed rows to be published or to fail again.',
+  defaultValue: '5m',
+  minMs: 1_000,
+  maxMs: 86_400_000,
+});

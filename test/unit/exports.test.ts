@@ -16,6 +16,7 @@ const VALUES = [
   'attachDebeziumOutbox', 'debeziumAttachScript', 'detachDebeziumOutbox',
   'maintainPartitions', 'partitionOutbox',
   'DeadLetterPermissionError', 'KeyNotParkedError', 'unparkKey',
+  'waitForReplayed',
   'startConsole',
 ];
 
@@ -34,6 +35,7 @@ const TYPES = [
   'RelayOptions', 'ReplayDeadLettersOptions', 'ReplayProgress', 'ReplayResult', 'RoleScriptOptions', 'RunRelayOptions',
   'SaslMechanism', 'StatusOptions', 'ValueDecoder',
   'UnparkKeyOptions', 'UnparkResult',
+  'ReplayOutcome', 'WaitForReplayedOptions',
   'ConsoleOptions', 'ConsoleRole', 'ConsoleUserOption', 'OperatorConsole',
 ];
 

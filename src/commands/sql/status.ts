@@ -72,6 +72,25 @@ SELECT f.topic, f.key, f.dead_letter_id, f.parked_at,
  GROUP BY f.topic, f.key, f.dead_letter_id, f.parked_at
  ORDER BY f.parked_at, f.topic, f.key`;
 
+/**
+ * Parked keys out of step with their dead letters (sql/011 keeps them in step; these
+ * arise only from writing outbox_parked_keys by hand, or inserting a park dead letter by
+ * hand): parks whose dead letter is gone or is no longer a park dead letter of that key,
+ * and park dead letters whose key is not parked. The second is a pass over the dead
+ * letters, as the grouping by reason above is.
+ */
+export const parkedKeysOutOfStepSql = (s: string): string => `
+SELECT (SELECT count(*)
+          FROM ${s}.outbox_parked_keys AS p
+         WHERE NOT EXISTS (SELECT 1 FROM ${s}.outbox_dead_letters AS d
+                            WHERE d.id = p.dead_letter_id AND d.topic = p.topic AND d.key = p.key
+                              AND d.policy = 'park'))::bigint AS parks_without_dead_letter,
+       (SELECT count(*)
+          FROM ${s}.outbox_dead_letters AS d
+         WHERE d.policy = 'park'
+           AND NOT EXISTS (SELECT 1 FROM ${s}.outbox_parked_keys AS p
+                            WHERE p.topic = d.topic AND p.key = d.key))::bigint AS dead_letters_without_park`;
+
 /** Relays with their heartbeat age, whether they count as live, and their circuit breaker (sql/010). */
 export const relaysSql = (s: string): string => `
 SELECT relay_id, application_name, started_at, breaker_opened_at,
