@@ -41,7 +41,7 @@ export interface OutboxStatus {
     oldest: Array<{ topic: string; key: string; deadLetterId: number; parkedAt: string; parkedSeconds: number; waiting: number }>;
     /**
      * Parks out of step with the dead letters (a key is parked exactly while it has dead
-     * letters with policy park; migration 011 keeps it so, and only writing the tables by
+     * letters with policy park; migration 012 keeps it so, and only writing the tables by
      * hand breaks it): parked keys whose dead letter is gone or is not a park dead letter
      * of the key, and park dead letters whose key is not parked. Both 0 normally.
      */

@@ -73,7 +73,7 @@ SELECT f.topic, f.key, f.dead_letter_id, f.parked_at,
  ORDER BY f.parked_at, f.topic, f.key`;
 
 /**
- * Parked keys out of step with their dead letters (sql/011 keeps them in step; these
+ * Parked keys out of step with their dead letters (sql/012 keeps them in step; these
  * arise only from writing outbox_parked_keys by hand, or inserting a park dead letter by
  * hand): parks whose dead letter is gone or is no longer a park dead letter of that key,
  * and park dead letters whose key is not parked. The second is a pass over the dead
