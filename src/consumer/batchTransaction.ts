@@ -131,7 +131,7 @@ export class BatchTransactions<V> {
           const hookOutcome = outcomes[fresh[fresh.length - 1] as number] as MessageOutcome;
           const guard = guardClient(client);
           const attempt = Math.max(...fresh.map((i) => (window[i] as Prepared<V>).attempt));
-          const context = batchContext(this.options, client, attempt, messages, fresh.map((i) => outcomes[i] as MessageOutcome), hookOutcome, guard.client);
+          const context = batchContext(this.options, client, attempt, messages, fresh.map((i) => outcomes[i] as MessageOutcome), hookOutcome, guard);
           let thrown = false;
           try {
             await this.stop.race((this.options.handleBatch as NonNullable<ResolvedConsumerOptions<V>['handleBatch']>)(messages, context), 'a batch handler');
@@ -139,6 +139,7 @@ export class BatchTransactions<V> {
             thrown = true;
           }
           hookOutcome.settled = true;
+          guard.close();
           if (thrown && session.broken) throw session.broken;
           const how = await guard.endedBy(marker);
           if (how !== undefined) {
@@ -247,7 +248,7 @@ export class BatchTransactions<V> {
         // The batch's hooks live with its last message: they run, or are dropped, with it.
         const hookOutcome = outcomes[fresh[fresh.length - 1] as number] as MessageOutcome;
         const guard = guardClient(client);
-        const context = batchContext(this.options, client, attempt, messages, fresh.map((i) => outcomes[i] as MessageOutcome), hookOutcome, guard.client);
+        const context = batchContext(this.options, client, attempt, messages, fresh.map((i) => outcomes[i] as MessageOutcome), hookOutcome, guard);
         let thrown: { error: unknown } | undefined;
         try {
           await this.stop.race((this.options.handleBatch as NonNullable<ResolvedConsumerOptions<V>['handleBatch']>)(messages, context), 'a batch handler');
@@ -255,6 +256,8 @@ export class BatchTransactions<V> {
           thrown = { error };
         }
         hookOutcome.settled = true;
+        // From here on ctx.client and the helpers refuse use (an afterCommit hook, a callback left running).
+        guard.close();
         if (thrown && session.broken) throw session.broken;
         const single = fresh.length === 1 ? (fresh[0] as number) : undefined;
         const how = await guard.endedBy(marker);

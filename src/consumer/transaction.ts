@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { describeError } from '../shared/errors.js';
 import { traceHandlerRun, type HandlerFailureOutcome, type SettleHandlerRun } from '../shared/tracing.js';
 import type { DeadLetterReason } from './deadLetterTopic.js';
-import { HandlerEndedTransaction, MESSAGE_SAVEPOINT, beginSql, guardClient, newTransactionMarker, transactionStatus } from './clientGuard.js';
+import { HandlerEndedTransaction, MESSAGE_SAVEPOINT, beginSql, guardClient, newTransactionMarker, transactionStatus, type ClientGuard } from './clientGuard.js';
 import { batchContext, handlerContext } from './handlerContext.js';
 import type { KeyClaims } from './keyClaims.js';
 import { failedAtFirst, type CommittedHook, type Failure, type MessageOutcome, type TransactOutcome } from './outcome.js';
@@ -176,12 +176,14 @@ export class TransactionEngine<V> {
         let thrown: { error: unknown } | undefined;
         try {
           // Inside a CONSUMER span when OpenTelemetry is there (src/shared/tracing.ts).
-          const traced = await traceHandlerRun(message, this.options.groupId, p.attempt, run, () => this.runHandler(client, p, outcome, guard.client), (error) => failureOutcome(this.options, error, message, p.attempt));
+          const traced = await traceHandlerRun(message, this.options.groupId, p.attempt, run, () => this.runHandler(client, p, outcome, guard), (error) => failureOutcome(this.options, error, message, p.attempt));
           spans.set(i, traced.settle);
         } catch (error) {
           thrown = { error };
         }
         outcome.settled = true;
+        // From here on ctx.client and the helpers refuse use (an afterCommit hook, a callback left running).
+        guard.close();
         if (thrown && session.broken) throw session.broken;
         // Whatever the handler did, the transaction must still be this one, open.
         const how = await guard.endedBy(marker);
@@ -243,11 +245,11 @@ export class TransactionEngine<V> {
   }
 
   /** One message's handler: `handler`, or `handleBatch` with that message alone. */
-  private runHandler(client: pg.PoolClient, p: Prepared<V>, outcome: MessageOutcome, handlerClient: pg.PoolClient): Promise<void> {
+  private runHandler(client: pg.PoolClient, p: Prepared<V>, outcome: MessageOutcome, guard: ClientGuard): Promise<void> {
     const { handler, handleBatch } = this.options;
     const run = handleBatch
-      ? handleBatch([p.message], batchContext(this.options, client, p.attempt, [p.message], [outcome], outcome, handlerClient))
-      : (handler as NonNullable<typeof handler>)(p.message, handlerContext(this.options, client, p.attempt, outcome, handlerClient));
+      ? handleBatch([p.message], batchContext(this.options, client, p.attempt, [p.message], [outcome], outcome, guard))
+      : (handler as NonNullable<typeof handler>)(p.message, handlerContext(this.options, client, p.attempt, outcome, guard));
     return this.stop.race(run, 'a handler');
   }
 
