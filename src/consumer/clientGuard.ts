@@ -34,9 +34,12 @@ export function newTransactionMarker(): string {
   return randomBytes(8).toString('hex');
 }
 
-/** BEGIN, and set the marker for the rest of the transaction, in one round trip. */
+/**
+ * BEGIN, and set the marker for the rest of the transaction, in one round trip; it also
+ * reads the server process id (`pid`), which a handler timeout ends (handlerTimeout.ts).
+ */
 export function beginSql(marker: string): string {
-  return `BEGIN; SELECT set_config('${MARKER_SETTING}', '${marker}', true)`;
+  return `BEGIN; SELECT set_config('${MARKER_SETTING}', '${marker}', true), pg_backend_pid() AS pid`;
 }
 
 /** Reads the marker back: NULL or '' outside the transaction that set it. */
@@ -153,8 +156,9 @@ export class ClientGuard {
       let error: OutboxError;
       if (this.closed) error = new HandlerClientClosed('ctx.client.query()');
       else {
-        error = new TransactionControlRefused(statement as string);
-        this.refused ??= error as TransactionControlRefused;
+        const refused = new TransactionControlRefused(statement as string);
+        this.refused ??= refused;
+        error = refused;
       }
       if (callback) {
         process.nextTick(() => callback(error, undefined));

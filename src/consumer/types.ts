@@ -205,6 +205,15 @@ export interface ConsumerEvents {
    * (`handleBatch` only).
    */
   batchFallback: { topic: string; partition: number; firstOffset: string; lastOffset: string; count: number; error: unknown };
+  /**
+   * A handler call (`count` 1) or batch handler call was still running after
+   * `handlerTimeoutMs` (`timeoutMs`) and was given up on: its transaction is rolled back
+   * (connection destroyed, server process ended), nothing of it committed. The messages
+   * fail with `error`, a HandlerTimeout (retriable): a single message is retried with
+   * backoff, then dead-lettered, as classifyError decides (the `retry` or `deadLettered`
+   * event follows); a batch's messages are redone as after any batch failure.
+   */
+  handlerTimeout: { topic: string; partition: number; firstOffset: string; lastOffset: string; count: number; attempt: number; timeoutMs: number; error: unknown };
   /** Something outside a handler failed (Postgres, the dead-letter publish, Kafka); it is retried. */
   error: { error: unknown; during: string; topic?: string; partition?: number };
   /**
