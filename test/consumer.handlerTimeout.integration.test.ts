@@ -50,6 +50,7 @@ for (const savepoints of ['on-failure', 'always'] as const) {
     await c.start();
     await waitFor('all three offsets committed', async () => (await committedOffset(c.options.groupId, topic)) === '3', WITHIN);
     assert.ok(runs.includes('1#1'), 'precondition: the first attempt at offset 1 ran (and never settled)');
+    assert.equal(runs.filter((r) => r === '0#1').length, 2, `precondition: offset 0 ran in the timed-out transaction, then again in a fresh one (${runs.join(' ')})`);
     assert.equal(timeouts.length, 1, 'one handlerTimeout event');
     const t = timeouts[0] as ConsumerEvents['handlerTimeout'];
     assert.deepEqual({ firstOffset: t.firstOffset, lastOffset: t.lastOffset, count: t.count, attempt: t.attempt, timeoutMs: t.timeoutMs }, { firstOffset: '1', lastOffset: '1', count: 1, attempt: 1, timeoutMs: 400 });
