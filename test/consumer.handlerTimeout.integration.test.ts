@@ -1,6 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { ConsumerEvents } from '../src/consumer/types.js';
+import type { BatchContext, ConsumerEvents } from '../src/consumer/types.js';
+import { HandlerClientClosed } from '../src/consumer/clientGuard.js';
 import { HandlerTimeout } from '../src/consumer/handlerTimeout.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic } from './helpers/kafka.js';
@@ -91,13 +92,17 @@ test('integration: a handler stuck in a Postgres statement is given up after han
 test('integration: a batch handler that never settles is given up after handlerTimeoutMs: handlerTimeout for the batch, then the batch is redone and every effect committed once', async () => {
   const topic = await createTopic(1);
   let calls = 0;
+  let timedOutContext: BatchContext | undefined;
   const c = consumer({
     topics: topic,
     ...TIMEOUT,
     handleBatch: async (messages, context) => {
       calls++;
       await applyBatchEffect(db.schema, messages, context);
-      if (calls === 1) await never();
+      if (calls === 1) {
+        timedOutContext = context;
+        await never();
+      }
     },
   });
   const timeouts = collect(c, 'handlerTimeout');
@@ -111,4 +116,6 @@ test('integration: a batch handler that never settles is given up after handlerT
   assert.ok(fallbacks[0]?.error instanceof HandlerTimeout);
   const counts = await effectCounts(db.pool, db.schema, topic);
   for (const e of sent) assert.equal(counts.get(e.messageId as string), 1, `effect of ${e.key} once`);
+  // The given-up call may still be running: its client no longer reaches Postgres.
+  await assert.rejects((timedOutContext as BatchContext).client.query('SELECT 1'), HandlerClientClosed);
 });
