@@ -32,6 +32,7 @@ export type { ErrorClass } from './consumer/classifyError.js';
 export { DecodeError } from './consumer/decode.js';
 export { MissingTopicError } from './consumer/topicWait.js';
 export { AfterCommitTimeout } from './consumer/afterCommitHooks.js';
+export { HandlerTimeout } from './consumer/handlerTimeout.js';
 export type { ValueDecoder } from './consumer/decode.js';
 export { DEAD_LETTER_HEADERS } from './consumer/deadLetterTopic.js';
 export type { DeadLetterReason } from './consumer/deadLetterTopic.js';

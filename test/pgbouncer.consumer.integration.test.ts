@@ -154,3 +154,25 @@ test('integration (PgBouncer, transaction pooling): a consumer process SIGKILLed
   await third.stop();
   await assertExactlyOnce(topic, ids);
 });
+
+test('integration (PgBouncer, transaction pooling): a handler stuck in pg_sleep is given up after handlerTimeoutMs; its server process (read behind the bouncer) is ended, the retry commits', async () => {
+  const topic = await createTopic(1);
+  const tag = `stuck_${topic.replace(/[^a-z0-9_]/gi, '_')}`;
+  const timeouts: unknown[] = [];
+  const c = consumer({
+    topics: topic,
+    handlerTimeoutMs: 400,
+    handler: async (message, context) => {
+      await applyEffect(db.schema, message, context);
+      // Holds the key row the retry's claim needs; the server does not notice a closed socket while it sleeps.
+      if (context.attempt === 1) await context.client.query(`SELECT pg_sleep(3600) /* ${tag} */`);
+    },
+  });
+  c.on('handlerTimeout', (e) => void timeouts.push(e));
+  const sent = await produce(topic, [{ key: 'a' }]);
+  await c.start();
+  await waitFor('offset committed', async () => (await committedOffset(c.options.groupId, topic)) === '1', { timeoutMs: 30_000 });
+  assert.equal(timeouts.length, 1, 'precondition: the stuck run timed out');
+  await assertExactlyOnce(topic, [sent[0]?.messageId as string]);
+  assert.equal(await countRows(db.pool, 'SELECT 1 FROM pg_stat_activity WHERE query LIKE $1 AND pid <> pg_backend_pid()', [`%${tag}%`]), 0, 'the stuck server process is gone');
+});

@@ -1,12 +1,13 @@
 import type pg from 'pg';
-import { HandlerEndedTransaction, MESSAGE_SAVEPOINT, beginSql, guardClient, newTransactionMarker } from './clientGuard.js';
+import { HandlerEndedTransaction, MESSAGE_SAVEPOINT, guardClient, newTransactionMarker } from './clientGuard.js';
 import type { DeadLetterReason } from './deadLetterTopic.js';
 import { batchContext } from './handlerContext.js';
+import { HandlerTimeout, withinHandlerTimeout } from './handlerTimeout.js';
 import type { KeyClaims } from './keyClaims.js';
 import { failedAtFirst, type CommittedHook, type Failure, type MessageOutcome, type TransactOutcome } from './outcome.js';
 import type { Prepared } from './prepare.js';
 import type { EmitConsumerEvent } from './report.js';
-import { checkOut } from './session.js';
+import { begin, checkOut } from './session.js';
 import { abortedByHandler, type TransactionEngine } from './transaction.js';
 import type { ResolvedConsumerOptions } from './options.js';
 import type { StopSignal } from './stopSignal.js';
@@ -111,7 +112,7 @@ export class BatchTransactions<V> {
     const { client, release } = session;
     try {
       const marker = newTransactionMarker();
-      await client.query(beginSql(marker));
+      await begin(session, marker);
       const { firstIndex, claimed } = await this.keys.claim(client, window);
       const outcomes: MessageOutcome[] = window.map((p, i) => {
         const key = p.message.idempotencyKey;
@@ -131,14 +132,23 @@ export class BatchTransactions<V> {
           const hookOutcome = outcomes[fresh[fresh.length - 1] as number] as MessageOutcome;
           const guard = guardClient(client);
           const attempt = Math.max(...fresh.map((i) => (window[i] as Prepared<V>).attempt));
-          const context = batchContext(this.options, client, attempt, messages, fresh.map((i) => outcomes[i] as MessageOutcome), hookOutcome, guard.client);
+          const context = batchContext(this.options, client, attempt, messages, fresh.map((i) => outcomes[i] as MessageOutcome), hookOutcome, guard);
           let thrown = false;
+          let timedOut: HandlerTimeout | undefined;
           try {
-            await this.stop.race((this.options.handleBatch as NonNullable<ResolvedConsumerOptions<V>['handleBatch']>)(messages, context), 'a batch handler');
-          } catch {
+            await this.callBatch(messages, context);
+          } catch (error) {
             thrown = true;
+            if (error instanceof HandlerTimeout) timedOut = error;
           }
           hookOutcome.settled = true;
+          guard.close();
+          if (timedOut) {
+            // The transaction goes with the parts that passed: the window's messages go one per call.
+            await this.engine.handlerTimedOut(pool, session, topic, partition, fresh.map((i) => window[i] as Prepared<V>), timedOut);
+            search.batchOf = 0;
+            return this.oneAtATime(pool, topic, partition, window, search);
+          }
           if (thrown && session.broken) throw session.broken;
           const how = await guard.endedBy(marker);
           if (how !== undefined) {
@@ -214,6 +224,14 @@ export class BatchTransactions<V> {
     return this.engine.savepointEach(pool, topic, partition, group.slice(0, failure.index), failure, 2);
   }
 
+  /** One call of the batch handler, bounded by handlerTimeoutMs and a hard stop. */
+  private callBatch(messages: Array<Prepared<V>['message']>, context: Parameters<NonNullable<ResolvedConsumerOptions<V>['handleBatch']>>[1]): Promise<void> {
+    const handleBatch = this.options.handleBatch as NonNullable<ResolvedConsumerOptions<V>['handleBatch']>;
+    const first = (messages[0] as Prepared<V>['message']).offset;
+    const last = (messages[messages.length - 1] as Prepared<V>['message']).offset;
+    return this.stop.race(withinHandlerTimeout(handleBatch(messages, context), this.options.handlerTimeoutMs, first, last), 'a batch handler');
+  }
+
   /**
    * One transaction with handleBatch: claim the keys, one call for the new messages (all
    * but the duplicates, in offset order), commit.
@@ -231,7 +249,7 @@ export class BatchTransactions<V> {
     const { client, release } = session;
     try {
       const marker = newTransactionMarker();
-      await client.query(beginSql(marker));
+      await begin(session, marker);
       const { firstIndex, claimed } = await this.keys.claim(client, prepared);
       const outcomes: MessageOutcome[] = [];
       const fresh: number[] = [];
@@ -247,16 +265,25 @@ export class BatchTransactions<V> {
         // The batch's hooks live with its last message: they run, or are dropped, with it.
         const hookOutcome = outcomes[fresh[fresh.length - 1] as number] as MessageOutcome;
         const guard = guardClient(client);
-        const context = batchContext(this.options, client, attempt, messages, fresh.map((i) => outcomes[i] as MessageOutcome), hookOutcome, guard.client);
+        const context = batchContext(this.options, client, attempt, messages, fresh.map((i) => outcomes[i] as MessageOutcome), hookOutcome, guard);
         let thrown: { error: unknown } | undefined;
         try {
-          await this.stop.race((this.options.handleBatch as NonNullable<ResolvedConsumerOptions<V>['handleBatch']>)(messages, context), 'a batch handler');
+          await this.callBatch(messages, context);
         } catch (error) {
           thrown = { error };
         }
         hookOutcome.settled = true;
-        if (thrown && session.broken) throw session.broken;
+        // From here on ctx.client and the helpers refuse use (an afterCommit hook, a callback left running).
+        guard.close();
         const single = fresh.length === 1 ? (fresh[0] as number) : undefined;
+        if (thrown?.error instanceof HandlerTimeout) {
+          // Nothing committed: a single message fails (retried, then dead-lettered), a batch is searched.
+          const error = thrown.error;
+          await this.engine.handlerTimedOut(pool, session, topic, partition, fresh.map((i) => prepared[i] as Prepared<V>), error);
+          if (single === undefined) return { batchFailed: { fresh, error } };
+          return { batchFailed: { failure: { index: single, error, attempt: (prepared[single] as Prepared<V>).attempt }, fresh, error } };
+        }
+        if (thrown && session.broken) throw session.broken;
         const how = await guard.endedBy(marker);
         if (how !== undefined) {
           // What it committed cannot be taken back. One message: it fails for good, as with

@@ -14,6 +14,11 @@ import { OutboxError } from '../shared/errors.js';
 //                    Free when the guard saw every query the handler sent; otherwise one
 //                    read of a transaction-local marker set at BEGIN (it disappears when
 //                    the transaction ends, whatever ended it)
+//   close            when the handler's run is over: from then on the client, and the
+//                    context's helpers, refuse every use. Without it the proxy forwarded
+//                    to the raw client for ever: an afterCommit hook's INSERT on ctx.client
+//                    ran after the COMMIT, outside any transaction, on a connection already
+//                    back in the pool (possibly inside another partition's transaction)
 
 /** Savepoint names starting with this are the consumer's; handlers may use any other. */
 const RESERVED_SAVEPOINT_PREFIX = 'outbox_relay';
@@ -29,9 +34,12 @@ export function newTransactionMarker(): string {
   return randomBytes(8).toString('hex');
 }
 
-/** BEGIN, and set the marker for the rest of the transaction, in one round trip. */
+/**
+ * BEGIN, and set the marker for the rest of the transaction, in one round trip; it also
+ * reads the server process id (`pid`), which a handler timeout ends (handlerTimeout.ts).
+ */
 export function beginSql(marker: string): string {
-  return `BEGIN; SELECT set_config('${MARKER_SETTING}', '${marker}', true)`;
+  return `BEGIN; SELECT set_config('${MARKER_SETTING}', '${marker}', true), pg_backend_pid() AS pid`;
 }
 
 /** Reads the marker back: NULL or '' outside the transaction that set it. */
@@ -59,6 +67,21 @@ export class HandlerEndedTransaction extends OutboxError {
   }
 }
 
+/**
+ * ctx.client, or a helper of the context, used after the handler's run was over (in an
+ * afterCommit hook, a callback or timer left running, a handler given up on): the
+ * statement was not sent.
+ */
+export class HandlerClientClosed extends OutboxError {
+  constructor(what: string) {
+    super(
+      `${what} used after its handler's run was over: the transaction it belonged to has ended or belongs to other messages now, and its connection ` +
+        'may be back in the pool, so the statement was not sent; do database work inside the handler (an afterCommit hook runs after the COMMIT)',
+      { retriable: false, context: { what } },
+    );
+  }
+}
+
 /** Command tags that say a transaction ended or began. */
 const ENDING_TAGS = new Set(['COMMIT', 'BEGIN', 'START']);
 /** Command tags that may or may not have: ROLLBACK is also ROLLBACK TO SAVEPOINT's, PREPARE also a prepared statement's. */
@@ -78,11 +101,14 @@ export class ClientGuard {
   /** Something the guard could not see the outcome of: the marker must be read. */
   private unseen = false;
   private inFlight = 0;
+  /** The handler's run is over: every use is refused. */
+  private closed = false;
 
   constructor(private readonly raw: pg.PoolClient) {
     const guard = this;
     const query = (...args: unknown[]): unknown => guard.query(args);
     const release = (): void => {
+      if (guard.closed) throw new HandlerClientClosed('ctx.client.release()');
       const error = new TransactionControlRefused('release()');
       guard.refused ??= error;
       throw error;
@@ -107,14 +133,33 @@ export class ClientGuard {
     });
   }
 
+  /**
+   * The handler's run is over (it returned, threw, or was given up on): from now on the
+   * client refuses every query and the context's helpers refuse to run
+   * ({@link HandlerClientClosed}). Idempotent.
+   */
+  close(): void {
+    this.closed = true;
+  }
+
+  /** @throws HandlerClientClosed once {@link close} was called: for the context's helpers. */
+  assertOpen(what: string): void {
+    if (this.closed) throw new HandlerClientClosed(what);
+  }
+
   private query(args: unknown[]): unknown {
     const first = args[0] as { text?: unknown; submit?: unknown } | string | undefined;
     const text = typeof first === 'string' ? first : typeof first?.text === 'string' ? first.text : undefined;
-    const statement = text === undefined ? undefined : transactionControlStatement(text);
+    const statement = this.closed || text === undefined ? undefined : transactionControlStatement(text);
     const callback = typeof args[args.length - 1] === 'function' ? (args[args.length - 1] as (error: unknown, result: unknown) => void) : undefined;
-    if (statement !== undefined) {
-      const error = new TransactionControlRefused(statement);
-      this.refused ??= error;
+    if (this.closed || statement !== undefined) {
+      let error: OutboxError;
+      if (this.closed) error = new HandlerClientClosed('ctx.client.query()');
+      else {
+        const refused = new TransactionControlRefused(statement as string);
+        this.refused ??= refused;
+        error = refused;
+      }
       if (callback) {
         process.nextTick(() => callback(error, undefined));
         return undefined;

@@ -8,7 +8,7 @@ import { silentLogger, type Logger } from '../shared/logger.js';
 import type { ValueDecoder } from './decode.js';
 import { classifyError, type ErrorClass } from './classifyError.js';
 import type { BatchHandler, ConsumedMessage, MessageHandler } from './types.js';
-import { checkOptionNames } from './optionNames.js';
+import { KNOWN_OPTIONS, checkOptionNames } from './optionNames.js';
 
 // The consumer's options: what createConsumer accepts (ConsumerOptions), what it runs with
 // (ResolvedConsumerOptions), the Setting objects that state each option's default and
@@ -113,6 +113,15 @@ export interface ConsumerOptions<V = unknown> {
    * offset is committed. The hook itself is not cancelled; what it does later is ignored.
    */
   afterCommitTimeoutMs?: number;
+  /**
+   * Longest one call of `handler` or `handleBatch` is waited for, in ms (default 60000,
+   * 1-3600000). A call still running then is given up on: its transaction is rolled back
+   * (the connection destroyed, its server process ended), the `handlerTimeout` event is
+   * emitted, and the message fails with a HandlerTimeout (retriable: retried with backoff,
+   * then dead-lettered, as classifyError decides). A batch is searched as after any
+   * failure. The call itself is not cancelled: its ctx.client refuses further use.
+   */
+  handlerTimeoutMs?: number;
   /**
    * How long start() waits for topics that do not exist yet, in ms (default 60000; 0:
    * not at all). Past it, start() rejects with a MissingTopicError naming them. While it
@@ -269,6 +278,16 @@ const afterCommitTimeoutMs = libraryInteger({
   max: 600_000,
 });
 
+// A handler that never settles would hold its partition (and its transaction's locks)
+// until stop(): the runtime gives it up after this long.
+const handlerTimeoutMs = libraryInteger({
+  option: 'handlerTimeoutMs',
+  description: 'Longest one handler or batch handler call is waited for before its transaction is rolled back and the message fails (milliseconds).',
+  defaultValue: 60_000,
+  min: 1,
+  max: 3_600_000,
+});
+
 const missingTopicTimeoutMs = libraryInteger({
   option: 'missingTopicTimeoutMs',
   description: 'How long start() waits for consumed topics that do not exist yet (milliseconds; 0: not at all).',
@@ -344,15 +363,6 @@ export function checkHandlers(options: { handler?: unknown; handleBatch?: unknow
   if (typeof handler !== 'function') throw new ConfigError('handler', 'must be an async function (message, context)');
 }
 
-// Every option createConsumer knows (checkOptionNames refuses any other key).
-const KNOWN_OPTIONS = new Set<string>([
-  'kafka', 'kafkaBrokers', 'clientId', 'groupId', 'topics', 'pool', 'databaseUrl', 'schema', 'handler', 'handleBatch', 'decode',
-  'idempotencyKey', 'onMissingKey', 'classifyError', 'deadLetterTopic', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs',
-  'batchesInFlight', 'partitionsConcurrency', 'messagesPerTransaction', 'savepoints', 'shutdownTimeoutMs', 'stopTimeoutMs',
-  'afterCommitTimeoutMs', 'missingTopicTimeoutMs', 'sessionTimeoutMs', 'heartbeatIntervalMs', 'rebalanceTimeoutMs', 'maxWaitTimeMs',
-  'fromBeginning', 'isolationLevel', 'logger',
-] satisfies Array<keyof ConsumerOptions>);
-
 /** Validate options and fill in defaults. @throws ConfigError naming the bad option */
 export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): ResolvedConsumerOptions<V> {
   if (options === null || typeof options !== 'object') throw new ConfigError('options', 'must be an object');
@@ -427,6 +437,7 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
     messagesPerTransaction: optionValue(messagesPerTransaction, options.messagesPerTransaction ?? (options.handleBatch ? BATCH_MESSAGES_PER_TRANSACTION : undefined)),
     savepoints: savepointsWhen,
     afterCommitTimeoutMs: optionValue(afterCommitTimeoutMs, options.afterCommitTimeoutMs),
+    handlerTimeoutMs: optionValue(handlerTimeoutMs, options.handlerTimeoutMs),
     missingTopicTimeoutMs: optionValue(missingTopicTimeoutMs, options.missingTopicTimeoutMs),
     shutdownTimeoutMs: withDeprecatedName(shutdownTimeoutMs, options.shutdownTimeoutMs, 'stopTimeoutMs', options.stopTimeoutMs),
     sessionTimeoutMs: optionValue(sessionTimeoutMs, options.sessionTimeoutMs),

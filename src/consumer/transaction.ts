@@ -2,13 +2,14 @@ import type pg from 'pg';
 import { describeError } from '../shared/errors.js';
 import { traceHandlerRun, type HandlerFailureOutcome, type SettleHandlerRun } from '../shared/tracing.js';
 import type { DeadLetterReason } from './deadLetterTopic.js';
-import { HandlerEndedTransaction, MESSAGE_SAVEPOINT, beginSql, guardClient, newTransactionMarker, transactionStatus } from './clientGuard.js';
+import { HandlerEndedTransaction, MESSAGE_SAVEPOINT, guardClient, newTransactionMarker, transactionStatus, type ClientGuard } from './clientGuard.js';
 import { batchContext, handlerContext } from './handlerContext.js';
+import { HandlerTimeout, abandonSession, withinHandlerTimeout } from './handlerTimeout.js';
 import type { KeyClaims } from './keyClaims.js';
 import { failedAtFirst, type CommittedHook, type Failure, type MessageOutcome, type TransactOutcome } from './outcome.js';
 import type { Prepared } from './prepare.js';
 import type { EmitConsumerEvent } from './report.js';
-import { checkOut, type Session } from './session.js';
+import { begin, checkOut, type Session } from './session.js';
 import type { ResolvedConsumerOptions } from './options.js';
 import type { StopSignal } from './stopSignal.js';
 import type { ConsumedMessage, ConsumerStats } from './types.js';
@@ -132,7 +133,7 @@ export class TransactionEngine<V> {
     try {
       // The marker tells, after a handler, that this transaction is still the one open.
       const marker = newTransactionMarker();
-      await client.query(beginSql(marker));
+      await begin(session, marker);
       const { firstIndex, claimed } = await this.keys.claim(client, prepared);
       // A message's afterCommit hooks live in its outcome: a run that is rolled back (or a
       // message that fails) drops them with it.
@@ -176,12 +177,19 @@ export class TransactionEngine<V> {
         let thrown: { error: unknown } | undefined;
         try {
           // Inside a CONSUMER span when OpenTelemetry is there (src/shared/tracing.ts).
-          const traced = await traceHandlerRun(message, this.options.groupId, p.attempt, run, () => this.runHandler(client, p, outcome, guard.client), (error) => failureOutcome(this.options, error, message, p.attempt));
+          const traced = await traceHandlerRun(message, this.options.groupId, p.attempt, run, () => this.runHandler(client, p, outcome, guard), (error) => failureOutcome(this.options, error, message, p.attempt));
           spans.set(i, traced.settle);
         } catch (error) {
           thrown = { error };
         }
         outcome.settled = true;
+        // From here on ctx.client and the helpers refuse use (an afterCommit hook, a callback left running).
+        guard.close();
+        if (thrown?.error instanceof HandlerTimeout) {
+          // The handler may still be using the connection: the whole transaction goes.
+          await this.handlerTimedOut(pool, session, topic, partition, [p], thrown.error);
+          return { rolledBack: { index: i, error: thrown.error, attempt: p.attempt } };
+        }
         if (thrown && session.broken) throw session.broken;
         // Whatever the handler did, the transaction must still be this one, open.
         const how = await guard.endedBy(marker);
@@ -243,12 +251,29 @@ export class TransactionEngine<V> {
   }
 
   /** One message's handler: `handler`, or `handleBatch` with that message alone. */
-  private runHandler(client: pg.PoolClient, p: Prepared<V>, outcome: MessageOutcome, handlerClient: pg.PoolClient): Promise<void> {
+  private runHandler(client: pg.PoolClient, p: Prepared<V>, outcome: MessageOutcome, guard: ClientGuard): Promise<void> {
     const { handler, handleBatch } = this.options;
     const run = handleBatch
-      ? handleBatch([p.message], batchContext(this.options, client, p.attempt, [p.message], [outcome], outcome, handlerClient))
-      : (handler as NonNullable<typeof handler>)(p.message, handlerContext(this.options, client, p.attempt, outcome, handlerClient));
-    return this.stop.race(run, 'a handler');
+      ? handleBatch([p.message], batchContext(this.options, client, p.attempt, [p.message], [outcome], outcome, guard))
+      : (handler as NonNullable<typeof handler>)(p.message, handlerContext(this.options, client, p.attempt, outcome, guard));
+    const { offset } = p.message;
+    return this.stop.race(withinHandlerTimeout(run, this.options.handlerTimeoutMs, offset, offset), 'a handler');
+  }
+
+  /**
+   * A handler or batch handler call of `messages` timed out: give its transaction up
+   * (handlerTimeout.ts), then say so. Nothing of the transaction committed; the caller
+   * reports the failure (its messages are retried or dead-lettered, or, for a batch,
+   * redone) without giving back any key (the server rolled them back).
+   */
+  async handlerTimedOut(pool: pg.Pool, session: Session, topic: string, partition: number, messages: Prepared<V>[], error: HandlerTimeout): Promise<void> {
+    await abandonSession(pool, session, error, this.options.logger);
+    const firstOffset = (messages[0] as Prepared<V>).message.offset;
+    const lastOffset = (messages[messages.length - 1] as Prepared<V>).message.offset;
+    const attempt = Math.max(...messages.map((m) => m.attempt));
+    const timeoutMs = this.options.handlerTimeoutMs;
+    this.options.logger.warn({ topic, partition, firstOffset, lastOffset, attempt, handlerTimeoutMs: timeoutMs }, 'handler timed out; its transaction is rolled back and the message fails');
+    this.emit('handlerTimeout', { topic, partition, firstOffset, lastOffset, count: messages.length, attempt, timeoutMs, error });
   }
 
   /**

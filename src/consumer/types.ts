@@ -39,7 +39,9 @@ export interface HandlerContext {
    * PREPARE TRANSACTION and their AND CHAIN forms (TransactionControlRefused) and
    * `release()`, and a handler that ended the transaction anyway is caught after it returns
    * (HandlerEndedTransaction); either fails the message for good. Savepoints of your own
-   * are allowed (names starting with `outbox_relay` are the consumer's).
+   * are allowed (names starting with `outbox_relay` are the consumer's). Only while the
+   * handler runs: once it returned (in an afterCommit hook, a callback left running) every
+   * query fails with HandlerClientClosed and is not sent, as do advanceVersion and lockEntity.
    */
   client: pg.PoolClient;
   /** 1 on the first attempt at this message, 2 on the first retry, and so on. */
@@ -78,7 +80,7 @@ export interface HandlerContext {
    * it, and the redelivered message is a duplicate whose handler (and hooks) do not run.
    * Make what a hook does repairable by a later event (a version-checked cache write), or
    * record it in the transaction too (an outbox row). Do not use `client` in a hook: the
-   * transaction is over. Call `afterCommit` while the handler runs, not after it returned.
+   * transaction is over, and it refuses (HandlerClientClosed). Call `afterCommit` while the handler runs, not after it returned.
    */
   afterCommit(fn: () => unknown): void;
 }
@@ -95,7 +97,8 @@ export interface BatchContext<V = unknown> {
    * A Postgres connection inside the open transaction that also records the batch's
    * messages as processed. Same rules as {@link HandlerContext.client}: the consumer alone
    * begins, commits and rolls back (TransactionControlRefused, HandlerEndedTransaction),
-   * savepoints of your own are allowed.
+   * savepoints of your own are allowed; it refuses use once the batch handler returned
+   * (HandlerClientClosed).
    */
   client: pg.PoolClient;
   /**
@@ -202,6 +205,15 @@ export interface ConsumerEvents {
    * (`handleBatch` only).
    */
   batchFallback: { topic: string; partition: number; firstOffset: string; lastOffset: string; count: number; error: unknown };
+  /**
+   * A handler call (`count` 1) or batch handler call was still running after
+   * `handlerTimeoutMs` (`timeoutMs`) and was given up on: its transaction is rolled back
+   * (connection destroyed, server process ended), nothing of it committed. The messages
+   * fail with `error`, a HandlerTimeout (retriable): a single message is retried with
+   * backoff, then dead-lettered, as classifyError decides (the `retry` or `deadLettered`
+   * event follows); a batch's messages are redone as after any batch failure.
+   */
+  handlerTimeout: { topic: string; partition: number; firstOffset: string; lastOffset: string; count: number; attempt: number; timeoutMs: number; error: unknown };
   /** Something outside a handler failed (Postgres, the dead-letter publish, Kafka); it is retried. */
   error: { error: unknown; during: string; topic?: string; partition?: number };
   /**

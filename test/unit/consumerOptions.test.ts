@@ -50,6 +50,10 @@ test('createConsumer validates its options up front, naming the bad one', () => 
   assert.equal(resolveConsumerOptions({ ...base, deadLetterTopic: (t) => `${t}.dlq` }).deadLetterTopic('t'), 't.dlq');
   rejects({ afterCommitTimeoutMs: 0 }, 'afterCommitTimeoutMs');
   rejects({ afterCommitTimeoutMs: 600_001 }, 'afterCommitTimeoutMs');
+  rejects({ handlerTimeoutMs: 0 }, 'handlerTimeoutMs');
+  rejects({ handlerTimeoutMs: 3_600_001 }, 'handlerTimeoutMs');
+  rejects({ handlerTimeoutMs: 1.5 }, 'handlerTimeoutMs');
+  rejects({ handlerTimeoutMS: 1_000 }, 'handlerTimeoutMS');
   rejects({ missingTopicTimeoutMs: -1 }, 'missingTopicTimeoutMs');
   rejects({ missingTopicTimeoutMs: 3_600_001 }, 'missingTopicTimeoutMs');
   // A typo is refused, not ignored (the default would stay in force without a word).
@@ -66,6 +70,8 @@ test('createConsumer validates its options up front, naming the bad one', () => 
   assert.equal(o.batchesInFlight, 4);
   assert.equal(o.shutdownTimeoutMs, 15_000);
   assert.equal(o.afterCommitTimeoutMs, 5_000);
+  assert.equal(o.handlerTimeoutMs, 60_000);
+  assert.equal(resolveConsumerOptions({ ...base, handlerTimeoutMs: 1 }).handlerTimeoutMs, 1);
   assert.equal(o.missingTopicTimeoutMs, 60_000);
   assert.equal(resolveConsumerOptions({ ...base, missingTopicTimeoutMs: 0 }).missingTopicTimeoutMs, 0, '0: do not wait');
 });

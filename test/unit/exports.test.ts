@@ -6,7 +6,7 @@ import ts from 'typescript';
 // The public API is what README.md and docs/ document. Adding or removing a name is a
 // decision: change this list, the docs and the CHANGELOG together.
 const VALUES = [
-  'AfterCommitTimeout', 'ConfigError', 'ConnectionError', 'Consumer', 'DEAD_LETTER_HEADERS', 'MissingTopicError', 'DeadLetterNotFoundError', 'DecodeError', 'EXIT', 'HEADERS',
+  'AfterCommitTimeout', 'ConfigError', 'ConnectionError', 'Consumer', 'DEAD_LETTER_HEADERS', 'MissingTopicError', 'DeadLetterNotFoundError', 'DecodeError', 'EXIT', 'HEADERS', 'HandlerTimeout',
   'OutboxError', 'Relay', 'SchemaError', 'advanceEntityVersion', 'classifyError', 'cleanupOutbox', 'createConcurrencyLimit',
   'createConsumer', 'createDependencyLimit', 'createLogger', 'createRateLimit', 'createRelay', 'discardDeadLetters', 'enqueue',
   'formatStatus', 'getStatus', 'instrumentConsumer', 'instrumentHandler', 'listDeadLetters', 'lockEntity', 'migrate',
