@@ -1,14 +1,4 @@
 import { ConfigError } from '../shared/errors.js';
-import type { ConsumerOptions } from './options.js';
-
-// Every option createConsumer knows (checkOptionNames refuses any other key).
-export const KNOWN_OPTIONS = new Set<string>([
-  'kafka', 'kafkaBrokers', 'clientId', 'groupId', 'topics', 'pool', 'databaseUrl', 'schema', 'handler', 'handleBatch', 'decode',
-  'idempotencyKey', 'onMissingKey', 'classifyError', 'deadLetterTopic', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs',
-  'batchesInFlight', 'partitionsConcurrency', 'messagesPerTransaction', 'savepoints', 'shutdownTimeoutMs', 'stopTimeoutMs',
-  'afterCommitTimeoutMs', 'handlerTimeoutMs', 'missingTopicTimeoutMs', 'sessionTimeoutMs', 'heartbeatIntervalMs', 'rebalanceTimeoutMs', 'maxWaitTimeMs',
-  'fromBeginning', 'isolationLevel', 'logger',
-] satisfies Array<keyof ConsumerOptions>);
 
 /** The known option closest to a typo: the same ignoring case, or at most two edits away. */
 function closestOption(key: string, known: ReadonlySet<string>): string | undefined {

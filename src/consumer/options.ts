@@ -1,18 +1,23 @@
 import type pg from 'pg';
 import type { Kafka } from 'kafkajs';
-import { choice, integer, optionValue, type Setting } from '../shared/settings.js';
-import { clientId, databaseUrl, kafkaBrokers, schema } from '../shared/commonSettings.js';
+import { optionValue } from '../shared/settings.js';
+import { databaseUrl, kafkaBrokers, schema } from '../shared/commonSettings.js';
+import {
+  BATCH_MESSAGES_PER_TRANSACTION, afterCommitTimeoutMs, batchesInFlight, consumerClientId, handlerTimeoutMs, heartbeatIntervalMs, isolationLevel, maxAttempts,
+  maxWaitTimeMs, messagesPerTransaction, missingTopicTimeoutMs, onMissingKey, rebalanceTimeoutMs, retryBaseDelayMs, retryMaxDelayMs, savepoints,
+  sessionTimeoutMs, shutdownTimeoutMs, withDeprecatedName,
+} from './optionSettings.js';
 import { ConfigError } from '../shared/errors.js';
 import { isTopicName, topicNameProblem } from '../shared/kafkaNames.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import type { ValueDecoder } from './decode.js';
 import { classifyError, type ErrorClass } from './classifyError.js';
 import type { BatchHandler, ConsumedMessage, MessageHandler } from './types.js';
-import { KNOWN_OPTIONS, checkOptionNames } from './optionNames.js';
+import { checkOptionNames } from './optionNames.js';
 
 // The consumer's options: what createConsumer accepts (ConsumerOptions), what it runs with
-// (ResolvedConsumerOptions), the Setting objects that state each option's default and
-// range once, and the validation (resolveConsumerOptions).
+// (ResolvedConsumerOptions) and the validation (resolveConsumerOptions); the Setting
+// objects that state each option's default and range once are in optionSettings.ts.
 //
 // Names shared with the relay mean the same thing: `batchesInFlight` (units of work at
 // once, each on its own Postgres connection; the consumer's unit is a partition's
@@ -178,169 +183,14 @@ export type ResolvedConsumerOptions<V> = Required<
   logger: Logger;
 };
 
-// The consumer runtime is a library only: it has no command line and reads no
-// environment variable (the application passes its configuration in). Its settings are
-// Setting objects so that each default and range is stated once, here, and checked by the
-// same optionValue() as the relay's options; they have no flag and no environment name.
-const NO_ENV = '';
-
-function libraryInteger(d: { option: string; description: string; defaultValue: number; min: number; max: number }): Setting<number> {
-  return integer({ ...d, flag: undefined, env: NO_ENV });
-}
-
-const consumerClientId: Setting<string> = { ...clientId, flag: undefined, env: NO_ENV, defaultValue: 'outbox-relay-consumer' };
-
-const onMissingKey = choice({
-  option: 'onMissingKey',
-  flag: undefined,
-  env: NO_ENV,
-  description: 'What happens to a message without a usable idempotency key.',
-  defaultValue: 'dead-letter',
-  choices: ['dead-letter', 'process-without-dedup'] as const,
-});
-
-const savepoints = choice({
-  option: 'savepoints',
-  flag: undefined,
-  env: NO_ENV,
-  description: 'When a message gets its own savepoint: only after a failure in its group, or always.',
-  defaultValue: 'on-failure',
-  choices: ['on-failure', 'always'] as const,
-});
-
-const isolationLevel = choice({
-  option: 'isolationLevel',
-  flag: undefined,
-  env: NO_ENV,
-  description: "Which records a fetch returns: only committed Kafka transactions' (and those written outside one), or every record.",
-  defaultValue: 'read_committed',
-  choices: ['read_committed', 'read_uncommitted'] as const,
-});
-
-const maxAttempts = libraryInteger({
-  option: 'maxAttempts',
-  description: 'Attempts at a message failing with a transient error before it is dead-lettered.',
-  defaultValue: 5,
-  min: 1,
-  max: 1_000,
-});
-
-const retryBaseDelayMs = libraryInteger({
-  option: 'retryBaseDelayMs',
-  description: 'Backoff ceiling of the first retry (milliseconds); it doubles per attempt, with full jitter.',
-  defaultValue: 200,
-  min: 1,
-  max: 600_000,
-});
-
-const retryMaxDelayMs = libraryInteger({
-  option: 'retryMaxDelayMs',
-  description: 'Upper bound of the backoff between retries of a message (milliseconds).',
-  defaultValue: 30_000,
-  min: 1,
-  max: 3_600_000,
-});
-
-const batchesInFlight = libraryInteger({
-  option: 'batchesInFlight',
-  description: 'Batches (partition transactions) handled at once, each holding one Postgres connection while it works.',
-  defaultValue: 4,
-  min: 1,
-  max: 256,
-});
-
-// A group runs as one transaction without savepoints unless a handler fails (option
-// `savepoints`); with a savepoint per message at most 64 of them are used.
-const messagesPerTransaction = libraryInteger({
-  option: 'messagesPerTransaction',
-  description: 'Messages of one partition handled in one Postgres transaction (at most 64 with a savepoint per message).',
-  defaultValue: 100,
-  min: 1,
-  max: 1_000,
-});
-
-/** messagesPerTransaction's default with handleBatch (see ConsumerOptions.messagesPerTransaction). */
-const BATCH_MESSAGES_PER_TRANSACTION = 500;
-
-const shutdownTimeoutMs = libraryInteger({
-  option: 'shutdownTimeoutMs',
-  description: 'How long stop() waits for the transactions in flight before it rolls them back (milliseconds).',
-  defaultValue: 15_000,
-  min: 0,
-  max: 600_000,
-});
-
-const afterCommitTimeoutMs = libraryInteger({
-  option: 'afterCommitTimeoutMs',
-  description: 'Longest an afterCommit hook is waited for before the partition goes on without it (milliseconds).',
-  defaultValue: 5_000,
-  min: 1,
-  max: 600_000,
-});
-
-// A handler that never settles would hold its partition (and its transaction's locks)
-// until stop(): the runtime gives it up after this long.
-const handlerTimeoutMs = libraryInteger({
-  option: 'handlerTimeoutMs',
-  description: 'Longest one handler or batch handler call is waited for before its transaction is rolled back and the message fails (milliseconds).',
-  defaultValue: 60_000,
-  min: 1,
-  max: 3_600_000,
-});
-
-const missingTopicTimeoutMs = libraryInteger({
-  option: 'missingTopicTimeoutMs',
-  description: 'How long start() waits for consumed topics that do not exist yet (milliseconds; 0: not at all).',
-  defaultValue: 60_000,
-  min: 0,
-  max: 3_600_000,
-});
-
-const sessionTimeoutMs = libraryInteger({
-  option: 'sessionTimeoutMs',
-  description: 'Kafka group session timeout: a member silent this long is removed from the group (milliseconds).',
-  defaultValue: 30_000,
-  min: 1_000,
-  max: 3_600_000,
-});
-
-const heartbeatIntervalMs = libraryInteger({
-  option: 'heartbeatIntervalMs',
-  description: 'Kafka group heartbeat interval (milliseconds); keep it well below the session timeout.',
-  defaultValue: 3_000,
-  min: 100,
-  max: 600_000,
-});
-
-const rebalanceTimeoutMs = libraryInteger({
-  option: 'rebalanceTimeoutMs',
-  description: 'How long the group waits for members to rejoin during a rebalance (milliseconds).',
-  defaultValue: 60_000,
-  min: 1_000,
-  max: 3_600_000,
-});
-
-const maxWaitTimeMs = libraryInteger({
-  option: 'maxWaitTimeMs',
-  description: 'Longest a fetch waits on the broker for new messages (milliseconds).',
-  defaultValue: 500,
-  min: 0,
-  max: 60_000,
-});
-
-/**
- * The value of `setting`, or of its deprecated old name when only that is given, both
- * checked by the same Setting. Both given: they must agree.
- * @throws ConfigError naming the option whose value is bad, or the old name when the two differ
- */
-function withDeprecatedName(setting: Setting<number>, value: number | undefined, oldName: string, oldValue: number | undefined): number {
-  if (oldValue === undefined) return optionValue(setting, value);
-  const fromOld = optionValue({ ...setting, option: oldName }, oldValue);
-  if (value !== undefined && optionValue(setting, value) !== fromOld) {
-    throw new ConfigError(oldName, `${fromOld} differs from ${setting.option} (${value}); ${oldName} is the deprecated name of ${setting.option}: give only ${setting.option}`);
-  }
-  return fromOld;
-}
+// Every option createConsumer knows (checkOptionNames refuses any other key).
+const KNOWN_OPTIONS = new Set<string>([
+  'kafka', 'kafkaBrokers', 'clientId', 'groupId', 'topics', 'pool', 'databaseUrl', 'schema', 'handler', 'handleBatch', 'decode',
+  'idempotencyKey', 'onMissingKey', 'classifyError', 'deadLetterTopic', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs',
+  'batchesInFlight', 'partitionsConcurrency', 'messagesPerTransaction', 'savepoints', 'shutdownTimeoutMs', 'stopTimeoutMs',
+  'afterCommitTimeoutMs', 'handlerTimeoutMs', 'missingTopicTimeoutMs', 'sessionTimeoutMs', 'heartbeatIntervalMs', 'rebalanceTimeoutMs', 'maxWaitTimeMs',
+  'fromBeginning', 'isolationLevel', 'logger',
+] satisfies Array<keyof ConsumerOptions>);
 
 // Kafka accepts any group id; this rule is narrower on purpose, since the group id is also
 // the namespace of the idempotency keys and goes into dead-letter headers and logs.
