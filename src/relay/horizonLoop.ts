@@ -1,7 +1,6 @@
 import type pg from 'pg';
 import { describeError } from '../shared/errors.js';
 import { openProbeConnection } from './horizon.js';
-import { guardClientCalls } from '../shared/guardedPool.js';
 import { preparedStatementsLost } from './poolerProbe.js';
 import type { RelayRuntime } from './relayRuntime.js';
 
@@ -43,7 +42,7 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
       // statements (relay.ts) takes effect with the next connection, after an error.
       if (!client) {
         prepared = !rt.inlineStatements;
-        client = guardClientCalls(await openProbeConnection(rt.options.databaseUrl, `${rt.applicationName}:horizon`, prepared));
+        client = await openProbeConnection(rt.options.databaseUrl, `${rt.applicationName}:horizon`, prepared);
       }
       const forcedBefore = rt.horizon.forcedAdvances;
       const resetsBefore = rt.horizon.resets;
