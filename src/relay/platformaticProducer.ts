@@ -321,7 +321,7 @@ export class PlatformaticProducer implements MessageProducer {
   private async createTopic(topic: string): Promise<void> {
     const client = this.client();
     try {
-      await client.metadata({ topics: [topic], autocreateTopics: true, forceUpdate: true });
+      await guardLibraryCall('@platformatic/kafka', 'producer.metadata', () => client.metadata({ topics: [topic], autocreateTopics: true, forceUpdate: true }));
     } catch (error) {
       if (isPlatformaticUnknownTopic(error)) throw Object.assign(new Error(`topic ${topic} was not created`), { type: 'UNKNOWN_TOPIC_OR_PARTITION', cause: error });
       throw error;
