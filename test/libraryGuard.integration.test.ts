@@ -47,11 +47,12 @@ function lines(relay: Spawned): Line[] {
     .map((l) => JSON.parse(l) as Line);
 }
 
-async function runCase(fault: 'send' | 'commit' | 'admin' | 'pg', delivery: 'at-least-once' | 'exactly-once', library: string): Promise<Line[]> {
+async function runCase(fault: 'send' | 'commit' | 'admin' | 'metadata' | 'pg', delivery: 'at-least-once' | 'exactly-once', library: string, at = 2): Promise<Line[]> {
   const topic = await createTopic(3);
   const ids = await writeCommitted(db, Array.from({ length: ROWS }, (_, i) => ({ topic, key: `k${i % 23}`, payload: { i } })));
   const relay = spawnTs('test/helpers/libraryFaultRelay.ts', [], {
     LIBFAULT: fault,
+    LIBFAULT_AT: String(at),
     DATABASE_URL: db.databaseUrl,
     OUTBOX_SCHEMA: db.schema,
     KAFKA_BROKERS: testBrokers().join(','),
@@ -95,6 +96,11 @@ test('integration: library guard: at-least-once: a throw from the producer adapt
 
 test('integration: library guard: at-least-once: a throw from pg\'s callbacks during a query is contained, retried, nothing lost', async () => {
   const logged = await runCase('pg', 'at-least-once', 'pg');
+  assert.equal(logged.length, 1);
+});
+
+test('integration: library guard: at-least-once: a throw from the adapter\'s callbacks while it reads a topic\'s partitions (its admin or metadata request) is contained, retried, nothing lost', async () => {
+  const logged = await runCase('metadata', 'at-least-once', TEST_PRODUCER === 'kafkajs' ? 'kafkajs' : '@platformatic/kafka', 1);
   assert.equal(logged.length, 1);
 });
 

@@ -6,7 +6,7 @@
 // The admin fault is that very bug: the admin's cached broker list is emptied, and the
 // library's ConnectionPool throws the TypeError by itself.
 //
-// Environment: LIBFAULT (send | commit | admin | pg), LIBFAULT_AT (the eligible call to
+// Environment: LIBFAULT (send | commit | admin | metadata | pg), LIBFAULT_AT (the eligible call to
 // break, default 2), DATABASE_URL, OUTBOX_SCHEMA, KAFKA_BROKERS, OUTBOX_DELIVERY,
 // OUTBOX_PRODUCER, OUTBOX_TRANSACTIONAL_ID_PREFIX. Prints `{"libfault":...}` lines.
 import { createRequire } from 'node:module';
@@ -22,7 +22,7 @@ import { libraryCallsInFlight, type ClientLibrary } from '../../src/shared/libra
 import { PLATFORMATIC_PACKAGE } from '../../src/relay/platformaticPackage.js';
 import { metricValue } from './metrics.js';
 
-const fault = process.env.LIBFAULT as 'send' | 'commit' | 'admin' | 'pg';
+const fault = process.env.LIBFAULT as 'send' | 'commit' | 'admin' | 'metadata' | 'pg';
 const at = Number(process.env.LIBFAULT_AT ?? '2');
 const delivery = process.env.OUTBOX_DELIVERY === 'exactly-once' ? 'exactly-once' : 'at-least-once';
 const producer = delivery === 'exactly-once' ? 'kafkajs' : ((process.env.OUTBOX_PRODUCER ?? 'kafkajs') as 'kafkajs' | 'platformatic');
@@ -67,6 +67,15 @@ async function breakCall<T>(library: ClientLibrary, call: string): Promise<T> {
 }
 
 function patchKafkajs(kafka: Kafka): Kafka {
+  if (fault === 'metadata') {
+    const makeAdmin = kafka.admin.bind(kafka);
+    kafka.admin = (config) => {
+      const admin = makeAdmin(config);
+      const fetch = admin.fetchTopicMetadata.bind(admin);
+      admin.fetchTopicMetadata = (options) => (due() ? breakCall('kafkajs', 'admin.fetchTopicMetadata') : fetch(options));
+      return admin;
+    };
+  }
   const makeProducer = kafka.producer.bind(kafka);
   kafka.producer = (config) => {
     const p: Producer = makeProducer(config);
@@ -98,6 +107,12 @@ if (fault === 'send' && producer === 'platformatic') {
   plt.Producer.prototype.send = function (this: unknown, ...args: unknown[]) {
     return due() ? breakCall('@platformatic/kafka', 'producer.send') : (send as (...a: unknown[]) => unknown).apply(this, args);
   } as typeof send;
+}
+if (fault === 'metadata' && producer === 'platformatic') {
+  const metadata = plt.Producer.prototype.metadata;
+  plt.Producer.prototype.metadata = function (this: unknown, ...args: unknown[]) {
+    return due() ? breakCall('@platformatic/kafka', 'producer.metadata') : (metadata as (...a: unknown[]) => unknown).apply(this, args);
+  } as typeof metadata;
 }
 if (fault === 'admin') {
   const list = plt.Admin.prototype.listConsumerGroupOffsets;
