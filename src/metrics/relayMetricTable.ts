@@ -18,6 +18,7 @@ export interface RelayMetrics {
   commitToAck: Histogram<'topic' | 'outbox'>;
   publishErrors: Counter<'error_class' | 'outbox'>;
   retries: Counter<'outbox'>;
+  libraryErrors: Counter<'library' | 'outbox'>;
   consecutiveFailures: Gauge<'outbox'>;
   breakerState: Gauge<'outbox'>;
   deadLetters: Counter<'topic' | 'outbox'>;
@@ -85,6 +86,12 @@ export const RELAY_METRICS: MetricTable<RelayMetrics> = {
     labelNames: ['error_class', 'outbox'],
   },
   retries: { type: 'counter', name: 'outbox_relay_retries_total', help: 'Batch retries scheduled after a failure.', labelNames: ['outbox'] },
+  libraryErrors: {
+    type: 'counter',
+    name: 'outbox_relay_library_errors_total',
+    help: 'Throws of a client library (kafkajs, @platformatic/kafka, pg) from its own callbacks, outside any call: contained, the calls in flight into it retried as transient.',
+    labelNames: ['library', 'outbox'],
+  },
   consecutiveFailures: {
     type: 'gauge',
     name: 'outbox_relay_consecutive_failures',

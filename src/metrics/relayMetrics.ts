@@ -131,6 +131,7 @@ export function instrumentRelay(relay: RelayStatusSource, options: InstrumentRel
       lastErrors.set(e.worker, e.error);
       updateFailures();
     },
+    libraryError: (e) => m.libraryErrors.inc({ library: e.library }),
     horizon: (e) => {
       if (e.forced) m.horizonForced.inc();
     },

@@ -7,7 +7,7 @@ import type { RelayEvents } from '../relay/relay.js';
 import type { ResolvedRelayOptions } from '../relay/options.js';
 
 /** The relay events the metrics listen to. */
-export type RelayStatusEvent = 'batch' | 'batchError' | 'horizon' | 'shards' | 'breaker' | 'deadLetter' | 'stopped';
+export type RelayStatusEvent = 'batch' | 'batchError' | 'horizon' | 'shards' | 'breaker' | 'deadLetter' | 'libraryError' | 'stopped';
 
 /** A relay as the metrics see it (a `Relay` is one). */
 export interface RelayStatusSource {

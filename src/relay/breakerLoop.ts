@@ -1,5 +1,6 @@
 import { describeError } from '../shared/errors.js';
 import { backoffDelayMs } from '../shared/backoff.js';
+import { guardLibraryCall } from '../shared/libraryGuard.js';
 import type { RelayRuntime } from './relayRuntime.js';
 
 /** While the breaker is closed the loop looks again this often, besides being woken when it opens. */
@@ -18,8 +19,8 @@ export async function runBreakerLoop(rt: RelayRuntime): Promise<void> {
     if (rt.stopping) break;
     const admin = rt.kafka.admin();
     try {
-      await admin.connect();
-      await admin.describeCluster();
+      await guardLibraryCall('kafkajs', 'admin.connect', () => admin.connect());
+      await guardLibraryCall('kafkajs', 'admin.describeCluster', () => admin.describeCluster());
       rt.breaker.probeSucceeded();
       rt.logger.info({ probes }, 'Kafka answers again: circuit breaker closed, claiming resumes');
       rt.emit('breaker', { state: 'closed' });

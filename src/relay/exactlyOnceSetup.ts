@@ -4,6 +4,7 @@ import type { Logger } from '../shared/logger.js';
 import { KafkajsTopicMetadata } from './producer.js';
 import { TransactionalUnit } from './transactionalUnit.js';
 import { UNIT_COUNT } from './units.js';
+import { guardLibraryCall } from '../shared/libraryGuard.js';
 import { ProgressReader } from './progressReader.js';
 import { innermost, kafkaErrorType } from './publishErrors.js';
 import type { ResolvedRelayOptions } from './options.js';
@@ -47,6 +48,9 @@ export interface ExactlyOnce {
   close(): Promise<void>;
 }
 
+/** Every call into kafkajs: nothing it throws from its callbacks escapes (../shared/libraryGuard.ts). */
+const guarded = <T>(call: string, fn: () => Promise<T>): Promise<T> => guardLibraryCall('kafkajs', call, fn);
+
 /** Refused at start: Kafka lacks something exactly-once mode needs. Not retriable: a setting or a permission. */
 export class ExactlyOnceRefused extends OutboxError {
   constructor(message: string, cause?: unknown) {
@@ -69,7 +73,7 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
     await admin.disconnect().catch(() => undefined);
   };
   try {
-    await admin.connect();
+    await guarded('admin.connect', () => admin.connect());
     const maxProgressChars = await checkBrokerSettings(admin, o, logger);
     await ensureProgressTopic(admin, names.progressTopic);
     await checkTransactionalIds(kafka, progress, `${o.transactionalIdPrefix}.${o.schema}.start-check.${instanceId}`, o.transactionTimeoutMs);
@@ -123,10 +127,12 @@ function refusedForGood(error: unknown): boolean {
 
 /** The broker settings transactions depend on; returns the longest progress record. */
 async function checkBrokerSettings(admin: Admin, o: ResolvedRelayOptions, logger: Logger): Promise<number> {
-  const { brokers } = await admin.describeCluster();
+  const { brokers } = await guarded('admin.describeCluster', () => admin.describeCluster());
   let settings: Map<string, string>;
   try {
-    const described = await admin.describeConfigs({ resources: [{ type: ConfigResourceTypes.BROKER, name: String(brokers[0]!.nodeId) }], includeSynonyms: false });
+    const described = await guarded('admin.describeConfigs', () =>
+      admin.describeConfigs({ resources: [{ type: ConfigResourceTypes.BROKER, name: String(brokers[0]!.nodeId) }], includeSynonyms: false }),
+    );
     settings = new Map(described.resources[0]!.configEntries.map((e) => [e.configName, e.configValue]));
   } catch (error) {
     logger.warn(
@@ -138,7 +144,7 @@ async function checkBrokerSettings(admin: Admin, o: ResolvedRelayOptions, logger
   const number = (name: string): number | undefined => (settings.has(name) ? Number(settings.get(name)) : undefined);
   const replication = number('transaction.state.log.replication.factor');
   const minIsr = number('transaction.state.log.min.isr');
-  const topics = await admin.listTopics();
+  const topics = await guarded('admin.listTopics', () => admin.listTopics());
   if (replication !== undefined && replication > brokers.length && !topics.includes('__transaction_state')) {
     // Brokers down at this moment look the same as brokers that are not there: a warning,
     // and the transactional-id check below waits for the transaction log.
@@ -167,7 +173,7 @@ async function checkBrokerSettings(admin: Admin, o: ResolvedRelayOptions, logger
 async function ensureProgressTopic(admin: Admin, topic: string): Promise<void> {
   const partitions = async (): Promise<number | undefined> => {
     try {
-      const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
+      const { topics } = await guarded('admin.fetchTopicMetadata', () => admin.fetchTopicMetadata({ topics: [topic] }));
       return topics[0]?.partitions.length;
     } catch (error) {
       if ((error as { type?: string }).type === 'UNKNOWN_TOPIC_OR_PARTITION') return undefined;
@@ -177,7 +183,7 @@ async function ensureProgressTopic(admin: Admin, topic: string): Promise<void> {
   let count = await partitions();
   if (count === undefined) {
     try {
-      await admin.createTopics({ topics: [{ topic, numPartitions: UNIT_COUNT }], waitForLeaders: true });
+      await guarded('admin.createTopics', () => admin.createTopics({ topics: [{ topic, numPartitions: UNIT_COUNT }], waitForLeaders: true }));
     } catch (error) {
       const type = (error as { type?: string }).type;
       // Another relay created it meanwhile: fine. Refused: the operator creates it. Else
@@ -219,9 +225,9 @@ async function checkTransactionalIds(kafka: Kafka, progress: ProgressReader, tra
   try {
     await Promise.race([
       (async () => {
-        await producer.connect();
-        const t = await producer.transaction();
-        await t.abort();
+        await guarded('producer.connect', () => producer.connect());
+        const t = await guarded('producer.transaction', () => producer.transaction());
+        await guarded('transaction.abort', () => t.abort());
       })(),
       new Promise((_, reject) => {
         timer = setTimeout(() => reject(new Error(`no answer from Kafka's transaction coordinator in ${INIT_CHECK_TIMEOUT_MS} ms`)), INIT_CHECK_TIMEOUT_MS);

@@ -1,5 +1,7 @@
 import type pg from 'pg';
 import { connect } from '../shared/database.js';
+import { guardClientCalls } from '../shared/guardedPool.js';
+import { guardLibraryCall } from '../shared/libraryGuard.js';
 import { horizonProbeSql, lsnToBigInt, type HorizonProbeRow } from './sql/horizon.js';
 
 /**
@@ -22,7 +24,7 @@ export function statementName(prefix: string, text: string): string {
  * plan does not depend on them).
  */
 export async function openProbeConnection(databaseUrl: string, applicationName: string, prepared = true): Promise<pg.Client> {
-  const client = await connect(databaseUrl, applicationName);
+  const client = guardClientCalls(await guardLibraryCall('pg', 'client.connect', () => connect(databaseUrl, applicationName)));
   // A session setting would stay on whatever server connection a transaction pooler
   // handed out; without prepared statements there is no generic plan to choose anyway.
   if (!prepared) return client;

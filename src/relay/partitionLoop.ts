@@ -1,6 +1,7 @@
 import { describeError } from '../shared/errors.js';
 import { parseDuration } from '../shared/durations.js';
 import { createPool } from '../shared/database.js';
+import { guardPoolCalls } from '../shared/guardedPool.js';
 import { isPartitioned, maintain } from './partitions.js';
 import type { RelayRuntime } from './relayRuntime.js';
 
@@ -20,7 +21,7 @@ export async function runPartitionLoop(rt: RelayRuntime): Promise<void> {
   const o = rt.options;
   if (o.partitionMaintenanceIntervalMs === 0) return;
   const retentionMs = (parseDuration(o.partitionRetention) as { value: number }).value;
-  const pool = createPool(o.databaseUrl, `${rt.applicationName}:partitions`, 2, rt.logger);
+  const pool = guardPoolCalls(createPool(o.databaseUrl, `${rt.applicationName}:partitions`, 2, rt.logger));
   let warnedPrivilege = false;
   try {
     while (!rt.stopping) {

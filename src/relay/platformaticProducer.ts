@@ -8,6 +8,7 @@ import { partitionGroups } from './partitioner.js';
 import type { MessageProducer, SendResult } from './messageProducer.js';
 import { missingPackage, PLATFORMATIC_PACKAGE } from './platformaticPackage.js';
 import { kafkaErrorType } from './publishErrors.js';
+import { guardLibraryCall } from '../shared/libraryGuard.js';
 import { TopicMetadata, TopicMissingError, type PartitionCountSource } from './topicMetadata.js';
 import type { ResolvedRelayOptions } from './options.js';
 import { traceRequest } from '../shared/tracing.js';
@@ -191,7 +192,7 @@ class PlatformaticPartitionCounts implements PartitionCountSource {
   async partitionCount(topic: string): Promise<number> {
     const client = this.client();
     try {
-      const metadata = await client.metadata({ topics: [topic], forceUpdate: true });
+      const metadata = await guardLibraryCall('@platformatic/kafka', 'producer.metadata', () => client.metadata({ topics: [topic], forceUpdate: true }));
       return metadata.topics.get(topic)?.partitionsCount ?? 0;
     } catch (error) {
       if (isPlatformaticUnknownTopic(error) || kafkaErrorType(error) === 'UNKNOWN_TOPIC_OR_PARTITION') {
@@ -279,7 +280,7 @@ export class PlatformaticProducer implements MessageProducer {
               sent.map((i) => messages[i]!),
               topic,
               partition,
-              () => client.send({ messages: run.map((j) => records[j]!), acks: -1 }),
+              () => guardLibraryCall('@platformatic/kafka', 'producer.send', () => client.send({ messages: run.map((j) => records[j]!), acks: -1 })),
             );
             for (const i of sent) results[i] = { acknowledged: true };
             if (!this.announced) {
@@ -320,7 +321,7 @@ export class PlatformaticProducer implements MessageProducer {
   private async createTopic(topic: string): Promise<void> {
     const client = this.client();
     try {
-      await client.metadata({ topics: [topic], autocreateTopics: true, forceUpdate: true });
+      await guardLibraryCall('@platformatic/kafka', 'producer.metadata', () => client.metadata({ topics: [topic], autocreateTopics: true, forceUpdate: true }));
     } catch (error) {
       if (isPlatformaticUnknownTopic(error)) throw Object.assign(new Error(`topic ${topic} was not created`), { type: 'UNKNOWN_TOPIC_OR_PARTITION', cause: error });
       throw error;

@@ -8,6 +8,7 @@ import type { ResolvedRelayOptions } from './options.js';
 import type { Logger } from '../shared/logger.js';
 import { PlatformaticProducer } from './platformaticProducer.js';
 import { traceRequest } from '../shared/tracing.js';
+import { guardLibraryCall } from '../shared/libraryGuard.js';
 
 export type { MessageProducer, SendResult } from './messageProducer.js';
 
@@ -66,7 +67,7 @@ class BatchProducer implements MessageProducer {
     };
     try {
       if (!this.connected) {
-        await this.producer.connect();
+        await guardLibraryCall('kafkajs', 'producer.connect', () => this.producer.connect());
         this.connected = true;
       }
     } catch (error) {
@@ -80,11 +81,13 @@ class BatchProducer implements MessageProducer {
         try {
           const request = indexes.map((i) => messages[i]!);
           const answer = await traceRequest(request, topic, partition, () =>
-            this.producer.sendBatch({
-              topicMessages: [{ topic, messages: request.map((m) => toKafkajs(m, partition)) }],
-              acks: -1,
-              compression: COMPRESSION[this.compression],
-            }),
+            guardLibraryCall('kafkajs', 'producer.sendBatch', () =>
+              this.producer.sendBatch({
+                topicMessages: [{ topic, messages: request.map((m) => toKafkajs(m, partition)) }],
+                acks: -1,
+                compression: COMPRESSION[this.compression],
+              }),
+            ),
           );
           // kafkajs sends nothing, and answers nothing, for a partition its own metadata
           // does not have yet (a topic just given more partitions): not acknowledged.
@@ -143,12 +146,12 @@ export class KafkajsTopicMetadata {
 
   private async createTopic(topic: string): Promise<void> {
     if (!this.creatorConnected) {
-      await this.creator.connect();
+      await guardLibraryCall('kafkajs', 'producer.connect', () => this.creator.connect());
       this.creatorConnected = true;
     }
     // No messages: kafkajs requests the topic's metadata (with auto-creation allowed)
     // and waits for its leaders, then has nothing to produce.
-    await this.creator.sendBatch({ topicMessages: [{ topic, messages: [] }], acks: -1 });
+    await guardLibraryCall('kafkajs', 'producer.sendBatch', () => this.creator.sendBatch({ topicMessages: [{ topic, messages: [] }], acks: -1 }));
   }
 }
 

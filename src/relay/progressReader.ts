@@ -3,6 +3,7 @@ import type { Admin as PltAdmin } from '@platformatic/kafka';
 import { PLATFORMATIC_PACKAGE } from './platformaticPackage.js';
 import { platformaticClientOptions } from './platformaticProducer.js';
 import type { ResolvedRelayOptions } from './options.js';
+import { guardLibraryCall } from '../shared/libraryGuard.js';
 
 /**
  * Reads a unit's progress back (./progress.ts) with OffsetFetch and `require_stable`
@@ -26,7 +27,9 @@ export class ProgressReader {
   /** The progress string of `unit`, or null when it has none yet. */
   async read(unit: number): Promise<string | null> {
     const admin = this.client();
-    const groups = await admin.listConsumerGroupOffsets({ groups: [{ groupId: this.group, topics: [{ name: this.topic, partitionIndexes: [unit] }] }], requireStable: true });
+    const groups = await this.guarded(admin, 'admin.listConsumerGroupOffsets', () =>
+      admin.listConsumerGroupOffsets({ groups: [{ groupId: this.group, topics: [{ name: this.topic, partitionIndexes: [unit] }] }], requireStable: true }),
+    );
     const partition = groups.find((g) => g.groupId === this.group)?.topics.find((t) => t.name === this.topic)?.partitions.find((p) => p.partitionIndex === unit);
     return partition?.metadata ?? null;
   }
@@ -37,7 +40,25 @@ export class ProgressReader {
    * coordinator" (the start-up check, ./exactlyOnceSetup.ts).
    */
   async findTransactionCoordinator(transactionalId: string): Promise<void> {
-    await this.client().findCoordinator({ keyType: 1, keys: [transactionalId] });
+    const admin = this.client();
+    await this.guarded(admin, 'admin.findCoordinator', () => admin.findCoordinator({ keyType: 1, keys: [transactionalId] }));
+  }
+
+  /**
+   * A call into the admin client that nothing escapes (../shared/libraryGuard.ts). After
+   * any failure the client is dropped and the next read makes a new one: the client
+   * threw from its callbacks after a broker bounce because its cached broker list
+   * lacked the group coordinator, and a retry on the same client reads the same list.
+   */
+  private async guarded<T>(admin: PltAdmin, call: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await guardLibraryCall('@platformatic/kafka', call, fn);
+    } catch (error) {
+      // Only the client that failed: the units share the reader, and another may have made a new one already.
+      if (this.admin === admin) this.admin = undefined;
+      await admin.close().catch(() => undefined);
+      throw error;
+    }
   }
 
   async close(): Promise<void> {

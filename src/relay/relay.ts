@@ -32,6 +32,9 @@ import { poolerRefused, probePooler } from './poolerProbe.js';
 import { setUpExactlyOnce, type ExactlyOnce } from './exactlyOnceSetup.js';
 import { UNIT_COUNT, wantedUnitShards } from './units.js';
 import { wantedShards } from './shards.js';
+import { installLibraryGuard, runAsLibraryGuardOwner } from '../shared/libraryGuard.js';
+import { relayLibraryGuardOwner } from './libraryErrors.js';
+import { guardPoolCalls } from '../shared/guardedPool.js';
 
 export type { RelayEvents } from './relayEvents.js';
 
@@ -79,6 +82,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private aborted = false;
   private started = false;
   private stopPromise: Promise<{ hard: boolean }> | undefined;
+  /** Removes this relay from the process-wide guard against client libraries' throws (../shared/libraryGuard.ts). */
+  private uninstallLibraryGuard: (() => void) | undefined;
   private starting: Promise<void> | undefined;
   /** Resolves when a stop begins: what a start in progress races against. */
   private readonly stopSignal: Promise<void>;
@@ -152,7 +157,14 @@ export class Relay extends TypedEmitter<RelayEvents> {
   async start(): Promise<void> {
     if (this.started) throw new OutboxError('relay already started', { retriable: false });
     this.started = true;
-    this.starting = this.doStart();
+    // From here to the stop no client library's throw ends the process; the loops started
+    // inside report such throws to this relay.
+    const owner = relayLibraryGuardOwner(this.logger, (e) => this.emit('libraryError', e));
+    this.uninstallLibraryGuard = installLibraryGuard(owner);
+    this.starting = runAsLibraryGuardOwner(owner, () => this.doStart()).catch((error: unknown) => {
+      this.uninstallLibraryGuard?.();
+      throw error;
+    });
     return this.starting;
   }
 
@@ -161,7 +173,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     const o = this.options;
     // Two connections a worker (its batch being published and the next, claimed ahead:
     // workerLoop.ts), the lease renewal and one spare; the horizon probe has its own.
-    const pool = createPool(o.databaseUrl, this.applicationName, 2 * this.workerCount + 2, this.logger);
+    const pool = guardPoolCalls(createPool(o.databaseUrl, this.applicationName, 2 * this.workerCount + 2, this.logger));
     this.pool = pool;
     try {
       // A Postgres that accepts and never answers holds connect() until its timeout: a
@@ -309,6 +321,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     ]);
     if (!producerClosed) this.logger.warn({ waitedMs: closeMs }, 'the Kafka producer did not disconnect in time (broker not answering); left behind');
     if (!poolClosed) this.logger.warn({ waitedMs: closeMs }, 'Postgres connections did not close in time; left behind');
+    this.uninstallLibraryGuard?.();
     this.logger.info({ hard }, 'relay stopped');
     this.emit('stopped', { hard });
     return { hard };

@@ -1,5 +1,6 @@
 import type { DeadLetterPolicy } from './options.js';
 import type { BreakerState } from './breaker.js';
+import type { ClientLibrary } from '../shared/libraryGuard.js';
 
 /** Payloads of the relay's events. */
 export interface RelayEvents {
@@ -33,6 +34,12 @@ export interface RelayEvents {
   deadLetter: { id: number; topic: string; errorName: string; reason: string; policy: DeadLetterPolicy };
   /** The circuit breaker opened (broker unreachable: claiming paused) or closed again. */
   breaker: { state: BreakerState };
+  /**
+   * A client library threw from one of its own callbacks (a bug of the library), outside
+   * any call's promise: contained, the relay goes on; `failedCalls` of the relay's calls
+   * in flight into it failed as transient and are retried (../shared/libraryGuard.ts).
+   */
+  libraryError: { library: ClientLibrary; error: Error; failedCalls: number };
   /** Every worker has stopped; `hard` when the shutdown timeout cut in-flight work short. */
   stopped: { hard: boolean };
 }

@@ -1,5 +1,6 @@
 import type { Admin, Kafka } from 'kafkajs';
 import { OutboxError } from '../shared/errors.js';
+import { guardLibraryCall } from '../shared/libraryGuard.js';
 
 /**
  * Kafka has no such topic (UNKNOWN_TOPIC_OR_PARTITION) and did not create it when asked:
@@ -55,8 +56,9 @@ export class KafkajsPartitionCounts implements PartitionCountSource {
 
   async partitionCount(topic: string): Promise<number> {
     this.admin ??= this.kafka.admin({ retry: { retries: 1, initialRetryTime: 100, maxRetryTime: 1_000 } });
-    await this.admin.connect();
-    const { topics } = await this.admin.fetchTopicMetadata({ topics: [topic] });
+    const admin = this.admin;
+    await guardLibraryCall('kafkajs', 'admin.connect', () => admin.connect());
+    const { topics } = await guardLibraryCall('kafkajs', 'admin.fetchTopicMetadata', () => admin.fetchTopicMetadata({ topics: [topic] }));
     return topics.find((t) => t.name === topic)?.partitions.length ?? 0;
   }
 

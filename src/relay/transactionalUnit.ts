@@ -10,6 +10,7 @@ import { classifyPublishError } from './publishErrors.js';
 import { COMPRESSION, toKafkajs, unanswered } from './producer.js';
 import { decodeProgress, encodeProgress, progressPrefixFitting } from './progress.js';
 import type { TopicMetadata } from './topicMetadata.js';
+import { guardLibraryCall } from '../shared/libraryGuard.js';
 
 // One unit's Kafka side in exactly-once mode (docs/exactly-once.md): a kafkajs producer
 // under the unit's transactional id. Every send is one Kafka transaction holding the
@@ -34,6 +35,8 @@ export const KAFKA_COMMITTED_CHANNEL = 'outbox-relay:kafka-committed';
 export const PROGRESS_READ_CHANNEL = 'outbox-relay:progress-read';
 
 const kafkaCommitted = diagnosticsChannel.channel(KAFKA_COMMITTED_CHANNEL);
+/** Every call into kafkajs: nothing it throws from its callbacks escapes (../shared/libraryGuard.ts). */
+const guarded = <T>(call: string, fn: () => Promise<T>): Promise<T> => guardLibraryCall('kafkajs', call, fn);
 const progressRead = diagnosticsChannel.channel(PROGRESS_READ_CHANNEL);
 
 /** What one unit's producer needs; the names come from ./exactlyOnceNames.ts. */
@@ -103,10 +106,10 @@ export class TransactionalUnit {
     });
     this.producer = producer;
     try {
-      await producer.connect();
+      await guarded('producer.connect', () => producer.connect());
       // An empty transaction: kafkajs sends InitProducerId at the first one, and nothing else.
-      const init = await producer.transaction();
-      await init.abort();
+      const init = await guarded('producer.transaction', () => producer.transaction());
+      await guarded('transaction.abort', () => init.abort());
     } catch (error) {
       await producer.disconnect().catch(() => undefined);
       throw error;
@@ -158,7 +161,7 @@ export class TransactionalUnit {
     const groups = partitionGroups(batch, counts, () => undefined);
     const progress = mergeSorted(this.batchIds, batch.map((m) => m.id).sort((a, b) => a - b));
 
-    const transaction = await producer.transaction();
+    const transaction = await guarded('producer.transaction', () => producer.transaction());
     // One request per partition, as the kafkajs adapter sends (./producer.ts): a kafkajs
     // send to partitions on several brokers that is retried after a leader change skips
     // the partitions that moved to a broker which had already answered, and reports
@@ -169,11 +172,13 @@ export class TransactionalUnit {
     const sent: PromiseSettledResult<void>[] = [];
     for (const g of groups) {
       try {
-        const answer = await transaction.sendBatch({
-          topicMessages: [{ topic: g.topic, messages: g.indexes.map((i) => toKafkajs(batch[i]!, g.partition)) }],
-          acks: -1,
-          compression: COMPRESSION[this.o.compression],
-        });
+        const answer = await guarded('transaction.sendBatch', () =>
+          transaction.sendBatch({
+            topicMessages: [{ topic: g.topic, messages: g.indexes.map((i) => toKafkajs(batch[i]!, g.partition)) }],
+            acks: -1,
+            compression: COMPRESSION[this.o.compression],
+          }),
+        );
         if (!answer.some((r) => r.topicName === g.topic && r.partition === g.partition && r.errorCode === 0)) throw unanswered(g.topic, g.partition);
         sent.push({ status: 'fulfilled', value: undefined });
       } catch (error) {
@@ -184,7 +189,7 @@ export class TransactionalUnit {
     const failed = sent.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) {
       const error: unknown = failed.reason;
-      await transaction.abort();
+      await guarded('transaction.abort', () => transaction.abort());
       for (const g of groups) this.o.metadata.forget(g.topic);
       // The records' own fault: publishBatch isolates them. Anything else fails the batch.
       if (classifyPublishError(error).class !== 'permanent') throw error;
@@ -192,11 +197,13 @@ export class TransactionalUnit {
       return results;
     }
     this.assertOpen();
-    await transaction.sendOffsets({
-      consumerGroupId: this.o.progressGroup,
-      topics: [{ topic: this.o.progressTopic, partitions: [{ partition: this.o.unit, offset: String(progress[progress.length - 1]!), metadata: encodeProgress(progress) } as { partition: number; offset: string }] }],
-    });
-    await transaction.commit();
+    await guarded('transaction.sendOffsets', () =>
+      transaction.sendOffsets({
+        consumerGroupId: this.o.progressGroup,
+        topics: [{ topic: this.o.progressTopic, partitions: [{ partition: this.o.unit, offset: String(progress[progress.length - 1]!), metadata: encodeProgress(progress) } as { partition: number; offset: string }] }],
+      }),
+    );
+    await guarded('transaction.commit', () => transaction.commit());
     this.batchIds = progress;
     this.o.onCommitted();
     for (const i of sending) results[i] = { acknowledged: true };
