@@ -157,8 +157,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   async start(): Promise<void> {
     if (this.started) throw new OutboxError('relay already started', { retriable: false });
     this.started = true;
-    // From here to the stop no client library's throw ends the process; the loops started
-    // inside report such throws to this relay.
+    // Until the stop, a client library's throw fails its calls in flight, never the process.
     const owner = relayLibraryGuardOwner(this.logger, (e) => this.emit('libraryError', e));
     this.uninstallLibraryGuard = installLibraryGuard(owner);
     this.starting = runAsLibraryGuardOwner(owner, () => this.doStart()).catch((error: unknown) => {
