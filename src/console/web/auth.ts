@@ -68,16 +68,19 @@ export async function login(env: ConsoleEnv, r: ConsoleRequest): Promise<void> {
   const user = env.users.get(name);
   // A name that is no user is logged as such: people type their password into the name field.
   const who = user ? user.name : '(unknown user)';
-  const wait = env.throttle.waitMs(name);
+  // The TCP peer, not X-Forwarded-For: a header is the client's own word.
+  const address = r.req.socket.remoteAddress ?? 'unknown';
+  const wait = env.throttle.waitMs(name, address);
   if (wait > 0) {
-    audit(env.logger, { user: who, role: user?.role ?? '', action: 'login', outcome: 'refused', detail: 'too many failed logins', remoteAddress: r.remoteAddress });
+    const byAddress = env.throttle.addressLimited(address);
+    audit(env.logger, { user: who, role: user?.role ?? '', action: 'login', outcome: 'refused', detail: byAddress ? 'too many failed logins from this address' : 'too many failed logins', remoteAddress: r.remoteAddress });
     r.res.setHeader('retry-after', String(Math.ceil(wait / 1000)));
-    sendPage(r.res, 429, loginPage(ctx, next, `Too many failed logins for this name: try again in ${Math.ceil(wait / 1000)} s.`, name));
+    sendPage(r.res, 429, loginPage(ctx, next, `Too many failed logins ${byAddress ? 'from this address' : 'for this name'}: try again in ${Math.ceil(wait / 1000)} s.`, name));
     return;
   }
   const ok = password.length > 0 && password.length <= 1_024 && (await verifyPassword(password, user?.password));
   if (!ok || !user) {
-    env.throttle.failed(name);
+    env.throttle.failed(name, address);
     audit(env.logger, { user: who, role: user?.role ?? '', action: 'login', outcome: 'refused', detail: 'wrong user name or password', remoteAddress: r.remoteAddress });
     sendPage(r.res, 401, loginPage(ctx, next, 'Wrong user name or password.', name));
     return;

@@ -1,0 +1,45 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { LoginThrottle, MAX_ADDRESS_FAILURES, MAX_FAILURES, THROTTLE_CAPACITY } from '../../src/console/web/sessions.js';
+
+// Issue 33: what an attacker with a real browser found in the console, pinned on the pure
+// logic (the HTTP and browser tests are test/console.hardening.integration.test.ts).
+
+test('login throttle: 10,000 made-up names (from one address or from as many) do not reset the throttle of the real one; an address is throttled by itself', () => {
+  let now = 1_000_000;
+  const t = new LoginThrottle(() => now);
+  for (let i = 0; i < MAX_FAILURES; i++) t.failed('alice', '10.0.0.1');
+  assert.ok(t.waitMs('alice', '10.0.0.2') > 0, 'precondition: alice is throttled');
+  // A botnet: each made-up name once, each from its own address, more than the memory holds.
+  for (let i = 0; i <= THROTTLE_CAPACITY; i++) t.failed(`made-up-${i}`, `172.16.${i >> 8}.${i & 255}`);
+  assert.ok(t.waitMs('alice', '10.0.0.3') > 0, 'alice is still throttled after 10,001 other names failed');
+  const size = t.size;
+  assert.ok(size.names <= 2 * THROTTLE_CAPACITY && size.addresses <= 2 * THROTTLE_CAPACITY, `memory stays bounded: ${JSON.stringify(size)}`);
+  // One address trying names by the thousand is refused after its own limit, whatever the name.
+  now += 61_000;
+  for (let i = 0; i < MAX_ADDRESS_FAILURES; i++) t.failed(`guess-${i}`, '192.0.2.7');
+  assert.ok(t.waitMs('a-name-never-tried', '192.0.2.7') > 0, 'the address is throttled');
+  assert.equal(t.addressLimited('192.0.2.7'), true);
+  assert.equal(t.waitMs('a-name-never-tried', '192.0.2.8'), 0, 'another address is not');
+  // A good password from that address clears its name, not the address.
+  t.succeeded('guess-0');
+  assert.ok(t.waitMs('guess-0', '192.0.2.7') > 0, 'the address stays throttled after a success');
+});
+
+test('login throttle: past its capacity it forgets the entry failed longest ago first', () => {
+  let now = 0;
+  const t = new LoginThrottle(() => now, 3);
+  const failTimes = (name: string, n: number): void => {
+    now += 1;
+    for (let i = 0; i < n; i++) t.failed(name, `addr-${name}-${i}`);
+  };
+  failTimes('n1', MAX_FAILURES - 1);
+  failTimes('n2', MAX_FAILURES - 1);
+  failTimes('n3', 1);
+  failTimes('n4', 1); // a fourth name: the oldest, n1, goes
+  assert.equal(t.size.names, 3);
+  failTimes('n2', 1);
+  assert.ok(t.waitMs('n2', 'x') > 0, 'n2 was kept: this failure reaches the limit');
+  failTimes('n1', 1);
+  assert.equal(t.waitMs('n1', 'x'), 0, 'n1 was forgotten: one failure now');
+});
