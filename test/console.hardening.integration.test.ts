@@ -86,3 +86,27 @@ test('integration: one address trying made-up names is refused (429) after 20 fa
   assert.equal(real.status, 429);
   assert.match(real.body, /Too many failed logins from this address/);
 });
+
+test('integration: out-of-range or malformed query input answers 400 with one line saying what is wrong, never 500', async () => {
+  await makeDeadLetter(db, { key: 'range-probe', policy: 'skip' });
+  const x = await operator(plain);
+  const cases: Array<[string, RegExp]> = [
+    [outbox('dead-letters?since=99999999d'), /"since" time "99999999d" is out of range/],
+    [outbox('dead-letters?until=99999999d'), /"until" time "99999999d" is out of range/],
+    [outbox('dead-letters?since=0000-01-01'), /"since" time/],
+    [outbox('dead-letters?topic=%00'), /topic contains a NUL character/],
+    [outbox('dead-letters?key=a%00b'), /key contains a NUL character/],
+    [outbox('dead-letters/replay?scope=filter&since=99999999d'), /"since" time "99999999d" is out of range/],
+    [outbox('dead-letters/discard?scope=filter&reason=%00'), /reason contains a NUL character/],
+    [outbox('parked-keys?afterAt=-005000-01-01T00:00:00Z&afterTopic=a&afterKey=b'), /page link is malformed/],
+    [outbox('parked-keys?afterAt=2024-01-01T00:00:00Z&afterTopic=a%00&afterKey=b'), /page link is malformed/],
+    [outbox('parked-keys/unpark?topic=orders&key=%00'), /key contains a NUL character/],
+  ];
+  for (const [path, said] of cases) {
+    const page = await x.get(path);
+    assert.equal(page.status, 400, `${path}: ${page.status} ${page.body.slice(0, 200)}`);
+    assert.match(page.body.replaceAll('&quot;', '"'), said, path);
+  }
+  // The precondition of the cases: a good filter on the same page answers 200.
+  assert.equal((await x.get(outbox('dead-letters?since=7d&key=range-probe'))).status, 200);
+});

@@ -9,6 +9,7 @@ import { outboxPath } from './layout.js';
 import { discardConfirmPage, PREVIEW_ROWS, replayConfirmPage, unparkConfirmPage } from './actionPages.js';
 import { auditSelection, describeSelection, selectionFilter, selectionFrom, selectionOptions, type Selection } from './selection.js';
 import { formatNumber } from './format.js';
+import { checkText } from './filters.js';
 import type { ReplayJob } from './jobs.js';
 import { KeyNotParkedError } from '../../commands/parkedKeys.js';
 import type { Notice, Session } from './sessions.js';
@@ -174,6 +175,8 @@ function keyFrom(params: URLSearchParams): { topic: string; key: string } {
   const topic = params.get('topic');
   const key = params.get('key');
   if (!topic || key === null || topic.length > 1_000 || key.length > 10_000) throw new HttpError(400, 'Name the parked key: topic and key.');
+  checkText('topic', topic);
+  checkText('key', key);
   return { topic, key };
 }
 

@@ -2,6 +2,7 @@ import { html, type Html } from './html.js';
 import { formatAge, formatCount, formatTime } from './format.js';
 import { layout, outboxPath, tableWrap, type PageContext } from './layout.js';
 import { HttpError } from './http.js';
+import { inTimeRange } from '../../commands/deadLetterSelection.js';
 import type { Notice } from './sessions.js';
 import type { ParkedKeyCursor } from './consoleData.js';
 import type { ParkedKeyPage } from '../model.js';
@@ -19,7 +20,7 @@ export function cursorFrom(params: URLSearchParams): ParkedKeyCursor | null {
   const topic = params.get('afterTopic');
   const key = params.get('afterKey');
   const parkedAt = new Date(at);
-  if (topic === null || key === null || Number.isNaN(parkedAt.getTime()) || topic.length > 1_000 || key.length > 10_000) {
+  if (topic === null || key === null || !inTimeRange(parkedAt) || topic.length > 1_000 || key.length > 10_000 || topic.includes('\u0000') || key.includes('\u0000')) {
     throw new HttpError(400, 'The page link is malformed: start again from the first page.');
   }
   return { parkedAt, topic, key };
