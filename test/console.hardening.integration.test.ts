@@ -5,6 +5,8 @@ import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { ConsoleClient, makeDeadLetter } from './helpers/console.js';
 import { launchBrowser, type TestBrowser } from './helpers/browser.js';
 import { logInWithForm } from './helpers/consoleBrowser.js';
+import { readDeadLetter, searchDeadLetters } from '../src/console/data/deadLetters.js';
+import { LIST_TEXT_CHARS } from '../src/console/sql/deadLetters.js';
 
 // Issue 33: what an attacker with a real Chromium found in the console, each fixed and
 // pinned here against real Postgres (over HTTP, and in Chromium where the browser is the
@@ -109,4 +111,40 @@ test('integration: out-of-range or malformed query input answers 400 with one li
   }
   // The precondition of the cases: a good filter on the same page answers 200.
   assert.equal((await x.get(outbox('dead-letters?since=7d&key=range-probe'))).status, 200);
+});
+
+test('integration: a dead letter whose payload nests 10,000 levels has a detail page (200), and the list of heavy rows carries no payload', async () => {
+  const deep = await makeDeadLetter(db, { topic: 'deep', key: 'deep', policy: 'skip' });
+  const text = `${'{"a": ['.repeat(5_000)}1${']}'.repeat(5_000)}`;
+  await db.pool.query(`UPDATE "${db.schema}".outbox_dead_letters SET payload = $1::jsonb WHERE id = $2`, [text, deep.id]);
+  const depth = await db.pool.query<{ n: number }>(`SELECT length(payload::text)::int AS n FROM "${db.schema}".outbox_dead_letters WHERE id = $1`, [deep.id]);
+  assert.equal(depth.rows[0]!.n, text.length, 'precondition: the payload nests 10,000 levels in the table');
+  const x = await operator(plain);
+  const page = await x.get(outbox(`dead-letters/${deep.id}`));
+  assert.equal(page.status, 200, page.body.slice(0, 300));
+  assert.match(page.body, /<pre tabindex="0" aria-label="Payload, JSON">\{\n {2}&quot;a&quot;: \[\n {4}\{/);
+
+  // Heavy rows: 1 MB payloads, a 4,000-character key and reason; the list's page stays small.
+  const big = 'x'.repeat(1_000_000);
+  for (let i = 0; i < 5; i++) await makeDeadLetter(db, { topic: 'heavy', key: `${'é'.repeat(4_000)}${i}`, policy: 'skip', reason: 'r'.repeat(4_000), payload: { big } });
+  const sizes = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox_dead_letters WHERE topic = 'heavy' AND octet_length(payload::text) > 1000000`);
+  assert.equal(sizes.rows[0]!.n, 5, 'precondition: five 1 MB payloads');
+  const list = await x.get(outbox('dead-letters?topic=heavy'));
+  assert.equal(list.status, 200);
+  assert.equal((list.body.match(/aria-label="Dead letter \d+"/g) ?? []).length, 5, 'the five rows are listed');
+  assert.ok(list.body.length < 40_000, `the list page is ${list.body.length} characters`);
+  assert.ok(!list.body.includes('x'.repeat(1_000)), 'no payload in the list');
+  assert.ok(!list.body.includes('é'.repeat(300)), 'keys cut in the list');
+  // Cut in SQL: the data layer's page holds no payload, and keys and reasons cut.
+  const rows = (await searchDeadLetters(db.pool, db.schema, { topic: 'heavy' }, { afterId: null, limit: 50 })).deadLetters;
+  assert.equal(rows.length, 5);
+  for (const d of rows) {
+    assert.equal(d.payload, null);
+    assert.equal(d.headers, null);
+    assert.ok(d.key.length <= LIST_TEXT_CHARS && d.key.endsWith('…') && d.reason.length <= LIST_TEXT_CHARS, `cut: key ${d.key.length}, reason ${d.reason.length}`);
+  }
+  // A dead letter whole still has all of it.
+  const one = await readDeadLetter(db.pool, db.schema, rows[0]!.id);
+  assert.equal((one?.payload as { big: string }).big.length, 1_000_000);
+  assert.equal(one?.key.length, 4_001);
 });

@@ -84,8 +84,16 @@ export interface ConsoleDeadLetterFilter extends DeadLetterFilter {
   errorName?: string;
 }
 
+/** One dead letter whole, with its JSON payload also as text (null: no JSON payload). */
+export type DeadLetterDetail = DeadLetter & { payloadText: string | null };
+
 /** One page of dead letters, lowest id first, and where the next page starts. */
 export interface DeadLetterPage {
+  /**
+   * Without payload, payload bytes or headers (null: a list never reads them, a 1 MB
+   * payload stays in the table), key and reason cut to 240 characters (the last an
+   * ellipsis). {@link DeadLetterDetail} is a dead letter whole.
+   */
   deadLetters: DeadLetter[];
   /** Pass as `afterId` for the next page; null on the last page. */
   nextAfterId: number | null;

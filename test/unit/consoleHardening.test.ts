@@ -1,5 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { JSON_INDENT_LEVELS, JSON_MAX_CHARS, prettyJsonText } from '../../src/console/web/format.js';
 import { LoginThrottle, MAX_ADDRESS_FAILURES, MAX_FAILURES, THROTTLE_CAPACITY } from '../../src/console/web/sessions.js';
 
 // Issue 33: what an attacker with a real browser found in the console, pinned on the pure
@@ -42,4 +43,24 @@ test('login throttle: past its capacity it forgets the entry failed longest ago 
   assert.ok(t.waitMs('n2', 'x') > 0, 'n2 was kept: this failure reaches the limit');
   failTimes('n1', 1);
   assert.equal(t.waitMs('n1', 'x'), 0, 'n1 was forgotten: one failure now');
+});
+
+test('prettyJsonText: the same as JSON.stringify(…, null, 2) on JSON as Postgres writes it; 10,000 levels deep print without recursion, indentation and length bounded', () => {
+  const samples = [
+    '{"a": 1, "b": [1, 2, {"c": "x\\"y,z:[]{}"}], "d": {}, "e": [], "f": null, "g": true, "h": "é\\\\"}',
+    '[]',
+    '"text"',
+    '12.5',
+    '[[], [{}], {"k": [[[1]]]}]',
+  ];
+  for (const text of samples) assert.equal(prettyJsonText(text), JSON.stringify(JSON.parse(text), null, 2), text);
+  const deep = `${'['.repeat(10_000)}1${']'.repeat(10_000)}`;
+  assert.throws(() => JSON.stringify(JSON.parse(deep), null, 2), RangeError, 'precondition: the recursive printer overflows the stack');
+  const printed = prettyJsonText(deep);
+  assert.ok(printed.startsWith('[\n  [\n    ['));
+  assert.ok(printed.length <= JSON_MAX_CHARS + 200, `bounded: ${printed.length}`);
+  assert.ok(!printed.includes(' '.repeat(2 * JSON_INDENT_LEVELS + 1)), 'indented at most JSON_INDENT_LEVELS deep');
+  assert.match(printed, /more characters of the payload not shown$/);
+  const small = prettyJsonText(`${'{"a": '.repeat(100)}1${'}'.repeat(100)}`);
+  assert.equal(small.replace(/\s/g, ''), `${'{"a":'.repeat(100)}1${'}'.repeat(100)}`, 'nothing lost below the cap');
 });

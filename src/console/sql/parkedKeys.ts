@@ -1,3 +1,5 @@
+import { cutText } from './deadLetters.js';
+
 // The console's parked keys (../data/parkedKeys.ts).
 
 /**
@@ -23,7 +25,7 @@ WITH page AS (
    GROUP BY h.topic, h.key
 )
 SELECT page.topic, page.key, page.dead_letter_id, page.parked_at,
-       coalesce(d.reason, '') AS reason, coalesce(d.error_name, '') AS error_name,
+       coalesce(${cutText('d.reason')}, '') AS reason, coalesce(d.error_name, '') AS error_name,
        coalesce(w.n, 0) AS waiting,
        (SELECT count(*)::int FROM head) AS scanned
   FROM page
