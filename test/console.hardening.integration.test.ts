@@ -2,7 +2,7 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { startConsole, type OperatorConsole } from '../src/console/console.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
-import { ConsoleClient, makeDeadLetter } from './helpers/console.js';
+import { ConsoleClient, linksOf, makeDeadLetter } from './helpers/console.js';
 import { launchBrowser, type TestBrowser } from './helpers/browser.js';
 import { logInWithForm } from './helpers/consoleBrowser.js';
 import { readDeadLetter, searchDeadLetters } from '../src/console/data/deadLetters.js';
@@ -147,4 +147,24 @@ test('integration: a dead letter whose payload nests 10,000 levels has a detail 
   const one = await readDeadLetter(db.pool, db.schema, rows[0]!.id);
   assert.equal((one?.payload as { big: string }).big.length, 1_000_000);
   assert.equal(one?.key.length, 4_001);
+});
+
+test('integration: a parked key of 4,000 "é" is unparked through the pages (its link and form name it by its dead letter, never the key in a URL)', async () => {
+  const key = 'é'.repeat(4_000);
+  const parker = await makeDeadLetter(db, { topic: 'long', key, policy: 'park' });
+  const parked = async (): Promise<number> => (await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}".outbox_parked_keys WHERE topic = 'long' AND key = $1`, [key])).rows[0].n;
+  assert.equal(await parked(), 1, 'precondition: the key is parked');
+  const x = await operator(plain);
+  const list = await x.get(outbox('parked-keys'));
+  const link = linksOf(list.body).find((l) => l.includes('/parked-keys/unpark?') && (l.includes(`deadLetter=${parker.id}`) || l.includes('topic=long')));
+  assert.ok(link, 'the parked keys page links to its unpark');
+  assert.ok(link.length < 1_000, `the link is ${link.length} characters`);
+  const confirm = await x.get(link);
+  assert.equal(confirm.status, 200, `the confirmation answers ${confirm.status}`);
+  const form = Object.fromEntries([...confirm.body.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)].map((m) => [m[1]!, m[2]!.replaceAll('&amp;', '&')]));
+  const done = await x.post(outbox('parked-keys/unpark'), form);
+  assert.equal(done.status, 303, done.body.slice(0, 300));
+  assert.equal(await parked(), 0, 'unparked');
+  const after = await x.follow(outbox('parked-keys'));
+  assert.match(after.body, /Unparked key/);
 });

@@ -3,4 +3,4 @@
 export { readOverview, BACKLOG_CAP, DEAD_LETTER_CAP, GROUPED_DEAD_LETTERS, PARKED_KEY_CAP } from './overview.js';
 export { readFlow } from './flow.js';
 export { searchDeadLetters, countDeadLetters, readDeadLetter, MATCHING_CAP } from './deadLetters.js';
-export { listParkedKeys, WAITING_SCAN } from './parkedKeys.js';
+export { listParkedKeys, parkedKeyOf, WAITING_SCAN } from './parkedKeys.js';

@@ -104,8 +104,10 @@ export function unparkConfirmPage(ctx: PageContext, outbox: string, key: { topic
 <p>Unparking lets the key's waiting rows be published <strong>without</strong> ${parking ? `dead letter ${parking.id}` : 'the dead letter that parks it'}, which stays a dead letter (its policy becomes skip): replayed later, it is published after the rows that went ahead of it. To publish it first, replay it instead${parking ? html` (<a href="${dead}/replay?scope=ids&amp;id=${parking.id}">replay dead letter ${parking.id}</a>)` : ''}.</p>
 <form method="post" action="${parked}/unpark" aria-label="Unpark">
   ${csrf(ctx.session)}
-  <input type="hidden" name="topic" value="${key.topic}">
-  <input type="hidden" name="key" value="${key.key}">
+  ${parking
+    ? html`<input type="hidden" name="deadLetter" value="${parking.id}">`
+    : html`<input type="hidden" name="topic" value="${key.topic}">
+  <input type="hidden" name="key" value="${key.key}">`}
   <div class="actions">
     <button type="submit" class="danger">Unpark this key</button>
     <a class="button secondary" href="${parked}">Cancel</a>

@@ -171,19 +171,30 @@ export async function discard(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutb
   redirect(r.res, outboxPath(env.prefix, o.name, 'dead-letters'));
 }
 
-function keyFrom(params: URLSearchParams): { topic: string; key: string } {
+/**
+ * The parked key a request names: `deadLetter=<id>` (the dead letter it is parked behind:
+ * what the pages send, as a key may be too long for a URL), or `topic` and `key`. Null:
+ * that dead letter parks no key (any more).
+ */
+async function keyFrom(env: ConsoleEnv, o: ConsoleOutbox, params: URLSearchParams): Promise<{ topic: string; key: string } | null> {
+  const byId = params.get('deadLetter');
+  if (byId !== null) {
+    if (!/^[1-9]\d{0,15}$/.test(byId) || !Number.isSafeInteger(Number(byId))) throw new HttpError(400, 'The dead letter id of the parked key is malformed.');
+    return env.data.parkedKeyOf(o.pool, o.schema, Number(byId));
+  }
   const topic = params.get('topic');
   const key = params.get('key');
-  if (!topic || key === null || topic.length > 1_000 || key.length > 10_000) throw new HttpError(400, 'Name the parked key: topic and key.');
+  if (!topic || key === null || topic.length > 1_000 || key.length > 10_000) throw new HttpError(400, 'Name the parked key: its dead letter, or topic and key.');
   checkText('topic', topic);
   checkText('key', key);
   return { topic, key };
 }
 
-/** GET …/parked-keys/unpark?topic&key: the confirmation. */
+/** GET …/parked-keys/unpark?deadLetter=<id> (or ?topic&key): the confirmation. */
 export async function confirmUnpark(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutbox): Promise<void> {
   requireOperator(r);
-  const k = keyFrom(r.query);
+  const k = await keyFrom(env, o, r.query);
+  if (!k) throw new HttpError(404, `Dead letter ${r.query.get('deadLetter')} parks no key (any more): the key was unparked, or its dead letter replayed or discarded.`, 'Not parked');
   const page = await env.data.searchDeadLetters(o.pool, o.schema, { topic: k.topic, key: k.key }, { afterId: null, limit: 100 });
   const parking = page.deadLetters.find((d) => d.parksKey) ?? null;
   sendPage(r.res, 200, unparkConfirmPage(pageContext(env, r), o.name, k, parking), r.method === 'HEAD');
@@ -198,20 +209,27 @@ export async function unpark(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutbo
     const result = await audited(env, who, async () => {
       const form = await checkedForm(env, r, session);
       requireOperator(r);
-      key = keyFrom(form);
+      const named = await keyFrom(env, o, form);
+      if (!named) throw new KeyNotParkedError('', '');
+      key = named;
       const done = await env.data.unparkKey({ pool: o.pool, schema: o.schema, ...key });
       audit(env.logger, { ...who, selection: key, outcome: 'ok', rows: 1, deadLetterId: done.deadLetterId, waiting: done.waiting });
       return done;
     });
     session.flash = {
       kind: 'info',
-      text: `Unparked key ${JSON.stringify(result.key)} of topic ${result.topic}: its ${formatNumber(result.waiting)}${result.waitingCapped ? ' or more' : ''} waiting rows go on; dead letter ${result.deadLetterId} stays a dead letter (policy skip now).`,
+      text: `Unparked key ${JSON.stringify(shortKey(result.key))} of topic ${result.topic}: its ${formatNumber(result.waiting)}${result.waitingCapped ? ' or more' : ''} waiting rows go on; dead letter ${result.deadLetterId} stays a dead letter (policy skip now).`,
     };
   } catch (error) {
-    if (!(error instanceof KeyNotParkedError) || !key) throw error;
-    session.flash = { kind: 'warn', text: `Key ${JSON.stringify(key.key)} of topic ${key.topic} is not parked (any more). Nothing changed.` };
+    if (!(error instanceof KeyNotParkedError)) throw error;
+    session.flash = { kind: 'warn', text: key ? `Key ${JSON.stringify(shortKey(key.key))} of topic ${key.topic} is not parked (any more). Nothing changed.` : 'That dead letter parks no key (any more). Nothing changed.' };
   }
   redirect(r.res, outboxPath(env.prefix, o.name, 'parked-keys'));
+}
+
+/** A key as a message or an audit line quotes it: at most 200 characters. */
+function shortKey(key: string): string {
+  return key.length > 200 ? `${key.slice(0, 199)}…` : key;
 }
 
 /** POST …/jobs/<id>/cancel */

@@ -18,6 +18,7 @@ export interface ConsoleData {
   readDeadLetter(pool: pg.Pool, schema: string, id: number): Promise<DeadLetterDetail | null>;
   countDeadLetters(pool: pg.Pool, schema: string, filter: ConsoleDeadLetterFilter, cap: number): Promise<CappedCount>;
   listParkedKeys(pool: pg.Pool, schema: string, page: { after: ParkedKeyCursor | null; limit: number }): Promise<ParkedKeyPage>;
+  parkedKeyOf(pool: pg.Pool, schema: string, deadLetterId: number): Promise<{ topic: string; key: string; parkedAt: Date } | null>;
   unparkKey(options: UnparkKeyOptions & { pool: pg.Pool }): Promise<UnparkResult>;
   replayDeadLetters(options: ReplayDeadLettersOptions & ConsoleDeadLetterFilter & { pool: pg.Pool }): Promise<ReplayResult>;
   discardDeadLetters(options: DiscardDeadLettersOptions & ConsoleDeadLetterFilter & { pool: pg.Pool }): Promise<DiscardResult>;
