@@ -168,3 +168,40 @@ test('integration: a parked key of 4,000 "é" is unparked through the pages (its
   const after = await x.follow(outbox('parked-keys'));
   assert.match(after.body, /Unparked key/);
 });
+
+/** The hidden fields of a page's form whose action ends with `action`. */
+function formFields(body: string, action: string): Record<string, string> {
+  const form = [...body.matchAll(/<form method="post" action="([^"]+)"[^>]*>([\s\S]*?)<\/form>/g)].find((m) => m[1]!.endsWith(action));
+  assert.ok(form, `a form posting to …${action}`);
+  return Object.fromEntries([...form[2]!.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)].map((m) => [m[1]!, m[2]!.replaceAll('&amp;', '&')]));
+}
+
+test('integration: a discard (and a replay) by filter takes exactly the dead letters its confirmation showed: a set changed since (same count or more) is refused with 409, nothing changed', async () => {
+  const x = await operator(plain);
+  const dead = async (): Promise<number[]> => (await db.pool.query<{ id: string }>(`SELECT id FROM "${db.schema}".outbox_dead_letters WHERE topic = 'exact' ORDER BY id`)).rows.map((r) => Number(r.id));
+  const made = [];
+  for (let i = 0; i < 3; i++) made.push((await makeDeadLetter(db, { topic: 'exact', key: `e${i}`, policy: 'skip' })).id);
+  const confirmation = await x.get(outbox('dead-letters/discard?scope=filter&topic=exact'));
+  assert.equal(confirmation.status, 200);
+  const form: Record<string, string> = { ...formFields(confirmation.body, '/discard'), confirm: 'yes' };
+  assert.equal(form.expected, '3', 'precondition: the confirmation shows 3');
+  // Meanwhile one of them is replayed elsewhere (gone) and a new one arrives: 3 match again.
+  await db.pool.query(`DELETE FROM "${db.schema}".outbox_dead_letters WHERE id = $1`, [made[2]]);
+  const late = (await makeDeadLetter(db, { topic: 'exact', key: 'late', policy: 'skip' })).id;
+  assert.deepEqual(await dead(), [made[0], made[1], late], 'precondition: the same count, another set');
+  const refused = await x.post(outbox('dead-letters/discard'), form);
+  assert.equal(refused.status, 409, refused.body.slice(0, 300));
+  assert.match(refused.body, /changed since the confirmation/);
+  assert.deepEqual(await dead(), [made[0], made[1], late], 'nothing discarded, the late one least of all');
+  // A replay's confirmation of the same filter, then one more arrives: refused the same way.
+  const replayConfirmation = await x.get(outbox('dead-letters/replay?scope=filter&topic=exact'));
+  const replayForm = formFields(replayConfirmation.body, '/replay');
+  await makeDeadLetter(db, { topic: 'exact', key: 'later', policy: 'skip' });
+  const replayRefused = await x.post(outbox('dead-letters/replay'), { ...replayForm, rate: '10' });
+  assert.equal(replayRefused.status, 409, replayRefused.body.slice(0, 300));
+  // Confirmed again, the set is what the confirmation shows now: all four go.
+  const again = await x.get(outbox('dead-letters/discard?scope=filter&topic=exact'));
+  const done = await x.post(outbox('dead-letters/discard'), { ...formFields(again.body, '/discard'), confirm: 'yes' });
+  assert.equal(done.status, 303, done.body.slice(0, 300));
+  assert.deepEqual(await dead(), []);
+});

@@ -3,7 +3,7 @@ import { quoteSchema } from '../../shared/identifiers.js';
 import { ConfigError } from '../../shared/errors.js';
 import { dbNow, resolveFilter, toDeadLetter, type DeadLetter, type DeadLetterRow } from '../../commands/deadLetterSelection.js';
 import type { CappedCount, ConsoleDeadLetterFilter, DeadLetterDetail, DeadLetterPage } from '../model.js';
-import { deadLetterMatchesSql, deadLetterPageSql, deadLetterSql, timeRangeIdsSql } from '../sql/deadLetters.js';
+import { deadLetterMatchesSql, deadLetterMatchIdsSql, deadLetterPageSql, deadLetterSql, timeRangeIdsSql } from '../sql/deadLetters.js';
 import { capped, checkCount } from './capped.js';
 
 /** Matches of a page's filter are counted up to this many. */
@@ -80,6 +80,21 @@ export async function countDeadLetters(pool: pg.Pool, schema: string, filter: Co
   if (params === 'none') return { count: 0, capped: false };
   const { rows } = await pool.query<{ count: number }>(deadLetterMatchesSql(s), [...params, cap + 1]);
   return capped(rows[0]!.count, cap);
+}
+
+/**
+ * The ids of the dead letters matching `filter`, lowest first, at most `cap`, and whether
+ * more match: the set a confirmation shows and its action then takes, exactly. Read-only.
+ *
+ * @throws ConfigError for a bad filter field
+ */
+export async function matchingIds(pool: pg.Pool, schema: string, filter: ConsoleDeadLetterFilter, cap: number): Promise<{ ids: number[]; capped: boolean }> {
+  const s = quoteSchema(schema);
+  checkCount('cap', cap, MAX_CAP);
+  const params = await filterParams(pool, s, filter);
+  if (params === 'none') return { ids: [], capped: false };
+  const { rows } = await pool.query<{ id: string }>(deadLetterMatchIdsSql(s), [...params, cap + 1]);
+  return { ids: rows.slice(0, cap).map((r) => Number(r.id)), capped: rows.length > cap };
 }
 
 /**

@@ -61,6 +61,10 @@ SELECT ${columns(s)}
  ORDER BY d.id
  LIMIT $12`;
 
+/** The ids of the filter's ($1-$8) matches between the ids $9 and $10 (NULL: open), lowest first, at most $11. */
+export const deadLetterMatchIdsSql = (s: string): string => `
+SELECT d.id FROM ${s}.outbox_dead_letters AS d WHERE ${deadLetterFilterSql} AND ${ID_BOUNDS} ORDER BY d.id LIMIT $11`;
+
 /** Matches of the filter ($1-$8) between the ids $9 and $10 (NULL: open), counted up to $11. */
 export const deadLetterMatchesSql = (s: string): string => `
 SELECT count(*)::int AS count

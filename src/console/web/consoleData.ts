@@ -16,6 +16,7 @@ export interface ConsoleData {
   readOverview(pool: pg.Pool, outbox: { name: string; schema: string }): Promise<OutboxOverview>;
   searchDeadLetters(pool: pg.Pool, schema: string, filter: ConsoleDeadLetterFilter, page: { afterId: number | null; limit: number }): Promise<DeadLetterPage>;
   readDeadLetter(pool: pg.Pool, schema: string, id: number): Promise<DeadLetterDetail | null>;
+  matchingIds(pool: pg.Pool, schema: string, filter: ConsoleDeadLetterFilter, cap: number): Promise<{ ids: number[]; capped: boolean }>;
   countDeadLetters(pool: pg.Pool, schema: string, filter: ConsoleDeadLetterFilter, cap: number): Promise<CappedCount>;
   listParkedKeys(pool: pg.Pool, schema: string, page: { after: ParkedKeyCursor | null; limit: number }): Promise<ParkedKeyPage>;
   parkedKeyOf(pool: pg.Pool, schema: string, deadLetterId: number): Promise<{ topic: string; key: string; parkedAt: Date } | null>;
