@@ -6,6 +6,7 @@ import { ConsoleClient, linksOf, makeDeadLetter } from './helpers/console.js';
 import { launchBrowser, type TestBrowser } from './helpers/browser.js';
 import { logInWithForm } from './helpers/consoleBrowser.js';
 import { readDeadLetter, searchDeadLetters } from '../src/console/data/deadLetters.js';
+import { readFlow } from '../src/console/data/flow.js';
 import { LIST_TEXT_CHARS } from '../src/console/sql/deadLetters.js';
 
 // Issue 33: what an attacker with a real Chromium found in the console, each fixed and
@@ -204,4 +205,17 @@ test('integration: a discard (and a replay) by filter takes exactly the dead let
   const done = await x.post(outbox('dead-letters/discard'), { ...formFields(again.body, '/discard'), confirm: 'yes' });
   assert.equal(done.status, 303, done.body.slice(0, 300));
   assert.deepEqual(await dead(), []);
+});
+
+test('integration: readFlow gives the first minute a relay recorded (no mark the minute before) ingress null, unknown, not 0', async () => {
+  await db.pool.query(
+    `INSERT INTO "${db.schema}".outbox_relay_minutes (minute, relay_id, sent, dead_lettered, last_id)
+     VALUES (date_trunc('minute', now()) - interval '2 minutes', 'r-first', 50, 0, 1000),
+            (date_trunc('minute', now()) - interval '1 minute', 'r-first', 60, 0, 1090)`,
+  );
+  const flow = await readFlow(db.pool, `"${db.schema}"`);
+  const [first, second] = flow.slice(-2);
+  assert.equal(first!.recorded, true, 'precondition: the first minute is recorded');
+  assert.equal(first!.ingress, null);
+  assert.equal(second!.ingress, 90);
 });

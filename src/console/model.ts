@@ -21,8 +21,12 @@ export interface CappedCount {
 export interface MinuteFlow {
   /** Start of the minute (UTC). */
   minute: Date;
-  /** Rows inserted into the outbox in that minute (ids handed out by its sequence; see data/flow.ts). */
-  ingress: number;
+  /**
+   * Rows inserted into the outbox in that minute (ids handed out by its sequence; see
+   * data/flow.ts); null when it cannot be told: the minute before has no sequence mark (the
+   * first minute a relay recorded), so it is unknown, not zero.
+   */
+  ingress: number | null;
   /** Rows marked sent in that minute, by every relay. */
   egress: number;
   /** Rows dead-lettered in that minute. */

@@ -1,5 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { flowChart } from '../../src/console/web/chart.js';
 import { JSON_INDENT_LEVELS, JSON_MAX_CHARS, prettyJsonText } from '../../src/console/web/format.js';
 import { LoginThrottle, MAX_ADDRESS_FAILURES, MAX_FAILURES, THROTTLE_CAPACITY } from '../../src/console/web/sessions.js';
 
@@ -63,4 +64,22 @@ test('prettyJsonText: the same as JSON.stringify(…, null, 2) on JSON as Postgr
   assert.match(printed, /more characters of the payload not shown$/);
   const small = prettyJsonText(`${'{"a": '.repeat(100)}1${'}'.repeat(100)}`);
   assert.equal(small.replace(/\s/g, ''), `${'{"a":'.repeat(100)}1${'}'.repeat(100)}`, 'nothing lost below the cap');
+});
+
+test('flow chart: ingress of a minute with no mark before it is n/a, not 0, and rates are over the minutes observed, not the hour', () => {
+  const start = Date.UTC(2026, 0, 1, 10, 0);
+  // A relay started two minutes ago: the first minute it recorded has no mark before it.
+  const flow = Array.from({ length: 60 }, (_, i) => ({
+    minute: new Date(start + i * 60_000),
+    recorded: i >= 58,
+    ingress: i === 59 ? 120 : null,
+    egress: i >= 58 ? 100 : 0,
+    deadLettered: 0,
+  }));
+  const text = flowChart('f', flow).text;
+  assert.match(text, /Per minute: ingress 120 over the minute measured, egress 100 over the 2 minutes recorded\./);
+  assert.match(text, /<th scope="row">10:58<\/th><td class="num">n\/a<\/td><td class="num">100<\/td>/);
+  // Before any minute can be measured: n/a, never a low number.
+  const first = flowChart('g', flow.map((m, i) => ({ ...m, recorded: i === 59, ingress: null }))).text;
+  assert.match(first, /Per minute: ingress n\/a \(it needs two minutes recorded in a row\), egress 100 over the minute recorded\./);
 });
