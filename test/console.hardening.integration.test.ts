@@ -117,13 +117,15 @@ test('integration: out-of-range or malformed query input answers 400 with one li
 test('integration: a dead letter whose payload nests 10,000 levels has a detail page (200), and the list of heavy rows carries no payload', async () => {
   const deep = await makeDeadLetter(db, { topic: 'deep', key: 'deep', policy: 'skip' });
   const text = `${'{"a": ['.repeat(5_000)}1${']}'.repeat(5_000)}`;
-  await db.pool.query(`UPDATE "${db.schema}".outbox_dead_letters SET payload = $1::jsonb WHERE id = $2`, [text, deep.id]);
+  // The headers too: one value nesting 10,000 levels.
+  await db.pool.query(`UPDATE "${db.schema}".outbox_dead_letters SET payload = $1::jsonb, headers = jsonb_build_object('deep', $1::jsonb) WHERE id = $2`, [text, deep.id]);
   const depth = await db.pool.query<{ n: number }>(`SELECT length(payload::text)::int AS n FROM "${db.schema}".outbox_dead_letters WHERE id = $1`, [deep.id]);
   assert.equal(depth.rows[0]!.n, text.length, 'precondition: the payload nests 10,000 levels in the table');
   const x = await operator(plain);
   const page = await x.get(outbox(`dead-letters/${deep.id}`));
   assert.equal(page.status, 200, page.body.slice(0, 300));
   assert.match(page.body, /<pre tabindex="0" aria-label="Payload, JSON">\{\n {2}&quot;a&quot;: \[\n {4}\{/);
+  assert.match(page.body, /a value nested too deep to show/);
 
   // Heavy rows: 1 MB payloads, a 4,000-character key and reason; the list's page stays small.
   const big = 'x'.repeat(1_000_000);

@@ -8,6 +8,15 @@ import type { DeadLetterDetail } from '../model.js';
 // headers and its payload (JSON indented, bytes as a hex dump), and for an operator the
 // way to replay or discard it.
 
+/** A header value that is not a string, as JSON; one nested too deep to print says so (JSON.stringify recurses). */
+function headerJson(v: unknown): string {
+  try {
+    return JSON.stringify(v) ?? String(v);
+  } catch {
+    return '(a value nested too deep to show)';
+  }
+}
+
 /** The detail page of a dead letter. */
 export function deadLetterPage(ctx: PageContext, outbox: string, d: DeadLetterDetail, notices: Notice[] = []): Html {
   const base = outboxPath(ctx.prefix, outbox, 'dead-letters');
@@ -59,7 +68,7 @@ ${operator
         html`<table>
     <caption>Kafka headers</caption>
     <thead><tr><th scope="col">Name</th><th scope="col">Value</th></tr></thead>
-    <tbody>${headers.map(([k, v]) => html`<tr><th scope="row"><code>${k}</code></th><td class="text"><code>${typeof v === 'string' ? v : JSON.stringify(v)}</code></td></tr>`)}</tbody>
+    <tbody>${headers.map(([k, v]) => html`<tr><th scope="row"><code>${k}</code></th><td class="text"><code>${typeof v === 'string' ? v : headerJson(v)}</code></td></tr>`)}</tbody>
   </table>`,
       )}
 </section>
