@@ -120,7 +120,7 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
   // The effect guard's cost per effect on Redis and on Postgres against an unguarded no-op effect: one at a time, a duplicate, 32 at a time with CPU.
   { name: 'effects', title: '14. effect guard', run: (pool) => effects(pool, { effects: P.effects, rounds: P.effectsRounds }) },
   // The console's reads on 10,000,000 outbox rows and 1,000,000 dead letters (built in a private schema), each ~50 times: p95 < 200 ms.
-  { name: 'console', title: '15. console', run: (pool) => consoleSection(pool, { outboxRows: P.consoleOutboxRows, deadLetters: P.consoleDeadLetters, repeats: P.consoleRepeats }) },
+  { name: 'console', title: '15. console', run: (pool) => consoleSection(pool, { outboxRows: P.consoleOutboxRows, deadLetters: P.consoleDeadLetters, repeats: P.consoleRepeats, heavy: { deadLetters: P.consoleHeavyDeadLetters, heavyRows: P.consoleHeavyRows, repeats: P.consoleRepeats } }) },
   // delivery: 'exactly-once' against at-least-once on kafkajs and at the defaults (platformatic), side by side: drain rows/s and relay CPU per row; commit → ack at 1,000 rows/s, relay alone; commit → fetched by a read_committed reader.
   {
     name: 'exactlyonce',

@@ -210,9 +210,9 @@ test('integration: listParkedKeys pages parked keys longest first with why and t
   assert.equal(o.flow.length, 60);
   for (let i = 1; i < 60; i++) assert.equal(o.flow[i]!.minute.getTime() - o.flow[i - 1]!.minute.getTime(), 60_000);
   const [m3, m2, m1] = o.flow.slice(-3);
-  assert.deepEqual([m3!.recorded, m3!.egress, m3!.deadLettered, m3!.ingress], [true, 10, 1, 0], 'no mark the minute before: ingress unknown');
+  assert.deepEqual([m3!.recorded, m3!.egress, m3!.deadLettered, m3!.ingress], [true, 10, 1, null], 'no mark the minute before: ingress unknown (null, not 0)');
   assert.deepEqual([m2!.recorded, m2!.egress, m2!.deadLettered, m2!.ingress], [true, 25, 2, 150 - 100], 'the highest mark of the minute against the one before');
-  assert.deepEqual([m1!.recorded, m1!.egress, m1!.ingress], [false, 0, 0]);
+  assert.deepEqual([m1!.recorded, m1!.egress, m1!.ingress], [false, 0, null]);
   assert.equal(o.flow.filter((m) => m.recorded).length, 2, 'the minute 61 minutes ago is outside the hour');
 });
 

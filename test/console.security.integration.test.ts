@@ -191,7 +191,11 @@ test('integration: an operator POST without the CSRF token, with a wrong one, fr
   // The same form with the token from the console's own pages is accepted (Origin null as
   // Chromium sends it under no-referrer, or the real origin as other clients do).
   for (const origin of ['null', operator.origin]) {
-    const ok = await operator.post(`outboxes/${db.schema}/dead-letters/discard`, { scope: 'filter', key: 'k4', expected: '1', confirm: 'yes' }, { headers: { origin } });
+    // The set the confirmation showed (its digest) comes back with the form.
+    const confirmation = await operator.get(`outboxes/${db.schema}/dead-letters/discard?scope=filter&key=k4`);
+    const seen = /name="seen" value="([^"]+)"/.exec(confirmation.body)?.[1];
+    assert.ok(seen, 'the confirmation carries the set it showed');
+    const ok = await operator.post(`outboxes/${db.schema}/dead-letters/discard`, { scope: 'filter', key: 'k4', expected: '1', confirm: 'yes', seen }, { headers: { origin } });
     assert.equal(ok.status, 303, ok.body.slice(0, 300));
     await makeDeadLetter(db, { key: 'k4', policy: 'skip' });
   }

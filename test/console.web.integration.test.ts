@@ -248,7 +248,9 @@ test('integration: a replay of 10 dead letters at 5/s from the console moves the
   assert.match(confirm.body, /Dry run:<\/strong> 10 dead letters selected/);
   assert.match(confirm.body, /name="expected" value="10"/);
   const startedAt = Date.now();
-  const started = await browser.post(`${base}/replay`, { scope: 'filter', topic: 'orders', expected: '10', rate: '5' });
+  // The form carries the digest of the set the confirmation showed.
+  const seen = /name="seen" value="([^"]+)"/.exec(confirm.body)?.[1] ?? '';
+  const started = await browser.post(`${base}/replay`, { scope: 'filter', topic: 'orders', expected: '10', rate: '5', seen });
   assert.equal(started.status, 303, started.body.slice(0, 500));
   const jobPath = started.headers.get('location')!.slice(1);
   assert.match(jobPath, new RegExp(`^outboxes/${db.schema}/jobs/[\\w-]+$`));
@@ -325,9 +327,13 @@ test('integration: cancel stops a running replay between rows (moved rows stay m
   const gone = await db.pool.query(`SELECT id FROM "${db.schema}".outbox_dead_letters WHERE id = ANY($1::bigint[])`, [pick.map(Number)]);
   assert.equal(gone.rowCount, 0);
   // A filter that matches more now than was confirmed: refused, nothing discarded.
-  const grown = await browser.post(`${base}dead-letters/discard`, { scope: 'filter', topic: 'orders', expected: '1', confirm: 'yes' });
+  const grownConfirm = await browser.get(`${base}dead-letters/discard?scope=filter&topic=orders`);
+  const grownSeen = /name="seen" value="([^"]+)"/.exec(grownConfirm.body)?.[1] ?? '';
+  const grownExpected = /name="expected" value="(\d+)"/.exec(grownConfirm.body)?.[1] ?? '';
+  await makeDeadLetter(db, { key: 'grown', topic: 'orders', policy: 'skip' });
+  const grown = await browser.post(`${base}dead-letters/discard`, { scope: 'filter', topic: 'orders', expected: grownExpected, confirm: 'yes', seen: grownSeen });
   assert.equal(grown.status, 409);
-  assert.match(grown.body, /more than the 1 confirmed/);
+  assert.match(grown.body, /changed since the confirmation/);
 
   // Unpark: a parked key and its dead letter, which stays (now skip).
   const parker = await makeDeadLetter(db, { key: 'stuck', topic: 'orders' });
@@ -341,7 +347,9 @@ test('integration: cancel stops a running replay between rows (moved rows stay m
 
   // close() aborts a running replay through its signal; what moved stays moved.
   const before = Number((await db.pool.query(`SELECT count(*) AS n FROM "${db.schema}".outbox`)).rows[0].n);
-  const last = await browser.post(`${base}dead-letters/replay`, { scope: 'all', expected: '5', rate: '1' });
+  const lastConfirm = await browser.get(`${base}dead-letters/replay?scope=all`);
+  const lastForm = { expected: /name="expected" value="(\d+)"/.exec(lastConfirm.body)?.[1] ?? '', seen: /name="seen" value="([^"]+)"/.exec(lastConfirm.body)?.[1] ?? '' };
+  const last = await browser.post(`${base}dead-letters/replay`, { scope: 'all', rate: '1', ...lastForm });
   assert.equal(last.status, 303, last.body.slice(0, 300));
   const closing = Date.now();
   await c.close();

@@ -23,10 +23,13 @@ import type { ConsoleDeadLetterFilter, DeadLetterPage, ParkedKeyPage } from '../
 import { CONSOLE_ERROR_NAMES, CONSOLE_TOPICS, buildConsoleTables, type ConsoleTableSizes, type ConsoleTables } from '../consoleTables.js';
 import { timeConsolePages, type PageTiming } from '../consolePages.js';
 import { row, type SectionResult } from '../report.js';
+import { timeHeavyPages, type HeavyOptions, type HeavyResult } from '../consoleHeavy.js';
 import { fmt, log, percentiles, type Percentiles } from '../util.js';
 
 const S = '15. console';
 const TARGET_MS = 200;
+const HEAVY_TARGET_MS = 500;
+const HEAVY_TARGET_KB = 200;
 const PAGE = 50;
 
 export interface ConsoleOptions {
@@ -34,6 +37,8 @@ export interface ConsoleOptions {
   deadLetters: number;
   /** Times each read and each page is timed (after one warm-up for a read, three for a page). */
   repeats: number;
+  /** The list pages over heavy rows (bench/consoleHeavy.ts). */
+  heavy: HeavyOptions;
 }
 
 export interface ConsoleData {
@@ -44,6 +49,8 @@ export interface ConsoleData {
   timings: Array<{ kind: 'read' | 'page'; what: string } & Percentiles & { calls: number } & Partial<Pick<PageTiming, 'example' | 'bytes'>>>;
   /** The walks along "Next page" links to the deep pages (not timed as pages). */
   walks: Record<string, { pages: number; msP50: number; msP95: number }>;
+  /** The list pages over 1 MB rows (issue 33). */
+  heavy?: HeavyResult;
 }
 
 /** Warm-up requests of each page (a read has one). */
@@ -135,14 +142,28 @@ export async function consoleSection(pool: pg.Pool, o: ConsoleOptions): Promise<
     waitingPerKey: 5,
     deadLetters: o.deadLetters,
   };
+  // First the heavy rows (issue 33), in tables of their own: every list page p95 < 500 ms and < 200 KB.
+  const heavyProblems: string[] = [];
+  const heavy = await timeHeavyPages(pool, o.heavy, (ok, what) => {
+    if (!ok && heavyProblems.length < 20) heavyProblems.push(what);
+  });
+  if (heavyProblems.length > 0) throw new Error(`console section, heavy rows: ${heavyProblems.join('; ')}`);
+  const heavyRows = [
+    row(S, 'heavy rows: dead letters / of them with a 1 MB payload / 1 MB rows on the first page; build (s)', `${fmt(heavy.deadLetters)} / ${fmt(heavy.heavyRows)} / ${fmt(heavy.heavyOnFirstPage)}; ${fmt(heavy.buildSeconds)}`),
+    ...Object.entries(heavy.pages).map(([what, p]) =>
+      row(S, `heavy rows, page: ${what}, ms p50 / p95; KB largest`, `${fmt(p.p50, 1)} / ${fmt(p.p95, 1)}; ${fmt(p.maxBytes / 1000, 1)}`, `p95 < ${HEAVY_TARGET_MS} ms, < ${HEAVY_TARGET_KB} KB`, p.p95 < HEAVY_TARGET_MS && p.maxBytes < HEAVY_TARGET_KB * 1000),
+    ),
+  ];
+  log(`${S}: heavy rows: ${Object.keys(heavy.pages).length} pages timed`);
   const t = await buildConsoleTables(pool, sizes);
   try {
     const problems: string[] = [];
     const check: Check = (ok, what) => {
       if (!ok && problems.length < 20) problems.push(what);
     };
-    const data: ConsoleData = { sizes, buildSeconds: t.buildSeconds, bytes: t.bytes, timings: [], walks: {} };
+    const data: ConsoleData = { sizes, buildSeconds: t.buildSeconds, bytes: t.bytes, timings: [], walks: {}, heavy };
     const rows = [
+      ...heavyRows,
       row(S, 'tables: outbox rows / unsent / parked keys / dead letters', `${fmt(sizes.outboxRows)} / ${fmt(sizes.unsentRows + sizes.parkedKeys * sizes.waitingPerKey)} / ${fmt(sizes.parkedKeys)} / ${fmt(sizes.deadLetters)}`),
       row(S, 'tables: size on disk with indexes, outbox / dead letters (MB); build time (s)', `${fmt(t.bytes.outbox / 1e6)} / ${fmt(t.bytes.deadLetters / 1e6)}; ${fmt(t.buildSeconds)}`),
     ];

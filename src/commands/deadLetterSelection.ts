@@ -69,6 +69,12 @@ interface ResolvedFilter {
   empty: boolean;
 }
 
+/** Whether a filter's time is one people mean and Postgres takes: years 1 to 9999. */
+export function inTimeRange(d: Date): boolean {
+  const year = d.getUTCFullYear();
+  return !Number.isNaN(d.getTime()) && year >= 1 && year <= 9_999;
+}
+
 /** Check a filter up front; ConfigError names the field. Relative times count back from `now`. */
 export function resolveFilter(f: DeadLetterFilter, now: Date): ResolvedFilter {
   let ids: number[] | null = null;
@@ -88,11 +94,15 @@ export function resolveFilter(f: DeadLetterFilter, now: Date): ResolvedFilter {
     if (v === undefined) return null;
     if (v instanceof Date) {
       if (Number.isNaN(v.getTime())) throw new ConfigError(name, 'is an invalid Date');
+      if (!inTimeRange(v)) throw new ConfigError(name, `${v.toISOString()} is out of range (years 1 to 9999)`);
       return v;
     }
     if (typeof v !== 'string') throw new ConfigError(name, `${JSON.stringify(v)} is not a time`);
     const parsed = parseTimePoint(v, now);
     if ('problem' in parsed) throw new ConfigError(name, parsed.problem);
+    // 99999999d ago is no Date at all, and Postgres refuses years past 294276: checked
+    // here, not left to fail as a query.
+    if (!inTimeRange(parsed.value)) throw new ConfigError(name, `${JSON.stringify(v)} is out of range (years 1 to 9999)`);
     return parsed.value;
   };
   const topic = text('topic', f.topic);

@@ -21,8 +21,12 @@ export interface CappedCount {
 export interface MinuteFlow {
   /** Start of the minute (UTC). */
   minute: Date;
-  /** Rows inserted into the outbox in that minute (ids handed out by its sequence; see data/flow.ts). */
-  ingress: number;
+  /**
+   * Rows inserted into the outbox in that minute (ids handed out by its sequence; see
+   * data/flow.ts); null when it cannot be told: the minute before has no sequence mark (the
+   * first minute a relay recorded), so it is unknown, not zero.
+   */
+  ingress: number | null;
   /** Rows marked sent in that minute, by every relay. */
   egress: number;
   /** Rows dead-lettered in that minute. */
@@ -84,8 +88,16 @@ export interface ConsoleDeadLetterFilter extends DeadLetterFilter {
   errorName?: string;
 }
 
+/** One dead letter whole, with its JSON payload also as text (null: no JSON payload). */
+export type DeadLetterDetail = DeadLetter & { payloadText: string | null };
+
 /** One page of dead letters, lowest id first, and where the next page starts. */
 export interface DeadLetterPage {
+  /**
+   * Without payload, payload bytes or headers (null: a list never reads them, a 1 MB
+   * payload stays in the table), key and reason cut to 240 characters (the last an
+   * ellipsis). {@link DeadLetterDetail} is a dead letter whole.
+   */
   deadLetters: DeadLetter[];
   /** Pass as `afterId` for the next page; null on the last page. */
   nextAfterId: number | null;

@@ -86,16 +86,16 @@ test('sessions: random ids, idle expiry, end; CSRF token compared in constant ti
 test('login throttle: refuses a name after MAX_FAILURES failures in a minute, until a minute after the last', () => {
   let now = 0;
   const t = new LoginThrottle(() => now);
-  for (let i = 0; i < MAX_FAILURES - 1; i++) t.failed('alice');
-  assert.equal(t.waitMs('alice'), 0);
-  t.failed('alice');
-  assert.equal(t.waitMs('alice'), 60_000);
-  assert.equal(t.waitMs('bob'), 0, 'per name');
+  for (let i = 0; i < MAX_FAILURES - 1; i++) t.failed('alice', `10.0.0.${i}`);
+  assert.equal(t.waitMs('alice', '10.9.9.9'), 0);
+  t.failed('alice', '10.0.0.9');
+  assert.equal(t.waitMs('alice', '10.9.9.9'), 60_000, 'per name, from any address');
+  assert.equal(t.waitMs('bob', '10.9.9.9'), 0, 'per name');
   now += 60_000;
-  assert.equal(t.waitMs('alice'), 0);
-  t.failed('bob');
+  assert.equal(t.waitMs('alice', '10.9.9.9'), 0);
+  t.failed('bob', '10.9.9.9');
   t.succeeded('bob');
-  assert.equal(t.waitMs('bob'), 0);
+  assert.equal(t.waitMs('bob', '10.9.9.9'), 0);
 });
 
 function request(headers: Record<string, string>): IncomingMessage {

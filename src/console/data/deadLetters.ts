@@ -2,8 +2,8 @@ import type pg from 'pg';
 import { quoteSchema } from '../../shared/identifiers.js';
 import { ConfigError } from '../../shared/errors.js';
 import { dbNow, resolveFilter, toDeadLetter, type DeadLetter, type DeadLetterRow } from '../../commands/deadLetterSelection.js';
-import type { CappedCount, ConsoleDeadLetterFilter, DeadLetterPage } from '../model.js';
-import { deadLetterMatchesSql, deadLetterPageSql, deadLetterSql, timeRangeIdsSql } from '../sql/deadLetters.js';
+import type { CappedCount, ConsoleDeadLetterFilter, DeadLetterDetail, DeadLetterPage } from '../model.js';
+import { deadLetterMatchesSql, deadLetterMatchIdsSql, deadLetterPageSql, deadLetterSql, timeRangeIdsSql } from '../sql/deadLetters.js';
 import { capped, checkCount } from './capped.js';
 
 /** Matches of a page's filter are counted up to this many. */
@@ -82,10 +82,33 @@ export async function countDeadLetters(pool: pg.Pool, schema: string, filter: Co
   return capped(rows[0]!.count, cap);
 }
 
-/** One dead letter, whole (payload and payload_bytes as the table holds them), or null. Read-only. */
-export async function readDeadLetter(pool: pg.Pool, schema: string, id: number): Promise<DeadLetter | null> {
+/**
+ * The ids of the dead letters matching `filter`, lowest first, at most `cap`, and whether
+ * more match: the set a confirmation shows and its action then takes, exactly. Read-only.
+ *
+ * @throws ConfigError for a bad filter field
+ */
+export async function matchingIds(pool: pg.Pool, schema: string, filter: ConsoleDeadLetterFilter, cap: number): Promise<{ ids: number[]; capped: boolean }> {
+  const s = quoteSchema(schema);
+  checkCount('cap', cap, MAX_CAP);
+  const params = await filterParams(pool, s, filter);
+  if (params === 'none') return { ids: [], capped: false };
+  const { rows } = await pool.query<{ id: string }>(deadLetterMatchIdsSql(s), [...params, cap + 1]);
+  return { ids: rows.slice(0, cap).map((r) => Number(r.id)), capped: rows.length > cap };
+}
+
+/**
+ * One dead letter, whole (payload and payload_bytes as the table holds them), or null;
+ * `payloadText` is its JSON payload as Postgres writes it, for a page to print without
+ * recursion (a payload may nest 10,000 deep: JSON.stringify overflows the stack on it,
+ * JSON.parse does not). Read-only.
+ */
+export async function readDeadLetter(pool: pg.Pool, schema: string, id: number): Promise<DeadLetterDetail | null> {
   const s = quoteSchema(schema);
   if (!Number.isSafeInteger(id) || id < 1) return null;
-  const { rows } = await pool.query<DeadLetterRow>(deadLetterSql(s), [id]);
-  return rows[0] ? toDeadLetter(rows[0]) : null;
+  const { rows } = await pool.query<Omit<DeadLetterRow, 'payload'> & { payload_text: string | null }>(deadLetterSql(s), [id]);
+  const row = rows[0];
+  if (!row) return null;
+  const payloadText = row.payload_text;
+  return { ...toDeadLetter({ ...row, payload: payloadText === null ? null : JSON.parse(payloadText) }), payloadText };
 }

@@ -13,7 +13,8 @@ export async function readFlow(pool: pg.Pool, quotedSchema: string): Promise<Min
   const { rows } = await pool.query<{ minute: Date; recorded: boolean; sent: number; dead_lettered: number; ingress: number | null }>(flowSql(quotedSchema));
   return rows.map((r) => ({
     minute: r.minute,
-    ingress: r.ingress === null ? 0 : Number(r.ingress),
+    // No mark the minute before (a relay's first minute): unknown, not zero.
+    ingress: r.ingress === null ? null : Number(r.ingress),
     egress: Number(r.sent),
     deadLettered: Number(r.dead_lettered),
     recorded: r.recorded,

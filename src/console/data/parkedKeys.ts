@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { quoteSchema } from '../../shared/identifiers.js';
 import { ConfigError } from '../../shared/errors.js';
 import type { ParkedKeyPage } from '../model.js';
-import { parkedKeyPageSql } from '../sql/parkedKeys.js';
+import { parkedKeyOfSql, parkedKeyPageSql } from '../sql/parkedKeys.js';
 import { checkCount } from './capped.js';
 
 /** Rows waiting behind a page's keys are counted among the first this many unsent rows. */
@@ -53,4 +53,16 @@ export async function listParkedKeys(
     })),
     next: rows.length > limit && last ? { parkedAt: last.parked_at, topic: last.topic, key: last.key } : null,
   };
+}
+
+/**
+ * The key parked behind a dead letter (topic and key whole, since when), or null when that dead
+ * letter parks none (any more). Pages name a parked key by its dead letter's id: a key
+ * may be thousands of characters, too long for a URL. Read-only.
+ */
+export async function parkedKeyOf(pool: pg.Pool, schema: string, deadLetterId: number): Promise<{ topic: string; key: string; parkedAt: Date } | null> {
+  if (!Number.isSafeInteger(deadLetterId) || deadLetterId < 1) return null;
+  const { rows } = await pool.query<{ topic: string; key: string; parked_at: Date }>(parkedKeyOfSql(quoteSchema(schema)), [deadLetterId]);
+  const r = rows[0];
+  return r ? { topic: r.topic, key: r.key, parkedAt: r.parked_at } : null;
 }

@@ -21,7 +21,8 @@ SELECT m.minute,
        r.minute IS NOT NULL AS recorded,
        coalesce(r.sent, 0) AS sent,
        coalesce(r.dead_lettered, 0) AS dead_lettered,
-       greatest(r.last_id - p.last_id, 0) AS ingress
+       -- greatest() skips NULLs: without the CASE a minute with no mark before it read 0.
+       CASE WHEN r.last_id IS NOT NULL AND p.last_id IS NOT NULL THEN greatest(r.last_id - p.last_id, 0) END AS ingress
   FROM minutes AS m
   LEFT JOIN recorded AS r ON r.minute = m.minute
   LEFT JOIN recorded AS p ON p.minute = m.minute - interval '1 minute'

@@ -1,3 +1,5 @@
+import { cutText } from './deadLetters.js';
+
 // Read-only queries behind the console's dashboard of one outbox (../data/overview.ts).
 // Every one reads a bounded number of rows whatever the size of the tables: counts stop
 // at a cap ($1) instead of scanning to the end.
@@ -30,12 +32,13 @@ SELECT count(*)::int AS count
 
 /**
  * The newest $1 dead letters (down the primary key), grouped by error name and reason
+ * (its first 239 characters: a page shows no more)
  * and by topic; the empty grouping set counts the rows grouped. A GROUP BY over every
  * dead letter would read the whole table on each page view.
  */
 export const deadLetterGroupsSql = (s: string): string => `
 WITH newest AS (
-  SELECT error_name, reason, topic
+  SELECT error_name, ${cutText('reason')} AS reason, topic
     FROM ${s}.outbox_dead_letters
    ORDER BY id DESC
    LIMIT $1

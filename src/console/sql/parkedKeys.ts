@@ -1,3 +1,5 @@
+import { cutText } from './deadLetters.js';
+
 // The console's parked keys (../data/parkedKeys.ts).
 
 /**
@@ -23,10 +25,14 @@ WITH page AS (
    GROUP BY h.topic, h.key
 )
 SELECT page.topic, page.key, page.dead_letter_id, page.parked_at,
-       coalesce(d.reason, '') AS reason, coalesce(d.error_name, '') AS error_name,
+       coalesce(${cutText('d.reason')}, '') AS reason, coalesce(d.error_name, '') AS error_name,
        coalesce(w.n, 0) AS waiting,
        (SELECT count(*)::int FROM head) AS scanned
   FROM page
   LEFT JOIN ${s}.outbox_dead_letters AS d ON d.id = page.dead_letter_id
   LEFT JOIN waiting AS w ON w.topic = page.topic AND w.key = page.key
  ORDER BY page.parked_at, page.topic, page.key`;
+
+/** The key parked behind dead letter $1, if one is. */
+export const parkedKeyOfSql = (s: string): string => `
+SELECT p.topic, p.key, p.parked_at FROM ${s}.outbox_parked_keys AS p WHERE p.dead_letter_id = $1 LIMIT 1`;

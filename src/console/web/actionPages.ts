@@ -32,7 +32,7 @@ function preview(rows: readonly DeadLetter[], count: CappedCount, base: string):
 }
 
 /** Confirm a replay: the dry-run count, the rate, then POST. */
-export function replayConfirmPage(ctx: PageContext, outbox: string, s: Selection, count: CappedCount, rows: readonly DeadLetter[], defaultRate: number, notices: Notice[] = []): Html {
+export function replayConfirmPage(ctx: PageContext, outbox: string, s: Selection, count: CappedCount, rows: readonly DeadLetter[], defaultRate: number, notices: Notice[] = [], seen?: string): Html {
   const base = outboxPath(ctx.prefix, outbox, 'dead-letters');
   const n = count.count;
   const seconds = n / defaultRate;
@@ -49,6 +49,7 @@ ${n === 0
   ${csrf(ctx.session)}
   ${selectionFields(s)}
   <input type="hidden" name="expected" value="${n}">
+  ${seen ? html`<input type="hidden" name="seen" value="${seen}">` : ''}
   <div>
     <label for="rate">Rate, dead letters per second</label><span class="hint" id="rate-hint">at most 1000; at ${formatNumber(defaultRate)}/s these take about ${formatAge(seconds)}</span>
     <input type="number" id="rate" name="rate" value="${defaultRate}" min="0.1" max="1000" step="any" required aria-describedby="rate-hint">
@@ -62,7 +63,7 @@ ${n === 0
 }
 
 /** Confirm a discard: the dry-run count, an explicit "for good" box, then POST. */
-export function discardConfirmPage(ctx: PageContext, outbox: string, s: Selection, count: CappedCount, rows: readonly DeadLetter[], notices: Notice[] = []): Html {
+export function discardConfirmPage(ctx: PageContext, outbox: string, s: Selection, count: CappedCount, rows: readonly DeadLetter[], notices: Notice[] = [], seen?: string): Html {
   const base = outboxPath(ctx.prefix, outbox, 'dead-letters');
   const n = count.count;
   const what = `${formatNumber(n)} ${n === 1 ? 'dead letter' : 'dead letters'}`;
@@ -79,6 +80,7 @@ ${count.capped
   ${csrf(ctx.session)}
   ${selectionFields(s)}
   <input type="hidden" name="expected" value="${n}">
+  ${seen ? html`<input type="hidden" name="seen" value="${seen}">` : ''}
   <div><label><input type="checkbox" name="confirm" value="yes" required> I understand: ${n === 1 ? 'this dead letter is' : html`these ${what} are`} deleted for good</label></div>
   <div class="actions">
     <button type="submit" class="danger">Discard ${what}</button>
@@ -104,8 +106,10 @@ export function unparkConfirmPage(ctx: PageContext, outbox: string, key: { topic
 <p>Unparking lets the key's waiting rows be published <strong>without</strong> ${parking ? `dead letter ${parking.id}` : 'the dead letter that parks it'}, which stays a dead letter (its policy becomes skip): replayed later, it is published after the rows that went ahead of it. To publish it first, replay it instead${parking ? html` (<a href="${dead}/replay?scope=ids&amp;id=${parking.id}">replay dead letter ${parking.id}</a>)` : ''}.</p>
 <form method="post" action="${parked}/unpark" aria-label="Unpark">
   ${csrf(ctx.session)}
-  <input type="hidden" name="topic" value="${key.topic}">
-  <input type="hidden" name="key" value="${key.key}">
+  ${parking
+    ? html`<input type="hidden" name="deadLetter" value="${parking.id}">`
+    : html`<input type="hidden" name="topic" value="${key.topic}">
+  <input type="hidden" name="key" value="${key.key}">`}
   <div class="actions">
     <button type="submit" class="danger">Unpark this key</button>
     <a class="button secondary" href="${parked}">Cancel</a>

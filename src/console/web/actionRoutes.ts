@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { optionValue } from '../../shared/settings.js';
 import { replayRate } from '../../commands/options.js';
 import { ConfigError } from '../../shared/errors.js';
@@ -7,8 +8,9 @@ import { httpErrorOf, pageContext, type ConsoleEnv, type ConsoleOutbox, type Con
 import { HttpError, redirect, sendPage } from './http.js';
 import { outboxPath } from './layout.js';
 import { discardConfirmPage, PREVIEW_ROWS, replayConfirmPage, unparkConfirmPage } from './actionPages.js';
-import { auditSelection, describeSelection, selectionFilter, selectionFrom, selectionOptions, type Selection } from './selection.js';
+import { auditSelection, describeSelection, selectionFilter, selectionFrom, type Selection } from './selection.js';
 import { formatNumber } from './format.js';
+import { checkText } from './filters.js';
 import type { ReplayJob } from './jobs.js';
 import { KeyNotParkedError } from '../../commands/parkedKeys.js';
 import type { Notice, Session } from './sessions.js';
@@ -28,21 +30,50 @@ export function requireOperator(r: ConsoleRequest): Session {
   return s;
 }
 
-/** Dry-run count and preview of a selection; ids that are gone drop out of it. */
+/**
+ * Dry-run count and preview of a selection; ids that are gone drop out of it. A filter's
+ * (or all's) matches are read as ids, up to {@link ACTION_CAP}: their digest goes into the
+ * confirmation's form, and the action takes exactly that set or nothing.
+ */
 async function dryRun(env: ConsoleEnv, o: ConsoleOutbox, s: Selection) {
   if (s.scope === 'ids') {
     const page = await env.data.searchDeadLetters(o.pool, o.schema, { ids: s.ids }, { afterId: null, limit: s.ids.length });
     const found = page.deadLetters.map((d) => d.id);
     const gone = s.ids.length - found.length;
     const selection: Selection = found.length ? { scope: 'ids', ids: found } : s;
-    return { selection, count: { count: found.length, capped: false }, rows: page.deadLetters.slice(0, PREVIEW_ROWS), gone };
+    return { selection, count: { count: found.length, capped: false }, rows: page.deadLetters.slice(0, PREVIEW_ROWS), gone, seen: undefined };
   }
   const filter = selectionFilter(s);
-  const [count, page] = await Promise.all([
-    env.data.countDeadLetters(o.pool, o.schema, filter, ACTION_CAP),
+  const [matched, page] = await Promise.all([
+    env.data.matchingIds(o.pool, o.schema, filter, ACTION_CAP),
     env.data.searchDeadLetters(o.pool, o.schema, filter, { afterId: null, limit: PREVIEW_ROWS }),
   ]);
-  return { selection: s, count, rows: page.deadLetters, gone: 0 };
+  return { selection: s, count: { count: matched.ids.length, capped: matched.capped }, rows: page.deadLetters, gone: 0, seen: idsDigest(matched.ids) };
+}
+
+/** A digest of a set of ids (sorted): what a confirmation saw, compared when its form comes back. */
+export function idsDigest(ids: readonly number[]): string {
+  return createHash('sha256').update(ids.join(',')).digest('base64url');
+}
+
+/**
+ * The ids a filter's (or all's) action takes: those that match now, which must be the
+ * very set the confirmation showed (its digest in the form); otherwise nothing is done.
+ *
+ * @throws HttpError 409 when the set changed, 400 when the form lacks the digest
+ */
+async function confirmedIds(env: ConsoleEnv, o: ConsoleOutbox, s: Selection, form: URLSearchParams, expected: number, verb: string): Promise<number[]> {
+  const seen = form.get('seen');
+  if (!seen || !/^[A-Za-z0-9_-]{43}$/.test(seen)) throw new HttpError(400, 'The form lacks what the confirmation showed: start again from the confirmation page.');
+  const now = await env.data.matchingIds(o.pool, o.schema, selectionFilter(s), ACTION_CAP);
+  if (idsDigest(now.ids) !== seen) {
+    throw new HttpError(
+      409,
+      `The dead letters of this selection changed since the confirmation (${formatNumber(expected)} confirmed, ${formatNumber(now.ids.length)}${now.capped ? '+' : ''} match now: some arrived, or were replayed or discarded meanwhile). Nothing was ${verb}: confirm again.`,
+      'The selection changed',
+    );
+  }
+  return now.ids;
 }
 
 /** GET …/dead-letters/replay and …/discard: the confirmation with the dry-run count. */
@@ -53,8 +84,8 @@ export async function confirmAction(env: ConsoleEnv, r: ConsoleRequest, o: Conso
   const notices: Notice[] = run.gone > 0 ? [{ kind: 'warn', text: `${run.gone} of the selected dead letters are gone (replayed or discarded meanwhile).` }] : [];
   const page =
     action === 'replay'
-      ? replayConfirmPage(ctx, o.name, run.selection, run.count, run.rows, env.defaultRate, notices)
-      : discardConfirmPage(ctx, o.name, run.selection, run.count, run.rows, notices);
+      ? replayConfirmPage(ctx, o.name, run.selection, run.count, run.rows, env.defaultRate, notices, run.seen)
+      : discardConfirmPage(ctx, o.name, run.selection, run.count, run.rows, notices, run.seen);
   sendPage(r.res, 200, page, r.method === 'HEAD');
 }
 
@@ -93,6 +124,8 @@ export async function startReplay(env: ConsoleEnv, r: ConsoleRequest, o: Console
       throw error;
     }
     const selection = { ...who, selection: auditSelection(s) };
+    // A filter's replay takes exactly the dead letters its confirmation showed.
+    const ids = s.scope === 'ids' ? s.ids : await confirmedIds(env, o, s, form, expected, 'replayed');
     let answered = false;
     job = await env.jobs.start(
       { outbox: o.name, user: session.user, selection: describeSelection(s), rate, expected },
@@ -100,10 +133,7 @@ export async function startReplay(env: ConsoleEnv, r: ConsoleRequest, o: Console
         env.data.replayDeadLetters({
           pool: o.pool,
           schema: o.schema,
-          ...selectionOptions(s),
-          // The selection is what was confirmed: a filter's matches beyond that count
-          // (arrived since the dry run) wait for the next replay.
-          ...(s.scope === 'ids' ? {} : { limit: expected }),
+          ids,
           rate,
           signal,
           onProgress,
@@ -149,15 +179,9 @@ export async function discard(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutb
     const s = selectionFrom(form);
     const expected = positiveCount(form);
     if (form.get('confirm') !== 'yes') throw new HttpError(400, 'Tick the box that says the dead letters are deleted for good. Nothing was discarded.');
-    let ids = s.scope === 'ids' ? s.ids : undefined;
-    if (!ids) {
-      // The dry run again, then exactly its rows: never more than the operator confirmed.
-      const dry = await env.data.discardDeadLetters({ pool: o.pool, schema: o.schema, ...selectionOptions(s) });
-      if (dry.matched.length > expected) {
-        throw new HttpError(409, `${formatNumber(dry.matched.length)} dead letters match now, more than the ${formatNumber(expected)} confirmed. Nothing was discarded: confirm again.`, 'The selection grew');
-      }
-      ids = dry.matched.map((d) => d.id);
-    }
+    // Exactly the set the confirmation showed, or nothing (a row that arrived since, or one
+    // gone and another come in its place, changes the set even when the count is the same).
+    const ids = s.scope === 'ids' ? s.ids : await confirmedIds(env, o, s, form, expected, 'discarded');
     const done = await env.data.discardDeadLetters({ pool: o.pool, schema: o.schema, ids, yes: true });
     audit(env.logger, { ...who, selection: auditSelection(s), outcome: 'ok', rows: done.discarded, releasedKeys: done.releasedKeys.length });
     return done;
@@ -170,17 +194,30 @@ export async function discard(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutb
   redirect(r.res, outboxPath(env.prefix, o.name, 'dead-letters'));
 }
 
-function keyFrom(params: URLSearchParams): { topic: string; key: string } {
+/**
+ * The parked key a request names: `deadLetter=<id>` (the dead letter it is parked behind:
+ * what the pages send, as a key may be too long for a URL), or `topic` and `key`. Null:
+ * that dead letter parks no key (any more).
+ */
+async function keyFrom(env: ConsoleEnv, o: ConsoleOutbox, params: URLSearchParams): Promise<{ topic: string; key: string } | null> {
+  const byId = params.get('deadLetter');
+  if (byId !== null) {
+    if (!/^[1-9]\d{0,15}$/.test(byId) || !Number.isSafeInteger(Number(byId))) throw new HttpError(400, 'The dead letter id of the parked key is malformed.');
+    return env.data.parkedKeyOf(o.pool, o.schema, Number(byId));
+  }
   const topic = params.get('topic');
   const key = params.get('key');
-  if (!topic || key === null || topic.length > 1_000 || key.length > 10_000) throw new HttpError(400, 'Name the parked key: topic and key.');
+  if (!topic || key === null || topic.length > 1_000 || key.length > 10_000) throw new HttpError(400, 'Name the parked key: its dead letter, or topic and key.');
+  checkText('topic', topic);
+  checkText('key', key);
   return { topic, key };
 }
 
-/** GET …/parked-keys/unpark?topic&key: the confirmation. */
+/** GET …/parked-keys/unpark?deadLetter=<id> (or ?topic&key): the confirmation. */
 export async function confirmUnpark(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutbox): Promise<void> {
   requireOperator(r);
-  const k = keyFrom(r.query);
+  const k = await keyFrom(env, o, r.query);
+  if (!k) throw new HttpError(404, `Dead letter ${r.query.get('deadLetter')} parks no key (any more): the key was unparked, or its dead letter replayed or discarded.`, 'Not parked');
   const page = await env.data.searchDeadLetters(o.pool, o.schema, { topic: k.topic, key: k.key }, { afterId: null, limit: 100 });
   const parking = page.deadLetters.find((d) => d.parksKey) ?? null;
   sendPage(r.res, 200, unparkConfirmPage(pageContext(env, r), o.name, k, parking), r.method === 'HEAD');
@@ -195,20 +232,27 @@ export async function unpark(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutbo
     const result = await audited(env, who, async () => {
       const form = await checkedForm(env, r, session);
       requireOperator(r);
-      key = keyFrom(form);
+      const named = await keyFrom(env, o, form);
+      if (!named) throw new KeyNotParkedError('', '');
+      key = named;
       const done = await env.data.unparkKey({ pool: o.pool, schema: o.schema, ...key });
       audit(env.logger, { ...who, selection: key, outcome: 'ok', rows: 1, deadLetterId: done.deadLetterId, waiting: done.waiting });
       return done;
     });
     session.flash = {
       kind: 'info',
-      text: `Unparked key ${JSON.stringify(result.key)} of topic ${result.topic}: its ${formatNumber(result.waiting)}${result.waitingCapped ? ' or more' : ''} waiting rows go on; dead letter ${result.deadLetterId} stays a dead letter (policy skip now).`,
+      text: `Unparked key ${JSON.stringify(shortKey(result.key))} of topic ${result.topic}: its ${formatNumber(result.waiting)}${result.waitingCapped ? ' or more' : ''} waiting rows go on; dead letter ${result.deadLetterId} stays a dead letter (policy skip now).`,
     };
   } catch (error) {
-    if (!(error instanceof KeyNotParkedError) || !key) throw error;
-    session.flash = { kind: 'warn', text: `Key ${JSON.stringify(key.key)} of topic ${key.topic} is not parked (any more). Nothing changed.` };
+    if (!(error instanceof KeyNotParkedError)) throw error;
+    session.flash = { kind: 'warn', text: key ? `Key ${JSON.stringify(shortKey(key.key))} of topic ${key.topic} is not parked (any more). Nothing changed.` : 'That dead letter parks no key (any more). Nothing changed.' };
   }
   redirect(r.res, outboxPath(env.prefix, o.name, 'parked-keys'));
+}
+
+/** A key as a message or an audit line quotes it: at most 200 characters. */
+function shortKey(key: string): string {
+  return key.length > 200 ? `${key.slice(0, 199)}…` : key;
 }
 
 /** POST …/jobs/<id>/cancel */

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { audit } from './audit.js';
 import type { ConsoleEnv, ConsoleRequest } from './context.js';
-import { cookiesOf, HttpError, readForm, redirect, sendPage } from './http.js';
+import { cookiesOf, HttpError, isLocalPath, readForm, redirect, sendPage } from './http.js';
 import { loginPage } from './miscPages.js';
 import { verifyPassword } from './passwords.js';
 import { crossOriginProblem } from './security.js';
@@ -33,11 +33,15 @@ export function sessionOf(env: ConsoleEnv, req: IncomingMessage): Session | unde
   return env.sessions.find(cookies.get(SECURE_COOKIE) ?? cookies.get(COOKIE));
 }
 
-/** Where a login may send the browser on: a path of this console, never another site. */
+/**
+ * Where a login may send the browser on: a path of this console, never another site.
+ * `next` is resolved as the browser would resolve it (dot segments, `//host`) and only
+ * the result is used, rebuilt from its path and query: `/..//evil.example` resolves to
+ * the path `//evil.example`, which a browser reads as another host, so it goes home.
+ */
 export function safeNext(env: ConsoleEnv, next: string | null): string {
   const home = `${env.prefix}/`;
-  if (!next || next.length > 2_000 || !next.startsWith('/') || /[\\\r\n\t]/.test(next)) return home;
-  // Resolved as the browser would (dot segments, //host): still this origin, under the prefix.
+  if (!next || next.length > 2_000 || !next.startsWith('/') || /[\\\u0000-\u001f\u007f]/.test(next)) return home;
   const base = 'http://console.invalid';
   let url: URL;
   try {
@@ -45,8 +49,9 @@ export function safeNext(env: ConsoleEnv, next: string | null): string {
   } catch {
     return home;
   }
-  if (url.origin !== base || !url.pathname.startsWith(home) || url.pathname.startsWith(`${env.prefix}/login`)) return home;
-  return url.pathname + url.search;
+  const path = url.pathname;
+  if (url.origin !== base || !isLocalPath(path) || !path.startsWith(home) || path.startsWith(`${env.prefix}/login`)) return home;
+  return path + url.search;
 }
 
 /** GET /login: the form. */
@@ -68,16 +73,19 @@ export async function login(env: ConsoleEnv, r: ConsoleRequest): Promise<void> {
   const user = env.users.get(name);
   // A name that is no user is logged as such: people type their password into the name field.
   const who = user ? user.name : '(unknown user)';
-  const wait = env.throttle.waitMs(name);
+  // The TCP peer, not X-Forwarded-For: a header is the client's own word.
+  const address = r.req.socket.remoteAddress ?? 'unknown';
+  const wait = env.throttle.waitMs(name, address);
   if (wait > 0) {
-    audit(env.logger, { user: who, role: user?.role ?? '', action: 'login', outcome: 'refused', detail: 'too many failed logins', remoteAddress: r.remoteAddress });
+    const byAddress = env.throttle.addressLimited(address);
+    audit(env.logger, { user: who, role: user?.role ?? '', action: 'login', outcome: 'refused', detail: byAddress ? 'too many failed logins from this address' : 'too many failed logins', remoteAddress: r.remoteAddress });
     r.res.setHeader('retry-after', String(Math.ceil(wait / 1000)));
-    sendPage(r.res, 429, loginPage(ctx, next, `Too many failed logins for this name: try again in ${Math.ceil(wait / 1000)} s.`, name));
+    sendPage(r.res, 429, loginPage(ctx, next, `Too many failed logins ${byAddress ? 'from this address' : 'for this name'}: try again in ${Math.ceil(wait / 1000)} s.`, name));
     return;
   }
   const ok = password.length > 0 && password.length <= 1_024 && (await verifyPassword(password, user?.password));
   if (!ok || !user) {
-    env.throttle.failed(name);
+    env.throttle.failed(name, address);
     audit(env.logger, { user: who, role: user?.role ?? '', action: 'login', outcome: 'refused', detail: 'wrong user name or password', remoteAddress: r.remoteAddress });
     sendPage(r.res, 401, loginPage(ctx, next, 'Wrong user name or password.', name));
     return;

@@ -29,18 +29,19 @@ const known = (m: MinuteFlow): boolean => m.recorded !== false;
  * The polylines' points of one series: a run of recorded minutes each (a minute no relay
  * recorded is unknown, not zero: the line breaks there). A lone minute is a short dash.
  */
-function runs(flow: readonly MinuteFlow[], pick: (m: MinuteFlow) => number, max: number): string[] {
+function runs(flow: readonly MinuteFlow[], pick: (m: MinuteFlow) => number | null, max: number): string[] {
   const w = WIDTH - LEFT - RIGHT;
   const h = HEIGHT - TOP - BOTTOM;
   const n = Math.max(flow.length - 1, 1);
   const out: string[][] = [];
   let current: string[] | undefined;
   flow.forEach((m, i) => {
-    if (!known(m)) {
+    const v = known(m) ? pick(m) : null;
+    if (v === null) {
       current = undefined;
       return;
     }
-    const y = (TOP + h - (pick(m) / max) * h).toFixed(1);
+    const y = (TOP + h - (v / max) * h).toFixed(1);
     if (!current) out.push((current = []));
     current.push(`${(LEFT + (i * w) / n).toFixed(1)},${y}`);
   });
@@ -51,22 +52,28 @@ function runs(flow: readonly MinuteFlow[], pick: (m: MinuteFlow) => number, max:
   });
 }
 
-function series(flow: readonly MinuteFlow[], kind: string, pick: (m: MinuteFlow) => number, max: number): Html {
+function series(flow: readonly MinuteFlow[], kind: string, pick: (m: MinuteFlow) => number | null, max: number): Html {
   return html`${runs(flow, pick, max).map((points) => html`<polyline class="line ${kind}" points="${points}"></polyline>`)}`;
 }
 
 /** The chart and its table, for an outbox's last hour (oldest minute first). */
 export function flowChart(id: string, flow: readonly MinuteFlow[]): Html {
-  const sum = (pick: (m: MinuteFlow) => number): number => flow.reduce((a, m) => a + (known(m) ? pick(m) : 0), 0);
+  const sum = (pick: (m: MinuteFlow) => number | null): number => flow.reduce((a, m) => a + (known(m) ? (pick(m) ?? 0) : 0), 0);
   const recorded = flow.filter(known).length;
   const ingress = sum((m) => m.ingress);
+  // Rates over the minutes actually observed, not over an hour that is not full yet.
+  const ingressMinutes = flow.filter((m) => known(m) && m.ingress !== null).length;
+  const rate = (total: number, minutes: number): string => formatNumber(Math.round((total / minutes) * 10) / 10);
   const egress = sum((m) => m.egress);
   const dead = sum((m) => m.deadLettered);
-  const max = niceMax(Math.max(0, ...flow.filter(known).flatMap((m) => [m.ingress, m.egress, m.deadLettered])));
+  const max = niceMax(Math.max(0, ...flow.filter(known).flatMap((m) => [m.ingress ?? 0, m.egress, m.deadLettered])));
   const h = HEIGHT - TOP - BOTTOM;
   const ticks = [0, max / 2, max];
   const gaps = recorded === flow.length ? '' : ` ${recorded === 0 ? 'No minute' : `Only ${recorded} of ${flow.length} minutes`} recorded: no relay ran (or could write its counts) in the others, which are gaps, not zeros.`;
-  const summary = `Last hour: ${formatNumber(ingress)} rows in, ${formatNumber(egress)} out, ${formatNumber(dead)} dead-lettered; the axis goes up to ${formatNumber(max)} ${max === 1 ? 'row' : 'rows'} a minute.${gaps}`;
+  const rates =
+    ` Per minute: ingress ${ingressMinutes === 0 ? 'n/a (it needs two minutes recorded in a row)' : `${rate(ingress, ingressMinutes)} over the ${ingressMinutes === 1 ? 'minute' : `${ingressMinutes} minutes`} measured`},` +
+    ` egress ${recorded === 0 ? 'n/a' : `${rate(egress, recorded)} over the ${recorded === 1 ? 'minute' : `${recorded} minutes`} recorded`}.`;
+  const summary = `Last hour: ${formatNumber(ingress)} rows in, ${formatNumber(egress)} out, ${formatNumber(dead)} dead-lettered; the axis goes up to ${formatNumber(max)} ${max === 1 ? 'row' : 'rows'} a minute.${rates}${gaps}`;
   const xLabels: Array<[number, string]> = [
     [LEFT, '60 min ago'],
     [LEFT + (WIDTH - LEFT - RIGHT) / 2, '30 min ago'],
@@ -108,7 +115,7 @@ export function flowChart(id: string, flow: readonly MinuteFlow[]): Html {
     ${flow.map(
       (m) =>
         html`<tr><th scope="row">${m.minute.toISOString().slice(11, 16)}</th>${known(m)
-          ? html`<td class="num">${formatNumber(m.ingress)}</td><td class="num">${formatNumber(m.egress)}</td><td class="num">${formatNumber(m.deadLettered)}</td>`
+          ? html`<td class="num">${m.ingress === null ? 'n/a' : formatNumber(m.ingress)}</td><td class="num">${formatNumber(m.egress)}</td><td class="num">${formatNumber(m.deadLettered)}</td>`
           : html`<td colspan="3">not recorded</td>`}</tr>`,
     )}
     </tbody>

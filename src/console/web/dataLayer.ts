@@ -1,6 +1,6 @@
 import { discardDeadLetters, replayDeadLetters } from '../../commands/deadLetters.js';
 import { unparkKey } from '../../commands/parkedKeys.js';
-import { countDeadLetters, listParkedKeys, readDeadLetter, readOverview, searchDeadLetters } from '../data/index.js';
+import { countDeadLetters, listParkedKeys, matchingIds, parkedKeyOf, readDeadLetter, readOverview, searchDeadLetters } from '../data/index.js';
 import type { ConsoleData } from './consoleData.js';
 
 // The console's data layer: the reads of src/console/data/ and the operator commands of
@@ -9,5 +9,5 @@ import type { ConsoleData } from './consoleData.js';
 
 /** The real data layer. */
 export function defaultConsoleData(): ConsoleData {
-  return { readOverview, searchDeadLetters, readDeadLetter, countDeadLetters, listParkedKeys, unparkKey, replayDeadLetters, discardDeadLetters };
+  return { readOverview, searchDeadLetters, readDeadLetter, countDeadLetters, matchingIds, listParkedKeys, parkedKeyOf, unparkKey, replayDeadLetters, discardDeadLetters };
 }

@@ -1,23 +1,32 @@
 import { html, type Html } from './html.js';
-import { formatNumber, formatTime, hexDump, prettyJson, HEX_DUMP_MAX_BYTES } from './format.js';
+import { formatNumber, formatTime, hexDump, prettyJsonText, HEX_DUMP_MAX_BYTES, JSON_MAX_CHARS } from './format.js';
 import { layout, outboxPath, tableWrap, type PageContext } from './layout.js';
 import type { Notice } from './sessions.js';
-import type { DeadLetter } from '../../commands/deadLetterSelection.js';
+import type { DeadLetterDetail } from '../model.js';
 
 // One dead letter: what it is (ids, topic, key, times, attempts), why it failed, its
 // headers and its payload (JSON indented, bytes as a hex dump), and for an operator the
 // way to replay or discard it.
 
+/** A header value that is not a string, as JSON; one nested too deep to print says so (JSON.stringify recurses). */
+function headerJson(v: unknown): string {
+  try {
+    return JSON.stringify(v) ?? String(v);
+  } catch {
+    return '(a value nested too deep to show)';
+  }
+}
+
 /** The detail page of a dead letter. */
-export function deadLetterPage(ctx: PageContext, outbox: string, d: DeadLetter, notices: Notice[] = []): Html {
+export function deadLetterPage(ctx: PageContext, outbox: string, d: DeadLetterDetail, notices: Notice[] = []): Html {
   const base = outboxPath(ctx.prefix, outbox, 'dead-letters');
   const headers = Object.entries(d.headers ?? {});
   const payload = d.payloadBytes
     ? html`<p>${formatNumber(d.payloadBytes.length)} bytes${d.payloadBytes.length > HEX_DUMP_MAX_BYTES ? html`, the first ${formatNumber(HEX_DUMP_MAX_BYTES)} shown` : ''}.</p>
 <pre tabindex="0" aria-label="Payload bytes, hex dump">${hexDump(d.payloadBytes)}</pre>`
-    : d.payload === null || d.payload === undefined
+    : d.payloadText === null || d.payloadText === 'null'
       ? html`<p>No payload (null).</p>`
-      : html`<pre tabindex="0" aria-label="Payload, JSON">${prettyJson(d.payload)}</pre>`;
+      : html`${d.payloadText.length > JSON_MAX_CHARS ? html`<p>${formatNumber(d.payloadText.length)} characters: the first part is shown, up to ${formatNumber(JSON_MAX_CHARS)} characters indented.</p>` : ''}<pre tabindex="0" aria-label="Payload, JSON">${prettyJsonText(d.payloadText)}</pre>`;
   const operator = ctx.session?.role === 'operator';
   const body = html`
 <p><a href="${base}">Back to the dead letters</a></p>
@@ -59,7 +68,7 @@ ${operator
         html`<table>
     <caption>Kafka headers</caption>
     <thead><tr><th scope="col">Name</th><th scope="col">Value</th></tr></thead>
-    <tbody>${headers.map(([k, v]) => html`<tr><th scope="row"><code>${k}</code></th><td class="text"><code>${typeof v === 'string' ? v : JSON.stringify(v)}</code></td></tr>`)}</tbody>
+    <tbody>${headers.map(([k, v]) => html`<tr><th scope="row"><code>${k}</code></th><td class="text"><code>${typeof v === 'string' ? v : headerJson(v)}</code></td></tr>`)}</tbody>
   </table>`,
       )}
 </section>

@@ -29,6 +29,7 @@ export function filterFrom(params: URLSearchParams): ConsoleDeadLetterFilter {
     if (raw === null || raw.trim() === '') continue;
     const value = field === 'key' ? raw : raw.trim();
     if (value.length > MAX_TEXT) throw new HttpError(400, `The ${label(field)} is longer than ${MAX_TEXT} characters.`);
+    checkText(label(field), value);
     if (field === 'policy') {
       if (value !== 'park' && value !== 'skip') throw new HttpError(400, 'The policy is park or skip.');
       f.policy = value;
@@ -38,6 +39,16 @@ export function filterFrom(params: URLSearchParams): ConsoleDeadLetterFilter {
   }
   checkFilter(f);
   return f;
+}
+
+/**
+ * Text from a request that goes into a query: Postgres' text holds no NUL character (no
+ * topic, key or reason has one), and a query given one fails; refused here with a 400.
+ *
+ * @throws HttpError 400 naming `what`
+ */
+export function checkText(what: string, value: string): void {
+  if (value.includes('\u0000')) throw new HttpError(400, `The ${what} contains a NUL character, which no ${what} can hold.`);
 }
 
 /** The ids of a selection (`id` parameters), checked. */

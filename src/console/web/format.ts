@@ -47,7 +47,59 @@ export function hexDump(bytes: Buffer, maxBytes = HEX_DUMP_MAX_BYTES): string {
   return lines.join('\n');
 }
 
-/** A JSON payload, indented. */
-export function prettyJson(value: unknown): string {
-  return JSON.stringify(value, null, 2) ?? 'null';
+/** Nesting deeper than this is not indented further (10,000 levels would make lines of 20,000 spaces). */
+export const JSON_INDENT_LEVELS = 32;
+/** At most this many characters of a JSON payload are shown. */
+export const JSON_MAX_CHARS = 512 * 1024;
+
+/**
+ * JSON text (as Postgres writes jsonb) indented by two spaces a level, in one pass without
+ * recursion, so a payload nesting 10,000 deep prints as well as a flat one. Past
+ * {@link JSON_INDENT_LEVELS} levels lines are no longer indented further; past
+ * {@link JSON_MAX_CHARS} characters the rest is left out, and a last line says how much.
+ */
+export function prettyJsonText(text: string, maxChars = JSON_MAX_CHARS): string {
+  let out = '';
+  let depth = 0;
+  const newline = (): string => `\n${'  '.repeat(Math.min(depth, JSON_INDENT_LEVELS))}`;
+  let i = 0;
+  const n = text.length;
+  while (i < n && out.length < maxChars) {
+    const c = text[i]!;
+    if (c === '"') {
+      // A string, copied as it is up to its closing quote (a backslash escapes one character).
+      let j = i + 1;
+      while (j < n && text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+      out += text.slice(i, j + 1);
+      i = j + 1;
+      continue;
+    }
+    if (c === ' ' || c === '\n' || c === '\t' || c === '\r') {
+      i++;
+      continue;
+    }
+    if (c === '{' || c === '[') {
+      let j = i + 1;
+      while (j < n && (text[j] === ' ' || text[j] === '\n' || text[j] === '\t' || text[j] === '\r')) j++;
+      if (text[j] === (c === '{' ? '}' : ']')) {
+        out += c === '{' ? '{}' : '[]';
+        i = j + 1;
+        continue;
+      }
+      depth++;
+      out += c + newline();
+    } else if (c === '}' || c === ']') {
+      depth = Math.max(0, depth - 1);
+      out += newline() + c;
+    } else if (c === ',') {
+      out += `,${newline()}`;
+    } else if (c === ':') {
+      out += ': ';
+    } else {
+      out += c;
+    }
+    i++;
+  }
+  if (i < n) out += `\n… ${NUMBER.format(n - i)} more characters of the payload not shown`;
+  return out;
 }

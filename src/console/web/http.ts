@@ -66,8 +66,20 @@ export function sendText(res: ServerResponse, status: number, text: string, head
   res.end(head ? undefined : body);
 }
 
-/** 303 See Other: after a POST, the browser GETs `location` (a path of this console). */
+/** A path a Location header may carry: one leading slash (`//x` and `/\\x` name another host), no control character. */
+export function isLocalPath(location: string): boolean {
+  return location.startsWith('/') && location[1] !== '/' && location[1] !== '\\' && !/[\u0000-\u001f\u007f]/.test(location);
+}
+
+/**
+ * 303 See Other: after a POST, the browser GETs `location` (a path of this console).
+ * Anything else (`//host`, `/\\host`, a full URL) is refused: no redirect of the console
+ * may lead off the site, whatever a caller passes.
+ */
 export function redirect(res: ServerResponse, location: string): void {
+  if (!isLocalPath(location)) {
+    throw new HttpError(500, 'Refused to redirect off the console.');
+  }
   res.writeHead(303, { location, 'cache-control': 'no-store', 'content-length': 0 });
   res.end();
 }

@@ -2,6 +2,7 @@ import { html, type Html } from './html.js';
 import { formatAge, formatCount, formatTime } from './format.js';
 import { layout, outboxPath, tableWrap, type PageContext } from './layout.js';
 import { HttpError } from './http.js';
+import { inTimeRange } from '../../commands/deadLetterSelection.js';
 import type { Notice } from './sessions.js';
 import type { ParkedKeyCursor } from './consoleData.js';
 import type { ParkedKeyPage } from '../model.js';
@@ -12,25 +13,30 @@ import type { ParkedKeyPage } from '../model.js';
 /** Parked keys a page shows. */
 export const PARKED_KEY_PAGE_SIZE = 50;
 
-/** The cursor of a page link (`at`, `topic`, `key` after the last row shown), or null. */
-export function cursorFrom(params: URLSearchParams): ParkedKeyCursor | null {
+/**
+ * The cursor of a page link: `after=<id>`, the dead letter of the last key shown (a key
+ * may be too long for a URL), or the older `afterAt`, `afterTopic`, `afterKey`; null on
+ * the first page. A dead letter id is looked up by `lookUp` (null: unparked since).
+ *
+ * @throws HttpError 400 for a malformed or stale link
+ */
+export async function cursorFrom(params: URLSearchParams, lookUp: (deadLetterId: number) => Promise<ParkedKeyCursor | null>): Promise<ParkedKeyCursor | null> {
+  const afterId = params.get('after');
+  if (afterId !== null) {
+    const id = /^[1-9]\d{0,15}$/.test(afterId) ? Number(afterId) : NaN;
+    const found = Number.isSafeInteger(id) ? await lookUp(id) : null;
+    if (!found) throw new HttpError(400, 'The page link is malformed or its last key was unparked since: start again from the first page.');
+    return found;
+  }
   const at = params.get('afterAt');
   if (at === null) return null;
   const topic = params.get('afterTopic');
   const key = params.get('afterKey');
   const parkedAt = new Date(at);
-  if (topic === null || key === null || Number.isNaN(parkedAt.getTime()) || topic.length > 1_000 || key.length > 10_000) {
+  if (topic === null || key === null || !inTimeRange(parkedAt) || topic.length > 1_000 || key.length > 10_000 || topic.includes('\u0000') || key.includes('\u0000')) {
     throw new HttpError(400, 'The page link is malformed: start again from the first page.');
   }
   return { parkedAt, topic, key };
-}
-
-function cursorParams(c: ParkedKeyCursor): URLSearchParams {
-  return new URLSearchParams([
-    ['afterAt', c.parkedAt.toISOString()],
-    ['afterTopic', c.topic],
-    ['afterKey', c.key],
-  ]);
 }
 
 /** The parked keys page. */
@@ -50,7 +56,8 @@ ${rows.length === 0
     <thead><tr><th scope="col">Topic</th><th scope="col">Key</th><th scope="col">Parked since</th><th scope="col">Behind dead letter</th><th scope="col">Why</th><th scope="col" class="num">Rows waiting</th>${operator ? html`<th scope="col"><span class="visually-hidden">Actions</span></th>` : ''}</tr></thead>
     <tbody>
     ${rows.map((k) => {
-      const q = new URLSearchParams([['topic', k.topic], ['key', k.key]]).toString();
+      // By its dead letter: a key of thousands of characters would not fit a URL (HTTP 431).
+      const q = new URLSearchParams([['deadLetter', String(k.deadLetterId)]]).toString();
       return html`<tr>
       <td class="text">${k.topic}</td>
       <td class="text"><code>${k.key}</code></td>
@@ -66,7 +73,7 @@ ${rows.length === 0
     )}
 <nav aria-label="Pages of parked keys" class="actions">
   ${after ? html`<a href="${base}">First page</a>` : ''}
-  ${page.next ? html`<a href="${base}?${cursorParams(page.next).toString()}" rel="next">Next page</a>` : ''}
+  ${page.next && rows.length > 0 ? html`<a href="${base}?after=${rows[rows.length - 1]!.deadLetterId}" rel="next">Next page</a>` : ''}
 </nav>`;
   return layout({ ...ctx, outbox, section: 'parked-keys' }, 'Parked keys', body, notices);
 }

@@ -82,9 +82,9 @@ export async function deadLetter(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleO
   sendPage(r.res, 200, deadLetterPage(pageContext(env, r), o.name, d, takeFlash(r.session)), r.method === 'HEAD');
 }
 
-/** GET /outboxes/<name>/parked-keys?afterAt&afterTopic&afterKey */
+/** GET /outboxes/<name>/parked-keys?after=<dead letter id> */
 export async function parkedKeys(env: ConsoleEnv, r: ConsoleRequest, o: ConsoleOutbox): Promise<void> {
-  const after = cursorFrom(r.query);
+  const after = await cursorFrom(r.query, (id) => env.data.parkedKeyOf(o.pool, o.schema, id));
   const page = await env.data.listParkedKeys(o.pool, o.schema, { after, limit: PARKED_KEY_PAGE_SIZE });
   sendPage(r.res, 200, parkedKeysPage(pageContext(env, r), o.name, after, page, Date.now(), takeFlash(r.session)), r.method === 'HEAD');
 }

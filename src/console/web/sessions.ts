@@ -93,36 +93,109 @@ export function csrfMatches(session: Session, given: string | undefined): boolea
 }
 
 /**
- * Failed logins per user name: after {@link MAX_FAILURES} within {@link FAILURE_WINDOW_MS},
- * the name is refused (429) until the window has passed since the last failure. Guessing
- * is slowed without letting anyone lock a name out for long.
+ * Bounded memory of recent failures per key. Keys still below the limit and keys at it
+ * (refused) are kept apart, each evicted oldest first (by last failure): made-up keys
+ * that fail once push out one another, never a key being refused, unless as many keys
+ * reached the limit since.
  */
-export class LoginThrottle {
-  private readonly failures = new Map<string, number[]>();
+class FailureLog {
+  // A Map iterates in insertion order; a key is re-inserted on each failure, so the first
+  // entries are those whose last failure is oldest.
+  private readonly counting = new Map<string, number[]>();
+  private readonly refused = new Map<string, number[]>();
 
-  constructor(private readonly now: () => number = Date.now) {}
+  constructor(
+    private readonly limit: number,
+    private readonly capacity: number,
+    private readonly now: () => number,
+  ) {}
 
-  /** Milliseconds until `name` may try again; 0 when it may now. */
-  waitMs(name: string): number {
-    const recent = this.recent(name);
-    if (recent.length < MAX_FAILURES) return 0;
+  waitMs(key: string): number {
+    const recent = this.recent(key);
+    if (recent.length < this.limit) return 0;
     return Math.max(0, recent[recent.length - 1]! + FAILURE_WINDOW_MS - this.now());
   }
 
-  failed(name: string): void {
-    if (this.failures.size > 10_000) this.failures.clear();
-    this.failures.set(name, [...this.recent(name), this.now()].slice(-MAX_FAILURES));
+  failed(key: string): void {
+    const recent = [...this.recent(key), this.now()].slice(-this.limit);
+    this.forget(key);
+    const into = recent.length >= this.limit ? this.refused : this.counting;
+    into.set(key, recent);
+    while (into.size > this.capacity) {
+      const oldest = into.keys().next().value;
+      if (oldest === undefined) break;
+      into.delete(oldest);
+    }
   }
 
-  succeeded(name: string): void {
-    this.failures.delete(name);
+  forget(key: string): void {
+    this.counting.delete(key);
+    this.refused.delete(key);
   }
 
-  private recent(name: string): number[] {
+  get size(): number {
+    return this.counting.size + this.refused.size;
+  }
+
+  private recent(key: string): number[] {
     const t = this.now();
-    return (this.failures.get(name) ?? []).filter((at) => t - at < FAILURE_WINDOW_MS);
+    return (this.refused.get(key) ?? this.counting.get(key) ?? []).filter((at) => t - at < FAILURE_WINDOW_MS);
+  }
+}
+
+/**
+ * Failed logins per user name and per source address (the TCP peer: a forwarded-for
+ * header is the client's word). A name is refused (429) after {@link MAX_FAILURES}
+ * failures within {@link FAILURE_WINDOW_MS}, an address after
+ * {@link MAX_ADDRESS_FAILURES}, until the window has passed since its last failure.
+ * Guessing is slowed without letting anyone lock a name out for long, and one address
+ * cannot try names by the thousand. Memory is bounded ({@link THROTTLE_CAPACITY} names and
+ * as many addresses, twice over: those still counting and those refused): past it the
+ * entry failed longest ago is forgotten first, never the whole map. Made-up names from
+ * one address stop at the address's limit; made-up names from many addresses push out
+ * one another, not a name being refused.
+ */
+export class LoginThrottle {
+  private readonly names: FailureLog;
+  private readonly addresses: FailureLog;
+
+  constructor(
+    now: () => number = Date.now,
+    capacity = THROTTLE_CAPACITY,
+  ) {
+    this.names = new FailureLog(MAX_FAILURES, capacity, now);
+    this.addresses = new FailureLog(MAX_ADDRESS_FAILURES, capacity, now);
+  }
+
+  /** Milliseconds until `name` may be tried again from `address`; 0 when it may now. */
+  waitMs(name: string, address: string): number {
+    return Math.max(this.names.waitMs(name), this.addresses.waitMs(address));
+  }
+
+  /** Whether the wait comes from the address's limit (for the message shown). */
+  addressLimited(address: string): boolean {
+    return this.addresses.waitMs(address) > 0;
+  }
+
+  failed(name: string, address: string): void {
+    this.names.failed(name);
+    this.addresses.failed(address);
+  }
+
+  /** A good password clears its name's failures; the address's stay (one valid account must not reset guessing at others). */
+  succeeded(name: string): void {
+    this.names.forget(name);
+  }
+
+  /** Names and addresses remembered (for tests of the bound). */
+  get size(): { names: number; addresses: number } {
+    return { names: this.names.size, addresses: this.addresses.size };
   }
 }
 
 export const MAX_FAILURES = 5;
+/** Failed logins one source address may make within the window, whatever the names. */
+export const MAX_ADDRESS_FAILURES = 20;
 export const FAILURE_WINDOW_MS = 60_000;
+/** Names (and, separately, addresses) remembered at most, below the limit and again at it. */
+export const THROTTLE_CAPACITY = 10_000;

@@ -1,0 +1,126 @@
+/**
+ * The console's list pages over heavy rows (issue 33): `deadLetters` dead letters (200,000
+ * in both profiles), some of them with payloads of about 1 MB (hex text, which Postgres
+ * cannot compress much), several among the first page's rows and the rest spread over the
+ * table. Every list page (the dead letters unfiltered, deep, by topic, by reason, by
+ * time; a discard's confirmation with its preview; the parked keys) is timed over HTTP
+ * from the real console, request to last byte, with its size: p95 under 500 ms and every
+ * page under 200 KB, which holds only if lists leave payloads in the table.
+ *
+ * It checks its own profile ran: the table holds `deadLetters` rows, at least `heavyRows`
+ * of them over 1,000,000 bytes of payload, the first page shows some of them, every page
+ * answers 200 with its rows, and every page was timed.
+ */
+import type pg from 'pg';
+import { startConsole } from '../src/console/console.js';
+import { benchSchema, DATABASE_URL } from './common.js';
+import { ConsoleBrowser, deadLetterIds } from './consoleHttp.js';
+import { log, percentiles, type Percentiles } from './util.js';
+
+export interface HeavyOptions {
+  deadLetters: number;
+  /** Rows with a 1 MB payload (at least 10: those of the first page). */
+  heavyRows: number;
+  repeats: number;
+}
+
+export interface HeavyPage extends Percentiles {
+  calls: number;
+  example: string;
+  /** Largest size of the page seen, bytes. */
+  maxBytes: number;
+}
+
+export interface HeavyResult {
+  deadLetters: number;
+  heavyRows: number;
+  /** Ids of the 1 MB rows on the first page. */
+  heavyOnFirstPage: number;
+  buildSeconds: number;
+  pages: Record<string, HeavyPage>;
+}
+
+const TOPICS = ['orders', 'payments', 'shipments', 'invoices'];
+const MB_CHUNKS = 32_768; // md5 hex: 32 characters each, 1,048,576 in all
+
+export async function timeHeavyPages(pool: pg.Pool, o: HeavyOptions, check: (ok: boolean, what: string) => void): Promise<HeavyResult> {
+  const { schema, drop } = await benchSchema(pool, 'bench_console_heavy');
+  const s = `"${schema}"`;
+  const started = performance.now();
+  try {
+    const n = o.deadLetters;
+    // The first page's rows 5, 10, …, 50 are heavy, then one every n / (heavyRows - 10).
+    const every = Math.max(1, Math.floor(n / Math.max(1, o.heavyRows - 10)));
+    await pool.query(
+      `INSERT INTO ${s}.outbox_dead_letters
+         (id, message_id, topic, key, payload, created_at, attempts, reason, error_name, policy, first_failed_at, dead_lettered_at)
+       SELECT j, md5('h' || j)::uuid, ($2::text[])[1 + j % 4], 'key-' || (j % 5000),
+              jsonb_build_object('j', j, 'pad', repeat('x', 100)),
+              now() - make_interval(secs => $1 - j), 1, 'the message is ' || (1048576 + j) || ' bytes, over the relay''s limit',
+              CASE WHEN j % 3 = 0 THEN 'MESSAGE_TOO_LARGE' ELSE 'validation:too_large' END,
+              CASE WHEN j % 50 = 0 THEN 'park' ELSE 'skip' END, now() - make_interval(secs => $1 - j), now() - make_interval(secs => $1 - j)
+         FROM generate_series(1, $1::bigint) AS j`,
+      [n, TOPICS],
+    );
+    await pool.query(`SELECT setval('${s}.outbox_id_seq', $1)`, [n]);
+    const heavyIds = [...Array.from({ length: 10 }, (_, i) => 5 * (i + 1)), ...Array.from({ length: o.heavyRows - 10 }, (_, i) => 60 + i * every)].filter((id) => id <= n);
+    for (let i = 0; i < heavyIds.length; i += 10) {
+      await pool.query(
+        `UPDATE ${s}.outbox_dead_letters
+            SET payload = jsonb_build_object('j', id, 'blob', (SELECT string_agg(md5(id::text || '-' || g::text), '') FROM generate_series(1, ${MB_CHUNKS}) AS g))
+          WHERE id = ANY($1::bigint[])`,
+        [heavyIds.slice(i, i + 10)],
+      );
+      log(`console heavy rows: ${Math.min(i + 10, heavyIds.length)} of ${heavyIds.length} payloads of 1 MB`);
+    }
+    await pool.query(`INSERT INTO ${s}.outbox_parked_keys (topic, key, dead_letter_id) SELECT topic, key, min(id) FROM ${s}.outbox_dead_letters WHERE policy = 'park' GROUP BY topic, key ON CONFLICT DO NOTHING`);
+    await pool.query(`VACUUM ANALYZE ${s}.outbox_dead_letters`);
+    const buildSeconds = (performance.now() - started) / 1000;
+    const counted = (await pool.query<{ rows: number; heavy: number }>(
+      `SELECT count(*)::int AS rows, count(*) FILTER (WHERE octet_length(payload::text) > 1000000)::int AS heavy FROM ${s}.outbox_dead_letters`,
+    )).rows[0]!;
+    check(counted.rows === n, `heavy: ${counted.rows} dead letters, not ${n}`);
+    check(counted.heavy >= o.heavyRows, `heavy: ${counted.heavy} payloads over 1 MB, not ${o.heavyRows}`);
+
+    const password = `bench-${Math.random().toString(36).slice(2)}-${Date.now()}`;
+    const ops = await startConsole({ outboxes: [{ name: 'heavy', databaseUrl: DATABASE_URL, schema }], users: [{ name: 'operator', role: 'operator', password }], port: 0 });
+    try {
+      const browser = new ConsoleBrowser(ops.url);
+      await browser.login('operator', password);
+      const base = '/outboxes/heavy/';
+      const mid = Math.floor(n / 2);
+      const pages: Array<[string, string, number]> = [
+        ['dead letters, no filter, first page', `${base}dead-letters`, 50],
+        ['dead letters, no filter, a page deep in the list', `${base}dead-letters?after=${mid}`, 50],
+        ['dead letters of a topic, first page', `${base}dead-letters?topic=payments`, 50],
+        ['dead letters whose reason contains "bytes"', `${base}dead-letters?reason=bytes`, 50],
+        ['dead letters of an error name, deep', `${base}dead-letters?errorName=MESSAGE_TOO_LARGE&after=${mid}`, 50],
+        ['dead letters since 1 day ago', `${base}dead-letters?since=1d`, 50],
+        ['discard confirmation of a topic (preview of 20)', `${base}dead-letters/discard?scope=filter&topic=orders`, 20],
+        ['parked keys, first page', `${base}parked-keys`, 0],
+      ];
+      const result: HeavyResult = { deadLetters: counted.rows, heavyRows: counted.heavy, heavyOnFirstPage: 0, buildSeconds, pages: {} };
+      for (const [what, url, rows] of pages) {
+        const ms: number[] = [];
+        let maxBytes = 0;
+        for (let i = 0; i < 2 + o.repeats; i++) {
+          const page = await browser.get(url);
+          check(page.status === 200, `heavy: ${what} answered ${page.status}`);
+          if (rows > 0) check(deadLetterIds(page.body).length === rows, `heavy: ${what} shows ${deadLetterIds(page.body).length} rows, not ${rows}`);
+          if (i === 0 && url === `${base}dead-letters`) result.heavyOnFirstPage = deadLetterIds(page.body).filter((id) => heavyIds.includes(id)).length;
+          if (i < 2) continue; // warm-up
+          ms.push(page.ms);
+          maxBytes = Math.max(maxBytes, Buffer.byteLength(page.body));
+        }
+        result.pages[what] = { ...percentiles(ms.sort((a, b) => a - b)), calls: ms.length, example: url, maxBytes };
+      }
+      check(result.heavyOnFirstPage >= 10, `heavy: the first page shows ${result.heavyOnFirstPage} of the 1 MB rows, not 10`);
+      check(Object.keys(result.pages).length === pages.length && Object.values(result.pages).every((p) => p.calls === o.repeats), 'heavy: every page timed');
+      return result;
+    } finally {
+      await ops.close();
+    }
+  } finally {
+    await drop().catch(() => undefined);
+  }
+}
