@@ -48,6 +48,13 @@ export interface Profile {
   outboxes?: number;
   leaseTtlMs: number;
   batchSize: number;
+  /** Exactly-once profiles: the relays' Kafka transaction timeout (OUTBOX_TRANSACTION_TIMEOUT_MS);
+   *  default the relay's own. */
+  transactionTimeoutMs?: number;
+  /** How long a `relay-stall` holds its Kafka transaction open: past the transaction
+   *  timeout plus the coordinator's check for timed-out transactions (every 500 ms on the
+   *  suite's cluster, servers.ts), and shorter than nothing else needs. */
+  relayStallMs?: number;
   /** Every connection of the relays, the consumers and the writers goes through a
    *  PgBouncer of the suite's own, in this pool mode, in front of its Postgres (the
    *  harness's own reads and the migration go direct). Default: none, all direct. */
