@@ -72,6 +72,9 @@ test('integration (PgBouncer, session pooling): two default relays drain concurr
       },
     });
     assert.ok(committed.size >= 2_000, `${committed.size} rows committed`);
+    // The situation: the relay died by the SIGKILL mid-stream, its shards then taken over.
+    assert.ok(takeover, 'the relay was killed at the 300th commit');
+    assert.equal(await a.exited, 'SIGKILL', a.output());
     await takeover;
     await waitFor('every committed row marked sent', async () => (await sentCount(db, topic)) === committed.size, { timeoutMs: 60_000 });
     await assertDeliveredInOrder(topic, committed, rolledBack);
