@@ -310,21 +310,32 @@ export class Injector {
     const { log } = this.t;
     await this.running(slot, `relay ${index}`);
     await this.published(index);
-    const child = slot.child;
-    if (!child || slot.state !== 'running') {
-      log(`relay ${index}: not running; stall not counted`);
-      return;
-    }
     const seen = (event: string): number => slot.events[event] ?? 0;
     const base = { begun: seen('stall-begun'), refused: seen('stall-refused'), accepted: seen('stall-accepted'), recovered: seen('stall-recovered') };
-    log(`FAULT relay ${index}: its next Kafka transaction stalls past its transaction timeout`);
-    child.kill('SIGWINCH');
-    const alive = (): boolean => slot.child === child;
+    let child = slot.child;
+    const alive = (): boolean => child !== undefined && slot.child === child;
     const step = async (what: string, done: () => boolean, timeoutMs: number): Promise<boolean> =>
       waitFor(`relay ${index}: ${what}`, () => done() || !alive(), { timeoutMs, intervalMs: 50 }).then(() => done(), () => false);
-    if (!(await step('a transaction stalled', () => seen('stall-begun') > base.begun, 60_000))) {
-      log(`relay ${index}: no transaction stalled within 60 s${alive() ? '' : ' (its process exited)'}; not counted`);
-      return;
+    log(`FAULT relay ${index}: its next Kafka transaction stalls past its transaction timeout`);
+    // A process that exits before its stall began (a Postgres crash meanwhile, say) is
+    // armed again once restarted, three times at most: a stall is a property of a live
+    // relay's transaction, and the restart is counted elsewhere.
+    for (let attempt = 1; ; attempt++) {
+      child = slot.child;
+      if (!child || slot.state !== 'running') {
+        log(`relay ${index}: not running; stall not counted`);
+        return;
+      }
+      child.kill('SIGWINCH');
+      if (await step('a transaction stalled', () => seen('stall-begun') > base.begun, 60_000)) break;
+      if (alive() || attempt === 3) {
+        log(`relay ${index}: no transaction stalled within 60 s${alive() ? '' : ' (its process exited)'}; not counted`);
+        return;
+      }
+      log(`relay ${index}: its process exited before the stall began; arming the next one`);
+      // Armed once the new process' preload listens for the signal (its first report).
+      const ready = seen('hooks-ready');
+      await waitFor(`relay ${index}: a new process with its hooks`, () => seen('hooks-ready') > ready && slot.state === 'running', { timeoutMs: 60_000, intervalMs: 50 }).catch(() => undefined);
     }
     const t0 = Date.now();
     if (!(await step('Kafka refusing the stalled transaction', () => seen('stall-refused') > base.refused || seen('stall-accepted') > base.accepted, 60_000)) || seen('stall-refused') === base.refused) {
@@ -336,7 +347,7 @@ export class Injector {
       log(`relay ${index}: no Kafka commit within 60 s after the refusal${alive() ? '' : ' (its process exited)'}; not counted`);
       return;
     }
-    const last = this.t.stallReports?.get(child.pid ?? 0);
+    const last = this.t.stallReports?.get(child?.pid ?? 0);
     this.mark('relay-stall');
     this.relayStalls.push({ relay: index, openMs: last?.openMs ?? refusedAt - t0, refusal: last?.error ?? '?', recoveredMs: Date.now() - refusedAt });
     log(`relay ${index}: Kafka refused the transaction open ${last?.openMs ?? '?'} ms (${last?.error ?? '?'}); the same process committed again ${Date.now() - refusedAt} ms later`);

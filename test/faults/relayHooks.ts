@@ -43,6 +43,8 @@ diagnosticsChannel.subscribe(KAFKA_COMMITTED_CHANNEL, () => {
     report('stall-recovered');
   }
 });
+// The harness arms a restarted process only after this: its signal handlers are in.
+report('hooks-ready');
 if (process.env.FAULTS_PROGRESS === 'off') {
   diagnosticsChannel.subscribe(PROGRESS_READ_CHANNEL, (message) => {
     (message as { ids: number[] }).ids = [];
