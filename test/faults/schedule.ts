@@ -175,9 +175,11 @@ export function buildSchedule(o: ScheduleOptions): Fault[] {
   for (let i = 0; i < o.counts.consumerJoins; i++) {
     faults.push({ kind: 'consumer-join', atMs: at(), stayMs: rnd.int(2_000, 10_000) });
   }
-  // Drawn last, so every other fault of a seed stays where it was.
+  // Drawn last, so every other fault of a seed stays where it was. In the first half of
+  // the window: a stall needs a transaction, and the relay's other faults may hold it up
+  // (one armed at t+54 s, after the last write, found none to stall: seed 404).
   for (let i = 0; i < (o.counts.relayStalls ?? 0); i++) {
-    faults.push({ kind: 'relay-stall', atMs: at(), relay: rnd.int(0, o.relays - 1) });
+    faults.push({ kind: 'relay-stall', atMs: o.startMs + Math.floor(rnd.next() * span * 0.5), relay: rnd.int(0, o.relays - 1) });
   }
   return faults.sort((a, b) => a.atMs - b.atMs);
 }
