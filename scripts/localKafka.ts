@@ -281,6 +281,8 @@ export interface LocalKafkaClusterOptions {
   readyTimeoutMs?: number;
   /** Detach the JVMs so they outlive this process (the `start --nodes N` command). */
   detached?: boolean;
+  /** Broker properties to set on every node on top of the defaults, as for startLocalKafka. */
+  properties?: Record<string, string>;
 }
 
 /** One node of a local cluster. */
@@ -336,7 +338,8 @@ export async function startLocalKafkaCluster(options: LocalKafkaClusterOptions =
     mkdirSync(nodeDir, { recursive: true });
     const props = join(nodeDir, 'server.properties');
     const port = ports[i] as number;
-    writeFileSync(props, serverProperties(nodeDir, port, controllerPorts[i] as number, undefined, { nodeId: id, voters, replication, minInsync }));
+    const overrides = Object.entries(options.properties ?? {}).map(([name, value]) => `${name}=${value}\n`).join('');
+    writeFileSync(props, serverProperties(nodeDir, port, controllerPorts[i] as number, undefined, { nodeId: id, voters, replication, minInsync }) + overrides);
     writeFileSync(join(nodeDir, 'log4j.properties'), LOG4J);
     execFileSync('java', ['-cp', CLASSPATH, 'kafka.tools.StorageTool', 'format', '-t', clusterId, '-c', props], { stdio: 'ignore' });
     let child: ChildProcess | undefined;

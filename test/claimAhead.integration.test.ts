@@ -100,6 +100,16 @@ test('integration: a batch claimed ahead is rolled back when the batch before it
   assert.deepEqual(deadLetters.map((d) => [d.id, d.policy]), [[poison, 'park']]);
   const { rows: unsent } = await db.pool.query<{ id: string }>(`SELECT id FROM "${db.schema}".outbox WHERE sent_at IS NULL ORDER BY id`);
   assert.deepEqual(unsent.map((r) => Number(r.id)), heldIds, "p's later rows wait behind its dead letter, unsent");
+  // The situation: a batch claimed ahead held p's later rows and was rolled back. Only a
+  // claim locks them (FOR UPDATE; batch 1 stops at the oversized row, and claims after the
+  // park skip p), a row lock leaves the locker's xid in xmax, and a rollback leaves it there.
+  const { rows: lockers } = await db.pool.query<{ id: string; xmax: string; status: string | null }>(
+    `SELECT id, xmax::text AS xmax, txid_status(((txid_current() >> 32) << 32) + xmax::text::bigint) AS status
+       FROM "${db.schema}".outbox WHERE id = ANY($1::bigint[]) ORDER BY id`,
+    [heldIds],
+  );
+  assert.ok(lockers.every((r) => r.xmax !== '0' && r.status === 'aborted'), `p's later rows were locked by a claim that rolled back: ${JSON.stringify(lockers)}`);
+  assert.ok(batches.some((b) => b.firstId > poison!), 'the rows after the dead letter were claimed afresh and published');
   const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.headers[HEADERS.outboxId])).size >= 19 + later.length);
   assert.deepEqual(messages.filter((m) => m.key === 'p'), [], 'nothing of p reached Kafka');
   const byKey = idsByKey(messages);

@@ -8,7 +8,8 @@ import pg from 'pg';
 import { createRelay } from '../src/relay/relay.js';
 import { getStatus } from '../src/commands/status.js';
 import type { TestSchema } from './helpers/db.js';
-import { createTopic, testBrokers } from './helpers/kafka.js';
+import { HEADERS } from '../src/shared/kafka.js';
+import { createTopic, readTopic, testBrokers } from './helpers/kafka.js';
 import { spawnCli, type Spawned } from './helpers/processes.js';
 import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
@@ -71,6 +72,9 @@ test('integration (PgBouncer, session pooling): two default relays drain concurr
       },
     });
     assert.ok(committed.size >= 2_000, `${committed.size} rows committed`);
+    // The situation: the relay died by the SIGKILL mid-stream, its shards then taken over.
+    assert.ok(takeover, 'the relay was killed at the 300th commit');
+    assert.equal(await a.exited, 'SIGKILL', a.output());
     await takeover;
     await waitFor('every committed row marked sent', async () => (await sentCount(db, topic)) === committed.size, { timeoutMs: 60_000 });
     await assertDeliveredInOrder(topic, committed, rolledBack);
@@ -86,10 +90,21 @@ test('integration (PgBouncer, session pooling): a relay told `pooler: none` star
   const topic = await createTopic(1);
   const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: bouncer.url(), kafkaBrokers: testBrokers(), schema: db.schema, pooler: 'none', leaseTtlMs: LEASE_TTL_MS });
   await relay.start();
+  let sessionClients: number;
   try {
     await pooled.query(`INSERT INTO "${db.schema}".outbox (topic, key, payload) SELECT $1, 'k' || (g % 5), '{}' FROM generate_series(1, 100) AS g`, [topic]);
     await waitFor('the 100 rows sent', async () => (await sentCount(db, topic)) === 100, { timeoutMs: 30_000 });
+    // The situation: the relay's connections are PgBouncer's clients, in a session pool.
+    const sessionPools = new Set((await bouncer.admin('SHOW POOLS')).filter((p) => p.pool_mode === 'session').map((p) => `${p.database}/${p.user}`));
+    const clients = await bouncer.admin('SHOW CLIENTS');
+    sessionClients = clients.filter((c) => (c.application_name ?? '').startsWith(relay.applicationName) && sessionPools.has(`${c.database}/${c.user}`)).length;
   } finally {
     await relay.stop();
   }
+  assert.ok(sessionClients > 0, 'the relay was a client of PgBouncer in a session pool');
+  // Marked sent is not on the topic: read Kafka.
+  const { rows } = await db.pool.query<{ message_id: string }>(`SELECT message_id FROM "${db.schema}".outbox WHERE topic = $1`, [topic]);
+  const messages = await readTopic(topic, (m) => new Set(m.map((x) => x.headers[HEADERS.messageId])).size >= 100);
+  assert.deepEqual(new Set(messages.map((m) => m.headers[HEADERS.messageId])), new Set(rows.map((r) => r.message_id)), 'every row on the topic');
+  assert.equal(messages.length, 100, 'each once');
 });

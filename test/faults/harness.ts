@@ -155,6 +155,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   const handedBack = Array.from({ length: p.relays }, () => 0);
   // Exactly-once profiles: relay processes that marked rows sent from a unit's progress.
   const markedFromProgress = Array.from({ length: p.relays }, () => 0);
+  // Exactly-once profiles: what Kafka answered each stalled transaction (relayHooks.ts), by pid.
+  const stallReports = new Map<number, { openMs: number; error: string }>();
   const relaySlots = Array.from(
     { length: p.relays },
     (_, i) =>
@@ -180,6 +182,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
           ...(cfg.plant === 'horizon-off' ? { OUTBOX_HORIZON_MAX_WAIT_MS: '0' } : {}),
           ...(exactlyOnce ? { OUTBOX_DELIVERY: 'exactly-once', OUTBOX_TRANSACTIONAL_ID_PREFIX: `faults-${tag}-${Date.now().toString(36)}` } : {}),
           ...(cfg.plant === 'progress-off' ? { FAULTS_PROGRESS: 'off' } : {}),
+          ...(p.transactionTimeoutMs ? { OUTBOX_TRANSACTION_TIMEOUT_MS: String(p.transactionTimeoutMs) } : {}),
+          ...(p.relayStallMs ? { FAULTS_STALL_MS: String(p.relayStallMs) } : {}),
         },
         logFile: join(logs, `relay-${i}.log`),
         restartDelayMs: 1_000,
@@ -191,6 +195,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
           }
           if (typeof line.msg === 'string' && /transaction-pooling proxy/.test(line.msg) && line.level !== 50) poolerDetected[i]!++;
           if (line.msg === 'relay started') relaysStarted[i]!++;
+          if (line.event === 'stall-refused') stallReports.set(Number(line.pid), { openMs: Number(line.openMs), error: String(line.error) });
           if (typeof line.msg === 'string' && line.msg.startsWith('exactly-once unit started: rows its last Kafka transaction published were still unsent')) markedFromProgress[i]!++;
           if (typeof line.msg === 'string' && line.msg.startsWith('claiming ahead:')) claimedAhead[i]!++;
           if (typeof line.msg === 'string' && line.msg.startsWith('shards handed to worker 0:')) handedOver[i]!++;
@@ -227,6 +232,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     log,
     topic,
     relayPublished: (i) => (adaptersSeen[i]?.size ?? 0) > 0,
+    stallReports,
     cutDatabase: async (i, cut) => {
       const database = outboxes[i]?.database;
       if (!database) throw new Error(`outbox ${i} has no database of its own`);
@@ -383,7 +389,11 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     'consumer-join': 'counted once the joining consumer was assigned partitions',
     'database-cut': outboxes.length > 1 ? `of ${outboxes.slice(1).map((o) => o.database).join(', ')}` : undefined,
     'pgbouncer-restart': injector.pgbouncerRestarts.map((r) => `${r.mode === 'kill' ? 'SIGKILL' : 'clean stop'} of pid ${r.fromPid}, pid ${r.toPid} serving after ${r.backMs} ms`).join('; ') || undefined,
-    'postgres-restart': injector.postgresRestartsBehindPooler.length > 0 ? `behind PgBouncer, which stayed up: ${injector.postgresRestartsBehindPooler.map((r) => `pid ${r.pgbouncerPid} before and after`).join('; ')}` : undefined,
+    'postgres-restart': [
+      injector.postgresRestarts.length > 0 ? `counted when pg_postmaster_start_time() moved: ${injector.postgresRestarts.map((r) => `${r.mode === 'immediate' ? 'crash' : 'clean'} ${r.before} -> ${r.after}`).join('; ')}` : '',
+      injector.postgresRestartsBehindPooler.length > 0 ? `behind PgBouncer, which stayed up: ${injector.postgresRestartsBehindPooler.map((r) => `pid ${r.pgbouncerPid} before and after`).join('; ')}` : '',
+    ].filter(Boolean).join('; ') || undefined,
+    'relay-stall': injector.relayStalls.map((s) => `relay ${s.relay}: transaction open ${s.openMs} ms (timeout ${p.transactionTimeoutMs ?? 'default'} ms), refused with ${s.refusal}; the same process committed again ${s.recoveredMs} ms later`).join('; ') || undefined,
     relaysThroughPooler: seenAs(relaySlots) && `${seenAs(relaySlots)}; OUTBOX_POOLER ${relaySlots.map((s, i) => `${s.o.name} ${relayPooler(i)}${relayPooler(i) === 'auto' ? ` (found the pooler itself in ${poolerDetected[i]} of the ${relaysStarted[i]} processes that got as far as 'relay started', of ${s.starts} started)` : ''}`).join(', ')}`,
     consumersThroughPooler: seenAs(consumerSlots),
     directBackends: poolerSightings && `${poolerSightings.backendsSeen.size} backends of faults- processes seen in pg_stat_activity; not one of PgBouncer's server connections (SHOW SERVERS remote_pid) in two samples in a row: ${[...poolerSightings.direct.values()].slice(0, 5).join(', ') || 'none'}${poolerSightings.direct.size > 5 ? ` and ${poolerSightings.direct.size - 5} more` : ''}`,

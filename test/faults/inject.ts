@@ -6,6 +6,7 @@
  * self-check notices it.
  */
 import { Kafka, logLevel, type Admin } from 'kafkajs';
+import pg from 'pg';
 import { waitFor } from '../helpers/wait.js';
 import { describeFault, type Fault, type FaultKind } from './schedule.js';
 import type { Slot } from './processes.js';
@@ -27,6 +28,8 @@ export interface InjectTargets {
    * its profile says about every relay and the adapter.
    */
   relayPublished?(relay: number): boolean;
+  /** The last `stall-refused` report of each relay process, by pid (relayHooks.ts). */
+  stallReports?: ReadonlyMap<number, { openMs: number; error: string }>;
   /** Cut off (true) or let back (false) the database of outbox `outbox` (multi-outbox runs). */
   cutDatabase?(outbox: number, cut: boolean): Promise<void>;
 }
@@ -38,6 +41,17 @@ export interface PgBouncerRestart {
   toPid: number;
   /** Until the new process' admin console answered, ms. */
   backMs: number;
+}
+
+/** One relay stall with a Kafka transaction open, for the report. */
+export interface RelayStall {
+  relay: number;
+  /** How long the transaction was open, from the stall to Kafka's refusal, ms. */
+  openMs: number;
+  /** What Kafka answered when the relay went on with it. */
+  refusal: string;
+  /** From the refusal to the same process' next Kafka commit, ms. */
+  recoveredMs: number;
 }
 
 /** One SIGKILL of a cluster node, for the report. */
@@ -78,6 +92,10 @@ export class Injector {
   readonly brokerKills: BrokerKill[] = [];
   /** Every PgBouncer restart, in order. */
   readonly pgbouncerRestarts: PgBouncerRestart[] = [];
+  /** Relay stalls that Kafka refused and the relay recovered from, in order. */
+  readonly relayStalls: RelayStall[] = [];
+  /** Postgres restarts: the server's start time before and after (pg_postmaster_start_time()). */
+  readonly postgresRestarts: Array<{ mode: 'fast' | 'immediate'; before: string; after: string }> = [];
   /** Postgres restarts with PgBouncer in front: its pid, the same before and after. */
   readonly postgresRestartsBehindPooler: Array<{ pgbouncerPid: number }> = [];
   /** Infrastructure restarts never overlap each other. */
@@ -163,6 +181,11 @@ export class Injector {
         });
         break;
       }
+      case 'relay-stall': {
+        const slot = this.slot(this.t.relays, f.relay, 'relay');
+        await slot.exclusive(() => this.stallRelay(slot, f.relay));
+        break;
+      }
       case 'broker-restart':
         await this.exclusiveInfra(async () => {
           log('FAULT Kafka broker: restart');
@@ -181,7 +204,15 @@ export class Injector {
           log(`FAULT Postgres: restart (${f.mode})${servers.pgbouncer ? ', behind PgBouncer' : ''}`);
           const t = Date.now();
           const bouncerPid = servers.pgbouncer?.pid();
+          // A restart counts only if the server's start time moved: it really went down.
+          const before = await this.postmasterStart();
           await servers.postgres.restart(f.mode);
+          const after = await this.postmasterStart();
+          if (before === after) {
+            log(`Postgres start time ${before} before and after; not counted`);
+            return;
+          }
+          this.postgresRestarts.push({ mode: f.mode, before, after });
           if (servers.pgbouncer) {
             // Behind PgBouncer means PgBouncer itself stayed up while Postgres went away.
             const after = servers.pgbouncer.pid();
@@ -254,6 +285,72 @@ export class Injector {
       }
     }
     this.lastFaultEndAt = Math.max(this.lastFaultEndAt, Date.now());
+  }
+
+  /** The Postgres server's start time, as it reports it. */
+  private async postmasterStart(): Promise<string> {
+    const client = new pg.Client({ connectionString: this.t.servers.postgres.url, application_name: 'faults-injector' });
+    await client.connect();
+    try {
+      const { rows } = await client.query<{ t: string }>('SELECT pg_postmaster_start_time()::text AS t');
+      return rows[0]!.t;
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  }
+
+  /**
+   * Stall relay `index`'s next Kafka transaction past its timeout (test/faults/relayHooks.ts:
+   * SIGWINCH arms it) and wait for its process to report the three steps: the stall begun,
+   * Kafka refusing the transaction when the relay went on with it, and the same process'
+   * next Kafka commit. Counted only when all three happened in one process; a transaction
+   * Kafka let commit after the stall, or a process that died, is logged and not counted.
+   */
+  private async stallRelay(slot: Slot, index: number): Promise<void> {
+    const { log } = this.t;
+    await this.running(slot, `relay ${index}`);
+    await this.published(index);
+    const seen = (event: string): number => slot.events[event] ?? 0;
+    const base = { begun: seen('stall-begun'), refused: seen('stall-refused'), accepted: seen('stall-accepted'), recovered: seen('stall-recovered') };
+    let child = slot.child;
+    const alive = (): boolean => child !== undefined && slot.child === child;
+    const step = async (what: string, done: () => boolean, timeoutMs: number): Promise<boolean> =>
+      waitFor(`relay ${index}: ${what}`, () => done() || !alive(), { timeoutMs, intervalMs: 50 }).then(() => done(), () => false);
+    log(`FAULT relay ${index}: its next Kafka transaction stalls past its transaction timeout`);
+    // A process that exits before its stall began (a Postgres crash meanwhile, say) is
+    // armed again once restarted, three times at most: a stall is a property of a live
+    // relay's transaction, and the restart is counted elsewhere.
+    for (let attempt = 1; ; attempt++) {
+      child = slot.child;
+      if (!child || slot.state !== 'running') {
+        log(`relay ${index}: not running; stall not counted`);
+        return;
+      }
+      child.kill('SIGWINCH');
+      if (await step('a transaction stalled', () => seen('stall-begun') > base.begun, 60_000)) break;
+      if (alive() || attempt === 3) {
+        log(`relay ${index}: no transaction stalled within 60 s${alive() ? '' : ' (its process exited)'}; not counted`);
+        return;
+      }
+      log(`relay ${index}: its process exited before the stall began; arming the next one`);
+      // Armed once the new process' preload listens for the signal (its first report).
+      const ready = seen('hooks-ready');
+      await waitFor(`relay ${index}: a new process with its hooks`, () => seen('hooks-ready') > ready && slot.state === 'running', { timeoutMs: 60_000, intervalMs: 50 }).catch(() => undefined);
+    }
+    const t0 = Date.now();
+    if (!(await step('Kafka refusing the stalled transaction', () => seen('stall-refused') > base.refused || seen('stall-accepted') > base.accepted, 60_000)) || seen('stall-refused') === base.refused) {
+      log(`relay ${index}: ${seen('stall-accepted') > base.accepted ? 'Kafka committed the stalled transaction' : 'no answer to the stalled transaction within 60 s'}; not counted`);
+      return;
+    }
+    const refusedAt = Date.now();
+    if (!(await step('its next Kafka commit', () => seen('stall-recovered') > base.recovered, 60_000))) {
+      log(`relay ${index}: no Kafka commit within 60 s after the refusal${alive() ? '' : ' (its process exited)'}; not counted`);
+      return;
+    }
+    const last = this.t.stallReports?.get(child?.pid ?? 0);
+    this.mark('relay-stall');
+    this.relayStalls.push({ relay: index, openMs: last?.openMs ?? refusedAt - t0, refusal: last?.error ?? '?', recoveredMs: Date.now() - refusedAt });
+    log(`relay ${index}: Kafka refused the transaction open ${last?.openMs ?? '?'} ms (${last?.error ?? '?'}); the same process committed again ${Date.now() - refusedAt} ms later`);
   }
 
   /**

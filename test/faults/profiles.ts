@@ -48,6 +48,13 @@ export interface Profile {
   outboxes?: number;
   leaseTtlMs: number;
   batchSize: number;
+  /** Exactly-once profiles: the relays' Kafka transaction timeout (OUTBOX_TRANSACTION_TIMEOUT_MS);
+   *  default the relay's own. */
+  transactionTimeoutMs?: number;
+  /** How long a `relay-stall` holds its Kafka transaction open: past the transaction
+   *  timeout plus the coordinator's check for timed-out transactions (every 500 ms on the
+   *  suite's cluster, servers.ts), and shorter than nothing else needs. */
+  relayStallMs?: number;
   /** Every connection of the relays, the consumers and the writers goes through a
    *  PgBouncer of the suite's own, in this pool mode, in front of its Postgres (the
    *  harness's own reads and the migration go direct). Default: none, all direct. */
@@ -148,8 +155,10 @@ export const PROFILES: Record<string, Profile> = {
   },
   // Exactly-once delivery on the 3-node cluster: relays killed between a Kafka commit and
   // its Postgres COMMIT (every other kill), a relay paused past its lease (its units taken
-  // over, its producers fenced), broker and leader kills. A read_committed reader must
-  // count no duplicate, no loss, no reordering (CI runs it with --verify-planted).
+  // over, its producers fenced), a relay stalled with a Kafka transaction open past its
+  // transaction timeout (the coordinator aborts it; the relay goes on), broker and leader
+  // kills, and Postgres crashing once and restarting cleanly once. A read_committed reader
+  // must count no duplicate, no loss, no reordering (CI runs it with --verify-planted).
   'eos-cluster-ci': {
     ...BASE,
     rows: 3_000,
@@ -157,7 +166,12 @@ export const PROFILES: Record<string, Profile> = {
     relays: 2,
     brokers: 3,
     delivery: 'exactly-once',
-    counts: { relayKills: 4, relayPauses: 1, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 1, consumerJoins: 0, brokerKills: 1, leaderKills: 1 },
+    // Short enough to stall past in a CI run, long enough that the box's load does not
+    // time ordinary transactions out (at 3 s, on a box at load 13, 123 batches were
+    // refused INVALID_PRODUCER_EPOCH in one run).
+    transactionTimeoutMs: 10_000,
+    relayStallMs: 13_000,
+    counts: { relayKills: 4, relayPauses: 1, brokerRestarts: 0, postgresRestarts: 2, consumerKills: 1, consumerJoins: 0, brokerKills: 1, leaderKills: 1, relayStalls: 1 },
     drainTimeoutMs: 90_000,
   },
   long: {

@@ -7,18 +7,88 @@
 // Kafka and its rows still unsent. FAULTS_PROGRESS=off plants the bug the profile must
 // catch: the ids a unit reads from its progress when it starts are emptied, as if the
 // relay did not look, so such a batch is published a second time.
+//
+// SIGWINCH arms the stall (FAULTS_STALL_MS): the next Kafka transaction that has sent its
+// records waits that long before it adds the unit's progress, so it stays open past its
+// transaction timeout while the rest of the process (its lease heartbeats included) goes
+// on; no other relay takes the unit over, and only the transaction coordinator's timeout
+// can end it. The hook reports, as JSON lines on stdout that the harness counts
+// (processes.ts, `event`): `stall-begun`, then `stall-refused` when Kafka refused to go on
+// with the transaction (it had aborted it) or `stall-accepted` when it did not, then
+// `stall-recovered` at the process' next Kafka commit. No hook in src/ marks the moment a
+// transaction is open, so this one wraps kafkajs' producer (the same module instance the
+// relay loads).
 import diagnosticsChannel from 'node:diagnostics_channel';
+import kafkajs from 'kafkajs';
 import { KAFKA_COMMITTED_CHANNEL, PROGRESS_READ_CHANNEL } from '../../src/relay/transactionalUnit.js';
+
+const report = (event: string, fields: Record<string, unknown> = {}): void => {
+  process.stdout.write(`${JSON.stringify({ event, pid: process.pid, time: Date.now(), ...fields })}\n`);
+};
 
 let killAtNextCommit = false;
 process.on('SIGUSR2', () => {
   killAtNextCommit = true;
 });
+let stallArmed = false;
+let recovering = false;
+const stallMs = Number(process.env.FAULTS_STALL_MS ?? 0);
+process.on('SIGWINCH', () => {
+  stallArmed = stallMs > 0;
+});
 diagnosticsChannel.subscribe(KAFKA_COMMITTED_CHANNEL, () => {
   if (killAtNextCommit) process.kill(process.pid, 'SIGKILL');
+  if (recovering) {
+    recovering = false;
+    report('stall-recovered');
+  }
 });
+// The harness arms a restarted process only after this: its signal handlers are in.
+report('hooks-ready');
 if (process.env.FAULTS_PROGRESS === 'off') {
   diagnosticsChannel.subscribe(PROGRESS_READ_CHANNEL, (message) => {
     (message as { ids: number[] }).ids = [];
   });
 }
+
+type Transaction = Awaited<ReturnType<kafkajs.Producer['transaction']>>;
+const producerOf = kafkajs.Kafka.prototype.producer;
+kafkajs.Kafka.prototype.producer = function producer(this: kafkajs.Kafka, ...args: Parameters<kafkajs.Kafka['producer']>) {
+  const made = producerOf.apply(this, args);
+  const transactionOf = made.transaction.bind(made);
+  made.transaction = async (): Promise<Transaction> => {
+    const transaction = await transactionOf();
+    const sendOffsets = transaction.sendOffsets.bind(transaction);
+    const commit = transaction.commit.bind(transaction);
+    let begun: number | undefined;
+    // Kafka may refuse the progress or the commit: either shows it aborted the transaction.
+    const afterStall = async <T>(step: () => Promise<T>): Promise<T> => {
+      if (begun === undefined) return step();
+      try {
+        return await step();
+      } catch (error) {
+        const e = error as Error & { type?: string };
+        report('stall-refused', { openMs: Date.now() - begun, error: `${e.name}${e.type ? ` ${e.type}` : ''}: ${e.message}` });
+        begun = undefined;
+        recovering = true;
+        throw error;
+      }
+    };
+    transaction.sendOffsets = async (offsets) => {
+      if (stallArmed) {
+        stallArmed = false;
+        begun = Date.now();
+        report('stall-begun', { stallMs });
+        await new Promise((r) => setTimeout(r, stallMs));
+      }
+      return afterStall(() => sendOffsets(offsets));
+    };
+    transaction.commit = async () => {
+      const stalled = begun;
+      await afterStall(commit);
+      if (stalled !== undefined) report('stall-accepted', { openMs: Date.now() - stalled });
+    };
+    return transaction;
+  };
+  return made;
+};

@@ -56,7 +56,8 @@ try {
   await horizon.probe(probe);
   await horizon.probe(probe);
   const watermark = horizon.watermark;
-  say(`before the crash: sequence last value and watermark = ${watermark}`);
+  const { rows: beforeRows } = await app.query<{ last_value: string }>(`SELECT last_value FROM ${schema}.outbox_id_seq`);
+  say(`before the crash: sequence last value = ${beforeRows[0]?.last_value}, watermark = ${watermark}`);
   // 4. Postgres crashes at once (no checkpoint); the relay process lives on.
   await app.end().catch(() => undefined);
   await probe.end().catch(() => undefined);

@@ -44,6 +44,10 @@ export type Fault =
   | { kind: 'relay-kill'; atMs: number; relay: number; downMs: number; moment?: 'any' | 'after-kafka-commit' }
   /** SIGSTOP a relay for `pauseMs` (longer than its lease), then SIGCONT. */
   | { kind: 'relay-pause'; atMs: number; relay: number; pauseMs: number }
+  /** Exactly-once profiles: the relay's next Kafka transaction, its records sent, waits
+   *  (the relay's FAULTS_STALL_MS, past its transaction timeout) before it goes on, while
+   *  the process and its leases stay live (test/faults/relayHooks.ts, SIGWINCH). */
+  | { kind: 'relay-stall'; atMs: number; relay: number }
   /** Stop the Kafka broker (SIGTERM), start it again. */
   | { kind: 'broker-restart'; atMs: number }
   /** SIGKILL one node of the Kafka cluster (by node id), start it again `downMs` later. */
@@ -84,6 +88,8 @@ export interface FaultCounts {
   databaseCuts?: number;
   /** Restarts of PgBouncer (pooler profiles only; default 0). */
   pgbouncerRestarts?: number;
+  /** Relays stalled with a Kafka transaction open past its timeout (exactly-once profiles only; default 0). */
+  relayStalls?: number;
 }
 
 export interface ScheduleOptions {
@@ -169,6 +175,12 @@ export function buildSchedule(o: ScheduleOptions): Fault[] {
   for (let i = 0; i < o.counts.consumerJoins; i++) {
     faults.push({ kind: 'consumer-join', atMs: at(), stayMs: rnd.int(2_000, 10_000) });
   }
+  // Drawn last, so every other fault of a seed stays where it was. In the first half of
+  // the window: a stall needs a transaction, and the relay's other faults may hold it up
+  // (one armed at t+54 s, after the last write, found none to stall: seed 404).
+  for (let i = 0; i < (o.counts.relayStalls ?? 0); i++) {
+    faults.push({ kind: 'relay-stall', atMs: o.startMs + Math.floor(rnd.next() * span * 0.5), relay: rnd.int(0, o.relays - 1) });
+  }
   return faults.sort((a, b) => a.atMs - b.atMs);
 }
 
@@ -180,6 +192,8 @@ export function describeFault(f: Fault): string {
       return `${t} relay ${f.relay} SIGKILL${f.moment === 'after-kafka-commit' ? " between a Kafka commit and its batch's Postgres COMMIT" : ''}, restarted after ${f.downMs} ms`;
     case 'relay-pause':
       return `${t} relay ${f.relay} SIGSTOP for ${f.pauseMs} ms, then SIGCONT`;
+    case 'relay-stall':
+      return `${t} relay ${f.relay} stalls its next Kafka transaction past the transaction timeout, process and leases live`;
     case 'broker-restart':
       return `${t} Kafka broker restart`;
     case 'broker-kill':

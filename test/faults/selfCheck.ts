@@ -22,6 +22,7 @@ export const FAULT_KINDS: ReadonlyArray<{ kind: FaultKind; count: keyof Profile[
   { kind: 'leader-kill', count: 'leaderKills' },
   { kind: 'database-cut', count: 'databaseCuts' },
   { kind: 'pgbouncer-restart', count: 'pgbouncerRestarts' },
+  { kind: 'relay-stall', count: 'relayStalls' },
 ];
 
 /** What ran in one run, or what should have. */
