@@ -176,9 +176,10 @@ async function signalAndTime(spawned: ReturnType<typeof spawnCli>, signal: NodeJ
 const PROMPT_EXIT_MS = 1_500;
 // README: after the shutdown timeout or a second signal, closing waits at most 0.5 s more.
 const CLOSE_BOUND_MS = 500;
-// Timers fire late on a loaded machine: the relay stopped 551-632 ms after abandoning its
-// batch (its 500 ms waits) and abandoned it up to 68 ms past the timeout, at load 13-42 on
-// the 2-core box (2026-12-04). A fifth of the 1 s this test allowed on top before.
+// Timers fire late on a loaded machine: before the close steps shared one budget, the relay
+// stopped 551-632 ms after abandoning its batch (0.5 s for the batches on their way, then
+// up to 0.5 s more to close), at load 13-42 on the 2-core box (2026-12-04); the slack is for
+// late timers only.
 const TIMER_SLACK_MS = 200;
 
 test('integration: SIGINT while Postgres accepts and never answers: run stops at once and exits 0', async () => {

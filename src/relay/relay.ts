@@ -33,12 +33,12 @@ import { setUpExactlyOnce, type ExactlyOnce } from './exactlyOnceSetup.js';
 import { UNIT_COUNT, wantedUnitShards } from './units.js';
 import { wantedShards } from './shards.js';
 import { installLibraryGuard, runAsLibraryGuardOwner } from '../shared/libraryGuard.js';
-import { relayLibraryGuardOwner } from './libraryErrors.js';
 import { guardPoolCalls } from '../shared/guardedPool.js';
+import { relayLibraryGuardOwner } from './libraryErrors.js';
 
 export type { RelayEvents } from './relayEvents.js';
 
-/** What closing (producer, pool) may take after a hard stop before it is left behind. */
+/** What everything after a hard stop (or the shutdown timeout) may take before it is left behind. */
 const CLOSE_AFTER_HARD_STOP_MS = 500;
 /**
  * The relay: moves committed outbox rows to Kafka in id order per key.
@@ -293,10 +293,10 @@ export class Relay extends TypedEmitter<RelayEvents> {
       this.abortWork();
     }
     const hard = this.aborted;
-    // Giving the leases back and disconnecting must not outlast the stop either: a
-    // database or broker that accepts and never answers would hold them for its own
-    // timeout (30 s: kafkajs' request timeout). After that they are left behind.
-    const budgetMs = (): number => (hard ? CLOSE_AFTER_HARD_STOP_MS : Math.max(CLOSE_AFTER_HARD_STOP_MS, deadline - Date.now()));
+    // Leases, batches on their way and disconnecting share one budget, not one each (that
+    // made a hard stop take up to 1 s past the timeout); a server that never answers is left behind.
+    const closeDeadline = hard ? Date.now() + CLOSE_AFTER_HARD_STOP_MS : Math.max(deadline, Date.now() + CLOSE_AFTER_HARD_STOP_MS);
+    const budgetMs = (): number => Math.max(0, closeDeadline - Date.now());
     if (!hard && this.pool) {
       const pool = this.pool;
       // The counts of the minute so far, then hand the shards over now rather than after the lease TTL.
