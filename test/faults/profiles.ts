@@ -89,6 +89,17 @@ const BASE: Omit<Profile, 'rows' | 'writeMs' | 'counts' | 'drainTimeoutMs'> = {
   batchSize: 50,
 };
 
+const EOS_CLUSTER_CI: Profile = {
+  ...BASE,
+  rows: 3_000,
+  writeMs: 40_000,
+  relays: 2,
+  brokers: 3,
+  delivery: 'exactly-once',
+  counts: { relayKills: 4, relayPauses: 1, brokerRestarts: 0, postgresRestarts: 2, consumerKills: 1, consumerJoins: 0, brokerKills: 1, leaderKills: 1 },
+  drainTimeoutMs: 90_000,
+};
+
 export const PROFILES: Record<string, Profile> = {
   // One fault of each kind, for trying the harness out.
   smoke: {
@@ -158,33 +169,18 @@ export const PROFILES: Record<string, Profile> = {
   // over, its producers fenced), broker and leader kills, and Postgres crashing once and
   // restarting cleanly once. A read_committed reader must count no duplicate, no loss, no
   // reordering (CI runs it with --verify-planted).
-  'eos-cluster-ci': {
-    ...BASE,
-    rows: 3_000,
-    writeMs: 40_000,
-    relays: 2,
-    brokers: 3,
-    delivery: 'exactly-once',
-    counts: { relayKills: 4, relayPauses: 1, brokerRestarts: 0, postgresRestarts: 2, consumerKills: 1, consumerJoins: 0, brokerKills: 1, leaderKills: 1 },
-    drainTimeoutMs: 90_000,
-  },
+  'eos-cluster-ci': EOS_CLUSTER_CI,
   // eos-cluster-ci plus a relay stalled with a Kafka transaction open past its transaction
   // timeout (the coordinator aborts it; the relay must go on). Not in CI: it reproduces
   // docs/faults.md's open finding 6 (seed 202: one batch twice on the wire).
   'eos-stall': {
-    ...BASE,
-    rows: 3_000,
-    writeMs: 40_000,
-    relays: 2,
-    brokers: 3,
-    delivery: 'exactly-once',
+    ...EOS_CLUSTER_CI,
     // Short enough to stall past in a run, long enough that the box's load does not
     // time ordinary transactions out (at 3 s, on a box at load 13, 123 batches were
     // refused INVALID_PRODUCER_EPOCH in one run).
     transactionTimeoutMs: 10_000,
     relayStallMs: 13_000,
-    counts: { relayKills: 4, relayPauses: 1, brokerRestarts: 0, postgresRestarts: 2, consumerKills: 1, consumerJoins: 0, brokerKills: 1, leaderKills: 1, relayStalls: 1 },
-    drainTimeoutMs: 90_000,
+    counts: { ...EOS_CLUSTER_CI.counts, relayStalls: 1 },
   },
   long: {
     ...BASE,
