@@ -98,12 +98,16 @@ test('integration: writers are never refused while the conversion cannot get its
     // outbox while the writers take three partitions' worth of ids: a bound one partition
     // above the sequence would refuse them (check violation). The conversion gives up
     // 10 s after it started, then tries to remove its check.
+    // The holder's snapshot is taken before the conversion starts, so the conversion's
+    // concurrent index build (after the check) waits for it: the conversion cannot finish
+    // before the holder locks the outbox (it did, under load, and the test then failed).
+    await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+    await holder.query('SELECT 1');
     const conversion = partitionOutbox({ pool: db.pool, schema: db.schema, partitionSizeIds: 1_000, maxWaitMs: 10_000 }).then(
       () => assert.fail('converted while the outbox was held'),
       (error: Error & { retriable?: boolean }) => error,
     );
     await waitFor('the bound check in place', async () => (await boundCheck()) !== undefined, { intervalMs: 5 });
-    await holder.query('BEGIN');
     await holder.query(`LOCK TABLE "${db.schema}".outbox IN ROW EXCLUSIVE MODE`);
     const held = writers.rows;
     await waitFor('writers taking three partitions of ids', () => {
