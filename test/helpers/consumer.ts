@@ -24,7 +24,10 @@ export interface TestEvent {
 
 /** Publish events with the relay's headers; returns them with their message ids filled in. */
 export async function produce(topic: string, events: TestEvent[]): Promise<Array<TestEvent & { messageId: string | null }>> {
-  const producer = testKafka().producer({ createPartitioner: Partitioners.DefaultPartitioner });
+  // Idempotent: a send kafkajs retries (a slow answer on a loaded box) is written once,
+  // so a test's count of duplicates is the duplicates it published, not the retries'
+  // (a CI run had 168 records for 120 sent).
+  const producer = testKafka().producer({ createPartitioner: Partitioners.DefaultPartitioner, idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
   const out = events.map((e) => ({ ...e, messageId: e.messageId === undefined ? randomUUID() : e.messageId }));
   try {

@@ -34,6 +34,17 @@ export async function createTopic(partitions: number, brokers = testBrokers(), p
   return topic;
 }
 
+/** How many records the topic's log holds: the sum of its partitions' high watermarks. */
+export async function topicRecordCount(topic: string, brokers = testBrokers()): Promise<number> {
+  const admin = testKafka(brokers).admin();
+  await admin.connect();
+  try {
+    return (await admin.fetchTopicOffsets(topic)).reduce((sum, p) => sum + Number(p.high), 0);
+  } finally {
+    await admin.disconnect();
+  }
+}
+
 export interface ReadMessage {
   partition: number;
   offset: string;
