@@ -17,6 +17,7 @@
  * 0, everything drained, and every run ran the relays, consumers, broker and faults its
  * profile says (and, with --verify-planted, when each planted bug was caught); 1 otherwise.
  */
+import { appendFileSync } from 'node:fs';
 import { killAllChildren } from './processes.js';
 import { runOnce } from './harness.js';
 import { elapsedMs, log } from './log.js';
@@ -133,6 +134,12 @@ async function main(): Promise<number> {
     process.stdout.write(`  ${l.ok ? 'PASS' : 'FAIL'}  ${formatLine(l)}\n`);
   }
   process.stdout.write(`  seed ${args.seed}; reproduce: ${runs[0]?.command}\n  total wall time ${(elapsedMs() / 1000).toFixed(0)} s\n`);
+  // CI's time table (scripts/ciTimeTable.ts) takes each command's time from here.
+  const timesFile = process.env.OUTBOX_FAULTS_TIMES_FILE;
+  if (timesFile) {
+    const line = { command: runs[0]?.command, runs: reports.map((r) => ({ name: r.name, seconds: Math.round(r.wallMs / 1000) })), seconds: Math.round(elapsedMs() / 1000), ok };
+    appendFileSync(timesFile, `${JSON.stringify(line)}\n`);
+  }
   return ok ? 0 : 1;
 }
 
