@@ -18,16 +18,20 @@ export async function startUnit(rt: RelayRuntime, worker: Worker, unit: Transact
     const ids = await unit.start();
     if (rt.stopping) return false;
     let marked = 0;
+    let unsent = 0;
     if (ids.length > 0) {
       const { rows } = await rt.pool.query<{ unsent: number; marked: number }>(markRecoveredSql(rt.quotedSchema, rt.options.onPublish), [ids, shards, rt.instanceId]);
       marked = rows[0]!.marked;
+      unsent = rows[0]!.unsent;
       if (marked < rows[0]!.unsent) {
         throw new OutboxError(`a lease of the unit lapsed while marking its progress: ${marked} of ${rows[0]!.unsent} rows marked sent`, { retriable: true });
       }
     }
     worker.unitReady = true;
-    rt.logger[marked > 0 ? 'info' : 'debug'](
-      { worker: worker.index, unit: unit.unit, progressIds: ids.length, markedSent: marked },
+    // At info even when nothing was marked: a unit starts only when the relay gets it or after a
+    // failed batch, and which progress each start read is what a wire duplicate is traced by.
+    rt.logger.info(
+      { worker: worker.index, unit: unit.unit, progressIds: ids.length, firstProgressId: ids[0], lastProgressId: ids[ids.length - 1], unsent, markedSent: marked },
       marked > 0
         ? "exactly-once unit started: rows its last Kafka transaction published were still unsent (a crash between Kafka's commit and Postgres'); marked sent, not published again"
         : 'exactly-once unit started',

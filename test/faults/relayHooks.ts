@@ -36,6 +36,18 @@ const stallMs = Number(process.env.FAULTS_STALL_MS ?? 0);
 process.on('SIGWINCH', () => {
   stallArmed = stallMs > 0;
 });
+// Every commit's progress and every start's read, as events in the relay's log: a wire
+// duplicate is traced to the transaction that first carried its row and to the start that
+// should have named it (docs/faults.md, finding 6). Reported before the plant below empties
+// what was read.
+diagnosticsChannel.subscribe(KAFKA_COMMITTED_CHANNEL, (message) => {
+  const { unit, ids } = message as { unit: number; ids?: number[] };
+  report('kafka-committed', { unit, ids });
+});
+diagnosticsChannel.subscribe(PROGRESS_READ_CHANNEL, (message) => {
+  const { unit, ids } = message as { unit: number; ids: number[] };
+  report('progress-read', { unit, ids: [...ids] });
+});
 diagnosticsChannel.subscribe(KAFKA_COMMITTED_CHANNEL, () => {
   if (killAtNextCommit) process.kill(process.pid, 'SIGKILL');
   if (recovering) {
