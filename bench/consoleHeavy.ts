@@ -43,38 +43,50 @@ export interface HeavyResult {
 const TOPICS = ['orders', 'payments', 'shipments', 'invoices'];
 const MB_CHUNKS = 32_768; // md5 hex: 32 characters each, 1,048,576 in all
 
+/**
+ * Fill `schema`'s (migrated, empty) dead letters as the bench measures them: `deadLetters`
+ * rows, `heavyRows` of them with a 1 MB payload (ten on the first page), their keys
+ * parked, analyzed. Returns the heavy rows' ids.
+ */
+export async function seedHeavyDeadLetters(pool: pg.Pool, schema: string, o: Pick<HeavyOptions, 'deadLetters' | 'heavyRows'>): Promise<number[]> {
+  const s = `"${schema}"`;
+  const n = o.deadLetters;
+  // The first page's rows 5, 10, …, 50 are heavy, then one every n / (heavyRows - 10).
+  const every = Math.max(1, Math.floor(n / Math.max(1, o.heavyRows - 10)));
+  await pool.query(
+    `INSERT INTO ${s}.outbox_dead_letters
+       (id, message_id, topic, key, payload, created_at, attempts, reason, error_name, policy, first_failed_at, dead_lettered_at)
+     SELECT j, md5('h' || j)::uuid, ($2::text[])[1 + j % 4], 'key-' || (j % 5000),
+            jsonb_build_object('j', j, 'pad', repeat('x', 100)),
+            now() - make_interval(secs => $1 - j), 1, 'the message is ' || (1048576 + j) || ' bytes, over the relay''s limit',
+            CASE WHEN j % 3 = 0 THEN 'MESSAGE_TOO_LARGE' ELSE 'validation:too_large' END,
+            CASE WHEN j % 50 = 0 THEN 'park' ELSE 'skip' END, now() - make_interval(secs => $1 - j), now() - make_interval(secs => $1 - j)
+       FROM generate_series(1, $1::bigint) AS j`,
+    [n, TOPICS],
+  );
+  await pool.query(`SELECT setval('${s}.outbox_id_seq', $1)`, [n]);
+  const heavyIds = [...Array.from({ length: 10 }, (_, i) => 5 * (i + 1)), ...Array.from({ length: o.heavyRows - 10 }, (_, i) => 60 + i * every)].filter((id) => id <= n);
+  for (let i = 0; i < heavyIds.length; i += 10) {
+    await pool.query(
+      `UPDATE ${s}.outbox_dead_letters
+          SET payload = jsonb_build_object('j', id, 'blob', (SELECT string_agg(md5(id::text || '-' || g::text), '') FROM generate_series(1, ${MB_CHUNKS}) AS g))
+        WHERE id = ANY($1::bigint[])`,
+      [heavyIds.slice(i, i + 10)],
+    );
+    log(`console heavy rows: ${Math.min(i + 10, heavyIds.length)} of ${heavyIds.length} payloads of 1 MB`);
+  }
+  await pool.query(`INSERT INTO ${s}.outbox_parked_keys (topic, key, dead_letter_id) SELECT topic, key, min(id) FROM ${s}.outbox_dead_letters WHERE policy = 'park' GROUP BY topic, key ON CONFLICT DO NOTHING`);
+  await pool.query(`VACUUM ANALYZE ${s}.outbox_dead_letters`);
+  return heavyIds;
+}
+
 export async function timeHeavyPages(pool: pg.Pool, o: HeavyOptions, check: (ok: boolean, what: string) => void): Promise<HeavyResult> {
   const { schema, drop } = await benchSchema(pool, 'bench_console_heavy');
   const s = `"${schema}"`;
   const started = performance.now();
   try {
     const n = o.deadLetters;
-    // The first page's rows 5, 10, …, 50 are heavy, then one every n / (heavyRows - 10).
-    const every = Math.max(1, Math.floor(n / Math.max(1, o.heavyRows - 10)));
-    await pool.query(
-      `INSERT INTO ${s}.outbox_dead_letters
-         (id, message_id, topic, key, payload, created_at, attempts, reason, error_name, policy, first_failed_at, dead_lettered_at)
-       SELECT j, md5('h' || j)::uuid, ($2::text[])[1 + j % 4], 'key-' || (j % 5000),
-              jsonb_build_object('j', j, 'pad', repeat('x', 100)),
-              now() - make_interval(secs => $1 - j), 1, 'the message is ' || (1048576 + j) || ' bytes, over the relay''s limit',
-              CASE WHEN j % 3 = 0 THEN 'MESSAGE_TOO_LARGE' ELSE 'validation:too_large' END,
-              CASE WHEN j % 50 = 0 THEN 'park' ELSE 'skip' END, now() - make_interval(secs => $1 - j), now() - make_interval(secs => $1 - j)
-         FROM generate_series(1, $1::bigint) AS j`,
-      [n, TOPICS],
-    );
-    await pool.query(`SELECT setval('${s}.outbox_id_seq', $1)`, [n]);
-    const heavyIds = [...Array.from({ length: 10 }, (_, i) => 5 * (i + 1)), ...Array.from({ length: o.heavyRows - 10 }, (_, i) => 60 + i * every)].filter((id) => id <= n);
-    for (let i = 0; i < heavyIds.length; i += 10) {
-      await pool.query(
-        `UPDATE ${s}.outbox_dead_letters
-            SET payload = jsonb_build_object('j', id, 'blob', (SELECT string_agg(md5(id::text || '-' || g::text), '') FROM generate_series(1, ${MB_CHUNKS}) AS g))
-          WHERE id = ANY($1::bigint[])`,
-        [heavyIds.slice(i, i + 10)],
-      );
-      log(`console heavy rows: ${Math.min(i + 10, heavyIds.length)} of ${heavyIds.length} payloads of 1 MB`);
-    }
-    await pool.query(`INSERT INTO ${s}.outbox_parked_keys (topic, key, dead_letter_id) SELECT topic, key, min(id) FROM ${s}.outbox_dead_letters WHERE policy = 'park' GROUP BY topic, key ON CONFLICT DO NOTHING`);
-    await pool.query(`VACUUM ANALYZE ${s}.outbox_dead_letters`);
+    const heavyIds = await seedHeavyDeadLetters(pool, schema, o);
     const buildSeconds = (performance.now() - started) / 1000;
     const counted = (await pool.query<{ rows: number; heavy: number }>(
       `SELECT count(*)::int AS rows, count(*) FILTER (WHERE octet_length(payload::text) > 1000000)::int AS heavy FROM ${s}.outbox_dead_letters`,
