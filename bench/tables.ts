@@ -185,7 +185,9 @@ function renderConsoleHeavy(s: RunSummary, from: string, rows: Row[]): string {
     const [cpu, reads, load] = c ? [c[1]!, c[2]!, c[3]!] : ['not recorded', 'not recorded', `${r.load1} (at the end)`];
     out.push(`| ${cell(page)} | ${m[1]} | ${m[2]} | ${m[3]} | ${cell(r.target ?? '')} | ${met(r)} | ${cpu} | ${reads} | ${load} |`);
   }
-  out.push('', notMet({ ...s, rows: pages }));
+  const missed = notMet({ ...s, rows: pages });
+  // The section's other targets (the big tables) are in the console table or the result file.
+  out.push('', missed.startsWith('Every target') ? 'Every heavy-rows target in this run was met.' : missed);
   return out.join('\n');
 }
 
