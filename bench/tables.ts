@@ -19,7 +19,7 @@ import type { RunSummary } from './summary.js';
 /** The files with tables, relative to the repository root. */
 export const TABLE_FILES = ['README.md', 'docs/benchmarks.md', 'docs/console.md'] as const;
 
-export const KINDS = ['readme', 'docs', 'drain', 'consumer', 'retention', 'pooler', 'effects', 'console', 'exactlyonce'] as const;
+export const KINDS = ['readme', 'docs', 'drain', 'consumer', 'retention', 'pooler', 'effects', 'console', 'consoleheavy', 'exactlyonce'] as const;
 export type Kind = (typeof KINDS)[number];
 
 /**
@@ -34,6 +34,7 @@ export const SECTION_KINDS: Partial<Record<Kind, string>> = {
   pooler: '13. pooled mode',
   effects: '14. effect guard',
   console: '15. console',
+  consoleheavy: '15. console',
   exactlyonce: '16. exactly-once',
 };
 
@@ -153,12 +154,50 @@ function renderConsole(s: RunSummary, from: string, rows: Row[]): string {
   return out.join('\n');
 }
 
+const HEAVY_PAGE = 'heavy rows, page: ';
+const HEAVY_PAGE_END = ', ms p50 / p95; KB largest';
+const HEAVY_COST = 'heavy rows, cost: ';
+const HEAVY_COST_END = ', CPU ms a page, bench process / Postgres; its reads alone, ms p50 / p95; load1 at start / end';
+
+/**
+ * The console's list pages over 1 MB rows (docs/console.md, "Heavy rows"): one row per
+ * page with its time over HTTP, its size, and what it cost (CPU a page, its reads alone,
+ * the load while it was timed) where the run recorded that; then the section's unmet
+ * heavy-rows targets.
+ */
+function renderConsoleHeavy(s: RunSummary, from: string, rows: Row[]): string {
+  const pages = rows.filter((r) => r.what.startsWith(HEAVY_PAGE));
+  if (pages.length === 0) return `The run in \`${from}\` has no heavy-rows pages of section "${SECTION_KINDS.consoleheavy}" (its sections: ${s.sectionsSelected.join(', ')}).`;
+  const out = [describeRun(s, from), ''];
+  for (const r of rows.filter((x) => x.what.startsWith('heavy rows: '))) out.push(`- ${cell(r.what.slice('heavy rows: '.length))}: ${cell(r.value)}`);
+  out.push(
+    '',
+    '| page | p50, ms | p95, ms | KB largest | target | met | CPU ms a page, process / Postgres | its reads alone, p50 / p95, ms | load1 at start / end |',
+    '|---|---:|---:|---:|---|---|---|---|---|',
+  );
+  for (const r of pages) {
+    const m = /^(\S+) \/ (\S+); (\S+)$/.exec(r.value);
+    if (!m || !r.what.endsWith(HEAVY_PAGE_END)) throw new Error(`${from}: console row "${r.what}" is not a heavy-rows page's "p50 / p95; KB" (value ${r.value})`);
+    const page = r.what.slice(HEAVY_PAGE.length, -HEAVY_PAGE_END.length);
+    const cost = rows.find((x) => x.what === `${HEAVY_COST}${page}${HEAVY_COST_END}`);
+    const c = cost ? /^(\S+ \/ \S+); (\S+ \/ \S+); (\S+ \/ \S+)$/.exec(cost.value) : null;
+    if (cost && !c) throw new Error(`${from}: console row "${cost.what}" is not a page's cost (value ${cost.value})`);
+    const [cpu, reads, load] = c ? [c[1]!, c[2]!, c[3]!] : ['not recorded', 'not recorded', `${r.load1} (at the end)`];
+    out.push(`| ${cell(page)} | ${m[1]} | ${m[2]} | ${m[3]} | ${cell(r.target ?? '')} | ${met(r)} | ${cpu} | ${reads} | ${load} |`);
+  }
+  const missed = notMet({ ...s, rows: pages });
+  // The section's other targets (the big tables) are in the console table or the result file.
+  out.push('', missed.startsWith('Every target') ? 'Every heavy-rows target in this run was met.' : missed);
+  return out.join('\n');
+}
+
 /** What goes between a block's markers (without the markers). */
 export function renderBlock(kind: Kind, s: RunSummary, from: string): string {
   const sectionLabel = SECTION_KINDS[kind];
   if (sectionLabel !== undefined) {
     const rows = s.rows.filter((r) => r.section === sectionLabel);
     if (kind === 'console') return renderConsole(s, from, rows);
+    if (kind === 'consoleheavy') return renderConsoleHeavy(s, from, rows);
     if (rows.length === 0) return `The run in \`${from}\` has no rows of section "${sectionLabel}" (its sections: ${s.sectionsSelected.join(', ')}).`;
     const out = [describeRun(s, from), '', '| what | result | target | met | ran | load |', '|---|---|---|---|---|---:|'];
     for (const r of rows) out.push(`| ${cell(r.what)} | ${cell(r.value)} | ${cell(r.target ?? '')} | ${met(r)} | ${cell(ranCell(r, s))} | ${r.load1} |`);

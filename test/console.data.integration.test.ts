@@ -1,7 +1,8 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { Kafka, logLevel } from 'kafkajs';
-import { readOverview } from '../src/console/data/overview.js';
+import { GROUPED_DEAD_LETTERS, readOverview } from '../src/console/data/overview.js';
+import { deadLetterGroupsSql } from '../src/console/sql/overview.js';
 import { readFlow } from '../src/console/data/flow.js';
 import { countDeadLetters, readDeadLetter, searchDeadLetters } from '../src/console/data/deadLetters.js';
 import { listParkedKeys } from '../src/console/data/parkedKeys.js';
@@ -64,6 +65,9 @@ async function seedDeadLetters(db: TestSchema): Promise<Seeded[]> {
   );
   return rows;
 }
+
+/** Byte order of the UTF-8 texts: Postgres' COLLATE "C", by which the overview breaks ties. */
+const bytesOrder = (a: string, b: string): number => Buffer.compare(Buffer.from(a), Buffer.from(b));
 
 /** What the filter must select, by the CLI's documented semantics. */
 function expected(rows: Seeded[], f: ConsoleDeadLetterFilter): number[] {
@@ -193,7 +197,7 @@ test('integration: listParkedKeys pages parked keys longest first with why and t
   for (const r of rows) byReason.set(`${r.errorName}|${r.reason}`, (byReason.get(`${r.errorName}|${r.reason}`) ?? 0) + 1);
   assert.deepEqual(
     o.deadLetters.byReason.map((g) => [`${g.errorName}|${g.reason}`, g.count]),
-    [...byReason].sort((a, b) => b[1] - a[1] || a[0].replace('|', '\u0000').localeCompare(b[0].replace('|', '\u0000'))).slice(0, 20),
+    [...byReason].sort((a, b) => b[1] - a[1] || bytesOrder(a[0].replace('|', '\u0000'), b[0].replace('|', '\u0000'))).slice(0, 20),
   );
   assert.ok(o.deadLetters.byReason.every((g, i, a) => i === 0 || a[i - 1]!.count >= g.count));
   assert.deepEqual(o.deadLetters.byTopic.map((g) => [g.topic, g.count]).sort(), [['orders', 14], ['payments', 13], ['shipments', 13]]);
@@ -214,6 +218,29 @@ test('integration: listParkedKeys pages parked keys longest first with why and t
   assert.deepEqual([m2!.recorded, m2!.egress, m2!.deadLettered, m2!.ingress], [true, 25, 2, 150 - 100], 'the highest mark of the minute against the one before');
   assert.deepEqual([m1!.recorded, m1!.egress, m1!.ingress], [false, 0, null]);
   assert.equal(o.flow.filter((m) => m.recorded).length, 2, 'the minute 61 minutes ago is outside the hour');
+});
+
+test('integration: readOverview ranks the groups in SQL: of 5,000 dead letters each with a reason of its own, at most 20 groups of each grouping leave the database, the biggest, ties in byte order', async () => {
+  const db = await schema('console_groups');
+  const s = `"${db.schema}"`;
+  // 5,000 reasons, one dead letter each (a size in the reason, as the relay writes it),
+  // and, newest, three that recur: 30, 20 and 20 times (the ties differ only in case, which a
+  // locale-aware sort and byte order put in opposite orders).
+  await db.pool.query(
+    `INSERT INTO ${s}.outbox_dead_letters (id, message_id, topic, key, created_at, attempts, reason, error_name, policy)
+     SELECT g, gen_random_uuid(), 't' || (g % 25), 'k', now(), 1,
+            CASE WHEN g > 5040 THEN 'recurring' WHEN g > 5020 THEN 'b: again' WHEN g > 5000 THEN 'B: again' ELSE 'the message is ' || g || ' bytes' END,
+            'MESSAGE_TOO_LARGE', 'skip'
+       FROM generate_series(1, 5070) AS g`,
+  );
+  const { rows } = await db.pool.query<{ grouping: number }>(deadLetterGroupsSql(s), [GROUPED_DEAD_LETTERS, 20]);
+  assert.ok(rows.length <= 20 + 20 + 1, `${rows.length} group rows left the database`);
+  const o = await readOverview(db.pool, { name: 'main', schema: db.schema });
+  assert.equal(o.deadLetters.byReason.length, 20);
+  assert.deepEqual(o.deadLetters.byReason.slice(0, 3).map((g) => [g.reason, g.count]), [['recurring', 30], ['B: again', 20], ['b: again', 20]]);
+  assert.ok(o.deadLetters.byReason.slice(3).every((g, i, a) => g.count === 1 && (i === 0 || bytesOrder(a[i - 1]!.reason, g.reason) < 0)));
+  assert.deepEqual(o.deadLetters.byTopic.length, 20);
+  assert.deepEqual(o.deadLetters.grouped, { count: GROUPED_DEAD_LETTERS, capped: true });
 });
 
 test('integration: a relay records what it published per minute (on stop) and its open breaker with its heartbeat; the console reads both', async () => {

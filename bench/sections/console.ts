@@ -153,6 +153,14 @@ export async function consoleSection(pool: pg.Pool, o: ConsoleOptions): Promise<
     ...Object.entries(heavy.pages).map(([what, p]) =>
       row(S, `heavy rows, page: ${what}, ms p50 / p95; KB largest`, `${fmt(p.p50, 1)} / ${fmt(p.p95, 1)}; ${fmt(p.maxBytes / 1000, 1)}`, `p95 < ${HEAVY_TARGET_MS} ms, < ${HEAVY_TARGET_KB} KB`, p.p95 < HEAVY_TARGET_MS && p.maxBytes < HEAVY_TARGET_KB * 1000),
     ),
+    // What each page costs, whatever the machine's load: CPU per page and its reads alone.
+    ...Object.entries(heavy.pages).map(([what, p]) =>
+      row(
+        S,
+        `heavy rows, cost: ${what}, CPU ms a page, bench process / Postgres; its reads alone, ms p50 / p95; load1 at start / end`,
+        `${fmt(p.cpuMs.process, 1)} / ${fmt(p.cpuMs.postgres, 1)}; ${fmt(p.read.p50, 1)} / ${fmt(p.read.p95, 1)}; ${p.load1[0]} / ${p.load1[1]}`,
+      ),
+    ),
   ];
   log(`${S}: heavy rows: ${Object.keys(heavy.pages).length} pages timed`);
   const t = await buildConsoleTables(pool, sizes);

@@ -16,7 +16,7 @@ const read = (file: string): string => readFileSync(`${root}${file}`, 'utf8');
 const load = (from: string): RunSummary => readSummary(`${root}${from}`);
 
 /** The tables each file must have: the harness counts them, so a marker lost in an edit fails too. */
-const EXPECTED: Record<(typeof TABLE_FILES)[number], string[]> = { 'README.md': ['readme'], 'docs/benchmarks.md': ['docs', 'drain', 'consumer', 'retention', 'pooler', 'exactlyonce'], 'docs/console.md': ['console'] };
+const EXPECTED: Record<(typeof TABLE_FILES)[number], string[]> = { 'README.md': ['readme'], 'docs/benchmarks.md': ['docs', 'drain', 'consumer', 'retention', 'pooler', 'exactlyonce'], 'docs/console.md': ['console', 'consoleheavy', 'consoleheavy', 'consoleheavy'] };
 
 /** The first line where two texts differ, for a failure message a reader can act on. */
 function firstDifference(a: string, b: string): string {
@@ -218,4 +218,30 @@ test("the console section writes the rows the console's table reads: page and re
   assert.ok(source.includes("`${kind}: ${what}, ms p50 / p95`"), 'timings labelled <kind>: <what>, ms p50 / p95');
   assert.ok(source.includes("timed('page', what, p)") && source.includes("timed('read', what, "), 'pages and reads both timed as rows');
   assert.ok(source.includes("'tables: outbox rows / unsent / parked keys / dead letters'"), 'the sizes row');
+});
+
+test("the console's heavy-rows table (docs/console.md): one row per page with time, size and what it cost, 'not recorded' for a run without costs, the unmet heavy targets only", () => {
+  const page = (what: string, value: string, met: boolean): Row => row('15. console', `heavy rows, page: ${what}, ms p50 / p95; KB largest`, value, 'p95 < 500 ms, < 200 KB', met);
+  const cost = (what: string, value: string): Row => row('15. console', `heavy rows, cost: ${what}, CPU ms a page, bench process / Postgres; its reads alone, ms p50 / p95; load1 at start / end`, value);
+  const run = (rows: Row[]): RunSummary => ({ ...FULL, sectionsSelected: ['console'], sectionsCompleted: ['console'], sectionProblems: {}, rows });
+  const text = renderBlock('consoleheavy', run([
+    row('15. console', 'heavy rows: dead letters / of them with a 1 MB payload / 1 MB rows on the first page; build (s)', '200,000 / 60 / 10; 13'),
+    page('dead letters, first page', '17.7 / 51.0; 33.1', true),
+    page('a | deep page', '34.8 / 776.8; 34.2', false),
+    cost('dead letters, first page', '4.5 / 5.5; 6.1 / 17.1; 3.8 / 3.8'),
+    row('15. console', 'page: overview, ms p50 / p95', '190.2 / 260.1', 'p95 < 200 ms', false),
+  ]), 'bench/committed/h.json');
+  assert.match(text, /^Run of 2026-12-01 12:50 UTC, .*sections console\./);
+  assert.match(text, /\n- dead letters \/ of them with a 1 MB payload \/ 1 MB rows on the first page; build \(s\): 200,000 \/ 60 \/ 10; 13\n/);
+  assert.deepEqual(text.split('\n').filter((l) => l.startsWith('| ')), [
+    '| page | p50, ms | p95, ms | KB largest | target | met | CPU ms a page, process / Postgres | its reads alone, p50 / p95, ms | load1 at start / end |',
+    '| dead letters, first page | 17.7 | 51.0 | 33.1 | p95 < 500 ms, < 200 KB | yes | 4.5 / 5.5 | 6.1 / 17.1 | 3.8 / 3.8 |',
+    '| a \\| deep page | 34.8 | 776.8 | 34.2 | p95 < 500 ms, < 200 KB | **no** | not recorded | not recorded | 1.5 (at the end) |',
+  ]);
+  assert.match(text, /Not met in this run:\n\n- 15\. console, heavy rows, page: a \| deep page, .*: 34\.8 \/ 776\.8; 34\.2 \(target p95 < 500 ms, < 200 KB\)$/);
+  assert.ok(!text.includes('overview'), 'no row of the big tables');
+  assert.match(renderBlock('consoleheavy', run([page('p', '1 / 2; 3', true), row('15. console', 'page: overview, ms p50 / p95', '1 / 300', 'p95 < 200 ms', false)]), 'f'), /\nEvery heavy-rows target in this run was met\.$/);
+  assert.match(renderBlock('consoleheavy', FULL, 'bench/committed/x.json'), /has no heavy-rows pages of section "15\. console"/);
+  assert.throws(() => renderBlock('consoleheavy', run([page('p', '1 / 2', true)]), 'f'), /is not a heavy-rows page's/);
+  assert.throws(() => renderBlock('consoleheavy', run([page('p', '1 / 2; 3', true), cost('p', '1 / 2')]), 'f'), /is not a page's cost/);
 });

@@ -51,7 +51,7 @@ export async function readOverview(pool: pg.Pool, outbox: { name: string; schema
     pool.query<{ seconds: number }>(oldestPendingSql(s)),
     deadLetterCount(),
     count(parkedKeyCountSql(s), PARKED_KEY_CAP),
-    pool.query<{ error_name: string | null; reason: string | null; topic: string | null; count: number; grouping: number }>(deadLetterGroupsSql(s), [GROUPED_DEAD_LETTERS]),
+    pool.query<{ error_name: string | null; reason: string | null; topic: string | null; count: number; grouping: number }>(deadLetterGroupsSql(s), [GROUPED_DEAD_LETTERS, GROUPS]),
     pool.query<{ relay_id: string; started_at: Date; breaker_opened_at: Date | null; heartbeat_age_seconds: number; live: boolean }>(relaysSql(s)),
     pool.query<{ shard: number; owner: string | null; valid: boolean | null }>(leasesSql(s)),
     readFlow(pool, s),
@@ -70,17 +70,12 @@ export async function readOverview(pool: pg.Pool, outbox: { name: string; schema
     breakerOpenedAt: r.live ? r.breaker_opened_at : null,
   }));
 
-  // GROUPING(): 1 = (error_name, reason), 6 = (topic), 7 = () (the rows grouped).
-  const mostFirst = <T extends { count: number }>(xs: T[], name: (x: T) => string): T[] =>
-    xs.sort((a, b) => b.count - a.count || name(a).localeCompare(name(b))).slice(0, GROUPS);
-  const byReason = mostFirst(
-    groups.rows.filter((g) => g.grouping === 1).map((g) => ({ errorName: g.error_name ?? '', reason: g.reason ?? '', count: Number(g.count) })),
-    (g) => `${g.errorName}\u0000${g.reason}`,
-  );
-  const byTopic = mostFirst(
-    groups.rows.filter((g) => g.grouping === 6).map((g) => ({ topic: g.topic ?? '', count: Number(g.count) })),
-    (g) => g.topic,
-  );
+  // GROUPING(): 1 = (error_name, reason), 6 = (topic), 7 = () (the rows grouped). Each
+  // grouping arrives ranked and cut to GROUPS (deadLetterGroupsSql).
+  const byReason = groups.rows
+    .filter((g) => g.grouping === 1)
+    .map((g) => ({ errorName: g.error_name ?? '', reason: g.reason ?? '', count: Number(g.count) }));
+  const byTopic = groups.rows.filter((g) => g.grouping === 6).map((g) => ({ topic: g.topic ?? '', count: Number(g.count) }));
   const grouped = Number(groups.rows.find((g) => g.grouping === 7)?.count ?? 0);
   const total = deadLetters;
 
