@@ -1,0 +1,39 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { CI_LIMIT_SECONDS, parseFaults, parsePhases, renderTable } from '../../scripts/ciTimeTable.js';
+
+test('the CI time table sums the phases, lists test files slowest first and names a pass that wrote no timings', () => {
+  const table = renderTable({
+    phases: parsePhases('npm ci\t40\nnpm test (Node 24, platformatic)\t700\nnpm run test:faults\t400\n'),
+    passes: [
+      { label: 'first pass', pass: { wallSeconds: 690, node: 'v24.1.0', files: [{ file: 'test/a.test.ts', seconds: 3, tests: 2, failed: 0 }, { file: 'test/b.test.ts', seconds: 90.5, tests: 7, failed: 1 }] } },
+      { label: 'second pass', pass: null },
+    ],
+    faults: parseFaults('{"command":"npx tsx test/faults/run.ts --profile ci --seed 1","runs":[{"name":"ci-1","seconds":60}],"seconds":80,"ok":true}\n'),
+    commit: 'abc',
+    date: '2026-12-04T00:00:00Z',
+    machine: '2 cores',
+  });
+  assert.match(table, /Total: \*\*1140 s\*\* \(19\.0 min\) against a limit of 25 min: under\./);
+  assert.ok(table.indexOf('test/b.test.ts') < table.indexOf('test/a.test.ts'), 'slowest first');
+  assert.match(table, /\| 1 \| first pass \| test\/b\.test\.ts \| 90\.5 \| 7 \| 1 \|/);
+  assert.match(table, /- second pass: no timings were written/);
+  assert.match(table, /\| `npx tsx test\/faults\/run\.ts --profile ci --seed 1` \| ci-1 60 \| 80 \| yes \|/);
+  assert.match(renderTable({ phases: parsePhases('x\t1600\n'), passes: [], faults: null, commit: 'c', date: 'd', machine: 'm' }), /: \*\*over\*\*\./);
+  assert.throws(() => parsePhases('npm ci\tabc\n'), /bad phase line/);
+});
+
+test('docs/ci-times.md, the committed table, is from a CI run under the limit and names only test files that exist', () => {
+  const text = readFileSync('docs/ci-times.md', 'utf8');
+  const total = Number(/^Total: \*\*(\d+) s\*\*/m.exec(text)?.[1]);
+  assert.ok(Number.isFinite(total) && total > 0, 'the table states its total');
+  assert.ok(total < CI_LIMIT_SECONDS, `CI took ${total} s, over ${CI_LIMIT_SECONDS} s`);
+  const files = [...text.matchAll(/^\| \d+ \| [a-z ]+ \| (test\/\S+\.test\.ts) \|/gm)].map((m) => m[1]!);
+  assert.ok(files.length > 0, 'the table lists test files');
+  for (const f of files) assert.ok(existsSync(f), `${f} in docs/ci-times.md no longer exists`);
+  // Each test file of the first pass is in the table: a table from an older tree would miss new ones.
+  const all = [...readdirSync('test').filter((f) => f.endsWith('.test.ts')).map((f) => `test/${f}`), ...readdirSync('test/unit').filter((f) => f.endsWith('.test.ts')).map((f) => `test/unit/${f}`)];
+  const missing = all.filter((f) => !files.includes(f));
+  assert.deepEqual(missing, [], 'test files without a time in docs/ci-times.md: run .ci/run and commit .cache/ci-times.md there');
+});
