@@ -1,4 +1,5 @@
 import { Kafka, type KafkaConfig } from 'kafkajs';
+import './kafkajsIdleFix.js';
 import { kafkaLogCreator, kafkaLogLevel, type Logger } from './logger.js';
 
 /** Header names the relay sets on every message. */

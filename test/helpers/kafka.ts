@@ -1,3 +1,4 @@
+import '../../src/shared/kafkajsIdleFix.js';
 import { Kafka, logLevel, type KafkaMessage } from 'kafkajs';
 import { uniqueName } from './db.js';
 import { waitFor } from './wait.js';
