@@ -30,6 +30,13 @@ const IDLE_PROBE_MAX_MS = 100;
  */
 const LONG_SILENCE_MS = 2_000;
 
+/** The wait before the next probe after `quietProbes` probes in a row found nothing, `silenceMs` since one did. */
+export function idleProbeDelayMs(pollMs: number, idlePollMaxMs: number, quietProbes: number, silenceMs: number): number {
+  if (quietProbes < IDLE_PROBES_BEFORE_BACKOFF) return pollMs;
+  const ceiling = silenceMs >= LONG_SILENCE_MS ? idlePollMaxMs : Math.min(IDLE_PROBE_MAX_MS, idlePollMaxMs);
+  return Math.max(pollMs, Math.min(ceiling, pollMs * 2 ** Math.min(10, quietProbes - IDLE_PROBES_BEFORE_BACKOFF + 1)));
+}
+
 /**
  * The horizon loop: probes the visibility horizon (horizon.ts) every poll interval, with
  * an idle backoff, and wakes the workers when it moves; also runs the id audit
@@ -45,12 +52,7 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
   let lastNewsMs = Date.now();
   while (!rt.stopping) {
     const poll = rt.options.pollIntervalMs;
-    const idleMax = rt.options.idlePollMaxMs;
-    const ceiling = Date.now() - lastNewsMs >= LONG_SILENCE_MS ? idleMax : Math.min(IDLE_PROBE_MAX_MS, idleMax);
-    let delay =
-      idleProbes < IDLE_PROBES_BEFORE_BACKOFF
-        ? poll
-        : Math.max(poll, Math.min(ceiling, poll * 2 ** Math.min(10, idleProbes - IDLE_PROBES_BEFORE_BACKOFF + 1)));
+    let delay = idleProbeDelayMs(poll, rt.options.idlePollMaxMs, idleProbes, Date.now() - lastNewsMs);
     try {
       // Whether statements are prepared is read once per connection: a switch to inline
       // statements (relay.ts) takes effect with the next connection, after an error.
