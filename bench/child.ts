@@ -7,8 +7,8 @@
  *   node .cache/bench-build/child.mjs reader   (env BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS)
  *
  * Lines: {"ready":true,"ran":{...}} once started, with what the relay or consumer announced
- * on its diagnostics channel (bench/armFacts.ts: client, its version, delivery, Node, commit); {"t":ms,"rss":bytes,"acks":[[outboxId,ms],...]} every
- * 200 ms (relay: when Kafka acknowledged the row's batch, or in exactly-once mode committed
+ * on its diagnostics channel (bench/armFacts.ts: client, its version, delivery, Node, commit); {"t":ms,"rss":bytes,"acks":[[outboxId,ms],...]} 200 ms
+ * after the first acknowledgement since the last line, none while nothing is acknowledged (relay: when Kafka acknowledged the row's batch, or in exactly-once mode committed
  * the transaction holding it; consumer: when its handler started; reader, a bare kafkajs
  * consumer reading committed records only: when a fetch returned the row). Times are wall-clock milliseconds with sub-millisecond precision
  * (performance.timeOrigin + performance.now()), comparable across processes.
@@ -42,10 +42,21 @@ let peakRss = 0;
  */
 const timing = { sendMs: 0, sends: 0, batchMs: 0, batches: 0, ackedVia: { kafkajs: 0, 'kafkajs transaction': 0, platformatic: 0 } };
 function report(): void {
+  flushTimer = undefined;
   const rss = process.memoryUsage.rss();
   peakRss = Math.max(peakRss, rss);
   process.stdout.write(`${JSON.stringify({ t: now(), rss, acks })}\n`);
   acks = [];
+}
+
+// A line at most every 200 ms, and only after something was acknowledged: an idle relay's
+// process must not wake for the bench (section 17 measures its idle CPU; a line every
+// 200 ms cost it about as much as its own idle work). Peak RSS comes from the kernel at
+// the end, so it needs no sampling between lines.
+let flushTimer: NodeJS.Timeout | undefined;
+function ack(id: number, t: number): void {
+  acks.push([id, t]);
+  flushTimer ??= setTimeout(report, 200);
 }
 
 /** A kafkajs client whose producers record when each message's batch was acknowledged. */
@@ -61,7 +72,7 @@ function recordingKafka(): Kafka {
       timing.sends++;
       for (const tm of batch.topicMessages ?? []) {
         timing.ackedVia.kafkajs += tm.messages.length;
-        for (const m of tm.messages) acks.push([Number(m.headers?.[HEADERS.outboxId]?.toString()), t]);
+        for (const m of tm.messages) ack(Number(m.headers?.[HEADERS.outboxId]?.toString()), t);
       }
       return result;
     };
@@ -84,7 +95,7 @@ function recordingKafka(): Kafka {
           const t = now();
           timing.sends++;
           timing.ackedVia['kafkajs transaction'] += ids.length;
-          for (const id of ids) acks.push([id, t]);
+          for (const id of ids) ack(id, t);
         },
       };
     };
@@ -112,7 +123,7 @@ async function recordPlatformaticSends(): Promise<void> {
       for (const m of options.messages) {
         const headers = m.headers instanceof Map ? [...m.headers] : [];
         const id = headers.find(([k]) => k.equals(outboxIdHeader))?.[1];
-        acks.push([Number(id?.toString()), t]);
+        ack(Number(id?.toString()), t);
       }
       return result;
     });
@@ -163,7 +174,7 @@ async function main(): Promise<void> {
       maxWaitTimeMs: 10,
       logger: createLogger('warn'),
       handler: async (message, { client }) => {
-        acks.push([Number(message.headers[HEADERS.outboxId]), now()]);
+        ack(Number(message.headers[HEADERS.outboxId]), now());
         await client.query(effect, [message.messageId, message.key, 1]);
       },
     });
@@ -185,14 +196,13 @@ async function main(): Promise<void> {
       partitionsConsumedConcurrently: Number(process.env.BENCH_PARTITIONS ?? 6),
       eachBatch: async ({ batch }) => {
         const t = now();
-        for (const m of batch.messages) acks.push([Number(m.headers?.[HEADERS.outboxId]?.toString()), t]);
+        for (const m of batch.messages) ack(Number(m.headers?.[HEADERS.outboxId]?.toString()), t);
       },
     });
     stop = () => reader.disconnect();
   } else {
     throw new Error(`usage: child.mjs relay|consumer|reader (got ${mode})`);
   }
-  const timer = setInterval(report, 200);
   if (!ran) throw new Error(`bench child (${mode}): started, but announced nothing on its diagnostics channel`);
   process.stdout.write(`${JSON.stringify({ ready: true, t: now(), ran })}\n`);
   let stopping = false;
@@ -200,8 +210,10 @@ async function main(): Promise<void> {
     if (stopping) return;
     stopping = true;
     void stop().finally(() => {
-      clearInterval(timer);
+      clearTimeout(flushTimer);
       report();
+      // maxRSS is in KiB: the process' true peak, including between two lines.
+      peakRss = Math.max(peakRss, process.resourceUsage().maxRSS * 1024);
       process.stdout.write(`${JSON.stringify({ done: true, peakRss, timing })}\n`, () => process.exit(0));
     });
   });

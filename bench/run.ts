@@ -4,6 +4,7 @@
  *   npm run bench                 # full profile (~35 minutes on the 2-core machine)
  *   npm run bench -- --quick      # small sizes, for trying things (~7 minutes)
  *   npm run bench -- --only consumer,peer
+ *   npm run bench -- --only idle  # the idle relay alone (~3 minutes)
  *   npm run bench -- --quick --out /tmp/bench   # results and summary in /tmp/bench, not bench/results/<stamp>/ and bench/committed/
  *
  * This file only reads the arguments and runs the selected sections in order: each section
@@ -37,8 +38,9 @@ import { pooler } from './sections/pooler.js';
 import { effects } from './sections/effects.js';
 import { consoleSection } from './sections/console.js';
 import { exactlyOnce } from './sections/exactlyOnce.js';
+import { idle } from './sections/idle.js';
 
-const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler', 'effects', 'console', 'exactlyonce'] as const;
+const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler', 'effects', 'console', 'exactlyonce', 'idle'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
@@ -127,6 +129,8 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
     title: '16. exactly-once',
     run: (pool) => exactlyOnce(pool, { rows: P.exactlyOnceRows, rounds: P.exactlyOnceRounds, rate: 1_000, latencySeconds: P.exactlyOnceLatencySeconds }),
   },
+  // Section 9's idle arm alone, in rounds: the idle relay's CPU and its pick-up (issue 34 item 7).
+  { name: 'idle', title: '17. idle relay', run: (pool) => idle(pool, { seconds: 10, rounds: args.quick ? 1 : 3 }) },
 ];
 
 // Every name --only accepts has its section, once: a full run runs all of them (and the

@@ -3,8 +3,12 @@ import { backoffDelayMs } from '../shared/backoff.js';
 import { guardLibraryCall } from '../shared/libraryGuard.js';
 import type { RelayRuntime } from './relayRuntime.js';
 
-/** While the breaker is closed the loop looks again this often, besides being woken when it opens. */
-const CLOSED_CHECK_MS = 1_000;
+/**
+ * While the breaker is closed the loop sleeps until it opens (the worker that opens it
+ * notifies) or a stop begins (which notifies too); this timeout only bounds a missed
+ * notification. It was 1 s: an idle relay woke every second for nothing.
+ */
+const CLOSED_CHECK_MS = 60_000;
 
 /** While the breaker is open: probe the broker with backoff; close it when it answers. */
 export async function runBreakerLoop(rt: RelayRuntime): Promise<void> {

@@ -19,6 +19,23 @@ const RECONNECT_PROBE_MS = 250;
  */
 const IDLE_PROBES_BEFORE_BACKOFF = 20;
 const IDLE_PROBE_MAX_MS = 100;
+/**
+ * After a longer silence the interval grows once more, up to the idlePollMaxMs setting
+ * (default 1 s). Every probe wakes the relay process and its backend, and the wake-up
+ * costs far more than the statement (docs/benchmarks.md, History 2026-12-02 12:40): at
+ * 10 probes a second an idle relay with its backends took 2.5 % of a core in the bench's
+ * idle section (issue 34 wants at most 1 %). Traffic with gaps shorter than
+ * LONG_SILENCE_MS (the bench's pick-up after silence: 0.2-1.5 s) keeps the 100 ms
+ * ceiling; only the first row after a longer silence waits up to idlePollMaxMs.
+ */
+const LONG_SILENCE_MS = 2_000;
+
+/** The wait before the next probe after `quietProbes` probes in a row found nothing, `silenceMs` since one did. */
+export function idleProbeDelayMs(pollMs: number, idlePollMaxMs: number, quietProbes: number, silenceMs: number): number {
+  if (quietProbes < IDLE_PROBES_BEFORE_BACKOFF) return pollMs;
+  const ceiling = silenceMs >= LONG_SILENCE_MS ? idlePollMaxMs : Math.min(IDLE_PROBE_MAX_MS, idlePollMaxMs);
+  return Math.max(pollMs, Math.min(ceiling, pollMs * 2 ** Math.min(10, quietProbes - IDLE_PROBES_BEFORE_BACKOFF + 1)));
+}
 
 /**
  * The horizon loop: probes the visibility horizon (horizon.ts) every poll interval, with
@@ -31,12 +48,11 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
   let client: pg.Client | undefined;
   let prepared = true;
   let idleProbes = 0;
+  /** When the last probe that found something ran: the silence since then picks the ceiling. */
+  let lastNewsMs = Date.now();
   while (!rt.stopping) {
     const poll = rt.options.pollIntervalMs;
-    let delay =
-      idleProbes < IDLE_PROBES_BEFORE_BACKOFF
-        ? poll
-        : Math.max(poll, Math.min(IDLE_PROBE_MAX_MS, poll * 2 ** Math.min(10, idleProbes - IDLE_PROBES_BEFORE_BACKOFF + 1)));
+    let delay = idleProbeDelayMs(poll, rt.options.idlePollMaxMs, idleProbes, Date.now() - lastNewsMs);
     try {
       // Whether statements are prepared is read once per connection: a switch to inline
       // statements (relay.ts) takes effect with the next connection, after an error.
@@ -88,7 +104,10 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
       // are coming back (a replay moves them one at a time, at its rate).
       const quiet = !moved && !returned && !rt.horizon.hasPending && rt.horizon.pairedUpTo === pairedBefore;
       idleProbes = quiet ? idleProbes + 1 : 0;
-      if (!quiet) delay = poll;
+      if (!quiet) {
+        delay = poll;
+        lastNewsMs = Date.now();
+      }
       failures = 0;
     } catch (error) {
       if (preparedStatementsLost(error)) rt.preparedStatementsLost(error);

@@ -30,6 +30,8 @@ export interface RelayOptions extends KafkaSecurityOptions {
   batchesInFlight?: number;
   /** Idle polling interval in ms (default 10). */
   pollIntervalMs?: number;
+  /** How often a relay looks for new rows after 2 s without any, in ms (default 1000). */
+  idlePollMaxMs?: number;
   /** Soft stop budget in ms before in-flight work is abandoned (default 15000). */
   shutdownTimeoutMs?: number;
   /** Ceiling of the retry backoff in ms (default 30000). */
@@ -154,6 +156,16 @@ export const pollIntervalMs = settings.integer({
   env: 'OUTBOX_POLL_INTERVAL_MS',
   description: 'How often an idle relay looks for new rows (milliseconds).',
   defaultValue: 10,
+  min: 1,
+  max: 60_000,
+});
+
+export const idlePollMaxMs = settings.integer({
+  option: 'idlePollMaxMs',
+  flag: '--idle-poll-max-ms',
+  env: 'OUTBOX_IDLE_POLL_MAX_MS',
+  description: 'How often a relay looks for new rows after 2 s without any (milliseconds): the first row after such a silence waits up to this long.',
+  defaultValue: 1_000,
   min: 1,
   max: 60_000,
 });
@@ -301,6 +313,7 @@ export const RELAY_SETTINGS = [
   batchSize,
   batchesInFlight,
   pollIntervalMs,
+  idlePollMaxMs,
   shutdownTimeoutMs,
   retryMaxDelayMs,
   horizonMaxWaitMs,
@@ -360,6 +373,7 @@ export function resolveRelayOptions(options: RelayOptions | ResolvedRelayOptions
     batchSize: settings.optionValue(batchSize, options.batchSize),
     batchesInFlight: settings.optionValue(batchesInFlight, options.batchesInFlight),
     pollIntervalMs: settings.optionValue(pollIntervalMs, options.pollIntervalMs),
+    idlePollMaxMs: settings.optionValue(idlePollMaxMs, options.idlePollMaxMs),
     shutdownTimeoutMs: settings.optionValue(shutdownTimeoutMs, options.shutdownTimeoutMs),
     retryMaxDelayMs: settings.optionValue(retryMaxDelayMs, options.retryMaxDelayMs),
     horizonMaxWaitMs: settings.optionValue(horizonMaxWaitMs, options.horizonMaxWaitMs),

@@ -66,7 +66,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private readonly stopRequested = new WakeUp();
   /** Notified when the horizon probe reaches the database again after failing (and on stop). */
   private readonly databaseBack = new WakeUp();
-  /** Notified when the breaker opens. */
+  /** Notified when the breaker opens (and on stop). */
   private readonly breakerOpened = new WakeUp();
   private pool: pg.Pool | undefined;
   /** Statements go in full, none prepared: connections through a transaction pooler (poolerProbe.ts). */
@@ -280,9 +280,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private async doStop(): Promise<{ hard: boolean }> {
     this.stopping = true;
     this.signalStop();
-    this.workAvailable.notify();
-    this.stopRequested.notify();
-    this.databaseBack.notify();
+    for (const waiters of [this.workAvailable, this.stopRequested, this.databaseBack, this.breakerOpened]) waiters.notify();
     const deadline = Date.now() + this.options.shutdownTimeoutMs;
     // A start in progress gives up at once (unlessStopped) or has just finished.
     await this.starting?.catch(() => undefined);
@@ -332,9 +330,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.stopping = true;
     this.signalStop();
     this.signalAbort();
-    this.workAvailable.notify();
-    this.stopRequested.notify();
-    this.databaseBack.notify();
+    for (const waiters of [this.workAvailable, this.stopRequested, this.databaseBack, this.breakerOpened]) waiters.notify();
     // Destroying the connection rolls its transaction back on the server: the batch's
     // rows stay unsent and unlocked.
     for (const w of this.workers) {

@@ -5,7 +5,7 @@ import { PublishError } from './publishBatch.js';
 import { abandonBatch, claimBatch, finishBatch, type BatchContext, type BatchResult, type ClaimedBatch, type Worker } from './batch.js';
 import type { ClaimArguments } from './sql/claim.js';
 import { kafkaTimestampMs } from './message.js';
-import { advanceFloor, floorAhead, floorForClaim, type ClaimFloor } from './floor.js';
+import { FLOOR_RESCAN_MS, advanceFloor, floorAhead, floorForClaim, type ClaimFloor } from './floor.js';
 import { RETRY_BASE_MS, type RelayRuntime } from './relayRuntime.js';
 import type { TransactionalUnit } from './transactionalUnit.js';
 import { handBack, handOverIfQuiet, holdsOthersShards, noteBatch } from './workerShards.js';
@@ -16,9 +16,11 @@ import { startUnit } from './unitStart.js';
  *  that found nothing the wait doubles, up to RECHECK_MAX_MS. Rows skipped as locked sit
  *  below the worker's claim floor until its rescan (floor.ts, every 10 s) in any case,
  *  so a longer idle recheck delays nothing the rescan would not; it saves an idle relay two
- *  transactions a second. */
+ *  transactions a second. The ceiling is that rescan's interval (FLOOR_RESCAN_MS): at 5 s
+ *  each worker of an idle relay still ran a claim transaction every 5 s for nothing the
+ *  rescan would not find as soon (issue 34, idle cost). */
 const RECHECK_MS = 1_000;
-const RECHECK_MAX_MS = 5_000;
+const RECHECK_MAX_MS = FLOOR_RESCAN_MS;
 
 /**
  * One worker: claims and publishes batches of its shards (batch.ts) when the horizon
