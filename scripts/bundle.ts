@@ -17,7 +17,7 @@ export function bundleForNode(entry: string, outfile: string): void {
   if (relative(ROOT, outfile).split(/[\\/]/).length !== 3) throw new Error(`${outfile}: a bundle must sit two directories under ${ROOT}, where sql/ is two levels up`);
   execFileSync(
     join(ROOT, 'node_modules/.bin/esbuild'),
-    [entry, '--bundle', '--platform=node', '--format=esm', '--target=node20', '--packages=external', '--log-level=warning', `--outfile=${outfile}`],
+    [entry, '--bundle', '--platform=node', '--format=esm', '--target=node22', '--packages=external', '--log-level=warning', `--outfile=${outfile}`],
     { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] },
   );
 }

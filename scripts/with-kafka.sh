@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Run a command with KAFKA_BROKERS pointing at a real broker: the one given in
 # KAFKA_BROKERS, or a local single-node broker started for the command and stopped after.
+# Everything runs on a node that engines accept (scripts/with-node.sh, which fetches Node 24
+# when the machine's own is older): the broker's start script too.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+if [ -z "${OUTBOX_NODE_CHECKED:-}" ]; then
+  exec "$root/scripts/with-node.sh" "$0" "$@"
+fi
 if [ -n "${KAFKA_BROKERS:-}" ]; then
   exec "$@"
 fi

@@ -21,7 +21,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import ts from 'typescript';
+import ts from 'typescript-api';
 import { cliBundle } from './helpers/processes.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));

@@ -12,7 +12,7 @@ export const PLATFORMATIC_PACKAGE = '@platformatic/kafka';
 export function missingPackage(cause?: unknown): ConfigError {
   const error = new ConfigError(
     'producer',
-    `is platformatic, but the package ${PLATFORMATIC_PACKAGE} is not installed: \`npm install ${PLATFORMATIC_PACKAGE}@^1.35.0\`, or publish through kafkajs instead (--producer kafkajs / OUTBOX_PRODUCER=kafkajs)`,
+    `is platformatic, but the package ${PLATFORMATIC_PACKAGE} is not installed: \`npm install ${PLATFORMATIC_PACKAGE}@^2.12.1\`, or publish through kafkajs instead (--producer kafkajs / OUTBOX_PRODUCER=kafkajs)`,
   );
   if (cause !== undefined) Object.defineProperty(error, 'cause', { value: cause });
   return error;

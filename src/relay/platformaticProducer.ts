@@ -117,7 +117,7 @@ export const MAX_TIMESTAMP_DELTA_MS = 2n ** 31n - 1n;
  * timestamps are all within {@link MAX_TIMESTAMP_DELTA_MS} of the run's first: the client
  * writes each record's timestamp as a delta from the first one's, and its 64-bit varint
  * encodes deltas beyond ±2^31 wrong (measured with 1.35: a 1970 timestamp behind one of
- * 2026 reached the broker as -350), so a row 25 days older or newer than its request's
+ * 2026 reached the broker as -350; 2.12 still does, test/unit/platformaticProducer.test.ts), so a row 25 days older or newer than its request's
  * first would get a wrong Kafka timestamp. Almost always one run.
  */
 export function timestampRuns(timestamps: readonly bigint[]): number[][] {

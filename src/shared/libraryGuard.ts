@@ -6,10 +6,11 @@ import { OutboxError } from './errors.js';
 // rejected promise reaches the caller's try/catch like any error. A throw inside one of
 // the library's own callbacks (a socket 'data' handler, a timer) reaches nothing of ours:
 // it is an uncaughtException, which ends the process, and the call it belonged to never
-// settles. @platformatic/kafka 1.35 does that after a broker bounce: its admin's
-// listConsumerGroupOffsets looks the group coordinator up in a cached broker list that
-// lacks it and hands `undefined` to ConnectionPool.get, whose `broker.host` throws a
-// TypeError from the FindCoordinator answer's callback. This module turns such a throw
+// settles. @platformatic/kafka 1.35 did that after a broker bounce: its admin's
+// listConsumerGroupOffsets looked the group coordinator up in a cached broker list that
+// lacked it and handed `undefined` to ConnectionPool.get, whose `broker.host` threw a
+// TypeError from the FindCoordinator answer's callback (2.3.1 answers with an error
+// instead; the next such bug is why the guard stays). This module turns such a throw
 // into a retriable rejection of the calls in flight into that library, and leaves every
 // other uncaught error (our own bugs) to end the process as Node would.
 

@@ -1,10 +1,11 @@
 // A relay process for test/libraryGuard.integration.test.ts: a real relay on the real
 // broker and Postgres, with one fault injected into a client library by patching the
 // library in this process. The injected call never settles, and the library's own code
-// throws from a callback (setImmediate), as @platformatic/kafka's connection pool did
+// throws from a callback (setImmediate), as @platformatic/kafka 1.35's connection pool did
 // after a broker bounce: an uncaughtException whose top stack frame is the library's.
-// The admin fault is that very bug: the admin's cached broker list is emptied, and the
-// library's ConnectionPool throws the TypeError by itself.
+// The admin fault is that bug's trigger: the admin's cached broker list is emptied, which
+// made 1.35's ConnectionPool throw a TypeError by itself; the helper says how the call is
+// answered now.
 //
 // Environment: LIBFAULT (send | commit | admin | metadata | pg), LIBFAULT_AT (the eligible call to
 // break, default 2), DATABASE_URL, OUTBOX_SCHEMA, KAFKA_BROKERS, OUTBOX_DELIVERY,
@@ -43,11 +44,13 @@ const libraryThrows: Record<ClientLibrary, () => Promise<() => void>> = {
     const { serialize } = require('pg-protocol') as { serialize: { parse(query: unknown): unknown } };
     return () => void serialize.parse(undefined);
   },
+  // Not ConnectionPool.get(undefined), which threw in 1.x: 2.x answers it with an error
+  // through its callback (the broker-bounce fix), so it no longer throws from anywhere.
   '@platformatic/kafka': async () => {
-    const { ConnectionPool } = (await import(pathToFileURL(join(pltDist, 'network', 'connection-pool.js')).href)) as {
-      ConnectionPool: new (clientId: string) => { get(broker: unknown, callback: () => void): void };
+    const { Reader } = (await import(pathToFileURL(join(pltDist, 'protocol', 'reader.js')).href)) as {
+      Reader: new (buffer: unknown) => unknown;
     };
-    return () => new ConnectionPool('libfault').get(undefined, () => undefined);
+    return () => void new Reader(undefined);
   },
 };
 
@@ -124,7 +127,14 @@ if (fault === 'admin') {
     return this.metadata({ topics: [] }).then((metadata) => {
       say({ injected: 'admin.listConsumerGroupOffsets', library: '@platformatic/kafka', cachedBrokers: metadata.brokers.size });
       metadata.brokers.clear();
-      return call();
+      // How the library answers the call: 1.x threw from its connection pool instead.
+      return (call() as Promise<unknown>).then(
+        (value) => (say({ answered: 'resolved' }), value),
+        (error: unknown) => {
+          say({ answered: 'rejected', error: error instanceof Error ? `${error.constructor.name}: ${error.message}` : String(error) });
+          throw error;
+        },
+      );
     });
   } as typeof list;
 }

@@ -4,7 +4,7 @@ import { readSetting } from '../../src/shared/settings.js';
 /**
  * The producer adapter the relay's Kafka tests run on: OUTBOX_TEST_PRODUCER, unset the
  * product's own default (platformatic), so a plain test run tests what users run. The
- * same tests run once per adapter (CI: platformatic on Node 24, kafkajs on Node 20,
+ * same tests run once per adapter (CI: platformatic on Node 24, kafkajs on Node 22,
  * .ci/run): a matrix, not copies. Tests pass it to createRelay
  * (`producer: TEST_PRODUCER`) and, for relay processes, as OUTBOX_PRODUCER.
  */

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
-import ts from 'typescript';
+import ts from 'typescript-api';
 
 // The public API is what README.md and docs/ document. Adding or removing a name is a
 // decision: change this list, the docs and the CHANGELOG together.

@@ -1,4 +1,7 @@
 import { test } from 'node:test';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import assert from 'node:assert/strict';
 import { AuthenticationError, MultipleErrors, NetworkError, ProtocolError, ResponseError, UserError } from '@platformatic/kafka';
 import { Kafka } from 'kafkajs';
@@ -163,6 +166,17 @@ test('timestampRuns: a partition goes as one request unless a timestamp is more 
   assert.deepEqual(timestampRuns([t, 0n, 1n, t, t + 1n]), [[0], [1, 2], [3, 4]], 'a 1970 row between two of now');
   assert.deepEqual(timestampRuns([t, t + 30n * day, t + 31n * day]), [[0], [1, 2]]);
   assert.deepEqual(timestampRuns([t, t - MAX_TIMESTAMP_DELTA_MS - 1n]), [[0], [1]]);
+});
+
+test('the reason for timestampRuns: @platformatic/kafka\'s record encoding still gets a timestamp delta beyond ±2^31 - 1 ms wrong (when this fails, the client was fixed and the runs can go)', async () => {
+  const dist = dirname(createRequire(import.meta.url).resolve('@platformatic/kafka'));
+  const { Writer } = (await import(pathToFileURL(join(dist, 'protocol', 'writer.js')).href)) as { Writer: { create(): { appendVarInt64(v: bigint): unknown } } };
+  const { Reader } = (await import(pathToFileURL(join(dist, 'protocol', 'reader.js')).href)) as { Reader: { from(w: unknown): { readVarInt64(): bigint } } };
+  const roundTrip = (delta: bigint): bigint => Reader.from(Writer.create().appendVarInt64(delta)).readVarInt64();
+  assert.equal(roundTrip(MAX_TIMESTAMP_DELTA_MS), MAX_TIMESTAMP_DELTA_MS, 'the bound itself is right');
+  assert.equal(roundTrip(-MAX_TIMESTAMP_DELTA_MS), -MAX_TIMESTAMP_DELTA_MS, 'the bound itself is right');
+  assert.notEqual(roundTrip(MAX_TIMESTAMP_DELTA_MS + 6n), MAX_TIMESTAMP_DELTA_MS + 6n, 'beyond it, wrong');
+  assert.notEqual(roundTrip(-1_796_000_000_000n), -1_796_000_000_000n, 'a 1970 row behind one of now, wrong');
 });
 
 test('toPlatformatic: a message without a timestamp (created_at no Kafka timestamp can hold) is stamped with the send time', () => {
