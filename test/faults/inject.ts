@@ -152,8 +152,12 @@ export class Injector {
           await this.published(f.relay);
           if (f.moment === 'after-kafka-commit') {
             // The process restarted by an earlier fault may still be loading: SIGUSR2 before its
-            // handler is in ends it at once (exit by SIGUSR2), nowhere near a Kafka commit.
-            await waitFor(`relay ${f.relay} hooks ready`, () => slot.currentEvents.has('hooks-ready'), { timeoutMs: 60_000, intervalMs: 50 }).catch(() => undefined);
+            // handler is in ends it at once (exit by SIGUSR2), nowhere near a Kafka commit. And
+            // one that has not published yet is still taking over its units (leases, starts),
+            // often for longer than the 10 s the kill waits: armed only once it has committed.
+            await waitFor(`relay ${f.relay} committing`, () => slot.currentEvents.has('kafka-committed'), { timeoutMs: 60_000, intervalMs: 50 }).catch(() =>
+              log(`relay ${f.relay}: its current process made no Kafka commit within 60 s; the fault goes ahead`),
+            );
             log(`FAULT relay ${f.relay}: SIGKILL right after its next Kafka commit, before that batch's Postgres COMMIT (restart in ${f.downMs} ms)`);
             const outcome = await slot.signalAndAwaitExit('SIGUSR2', 10_000);
             if (outcome === 'by-itself') this.relayWorstMomentKills++;
