@@ -167,9 +167,9 @@ export const PROFILES: Record<string, Profile> = {
   // Exactly-once delivery on the 3-node cluster: relays killed between a Kafka commit and
   // its Postgres COMMIT (every other kill), a relay paused past its lease (its units taken
   // over, its producers fenced), broker and leader kills. A read_committed reader must count
-  // no duplicate, no loss, no reordering (CI runs it with --verify-planted). Postgres
-  // restarts are in eos-stall, outside CI: with them, a run here counted 437 wire
-  // duplicates (docs/faults.md, finding 6).
+  // no duplicate, no loss, no reordering (CI runs it with --verify-planted), across two
+  // Postgres restarts (docs/faults.md, finding 6: the duplicates once seen here were the
+  // harness running the relays under two transactional-id prefixes).
   'eos-cluster-ci': EOS_CLUSTER_CI,
   // eos-cluster-ci plus a relay stalled with a Kafka transaction open past its transaction
   // timeout (the coordinator aborts it; the relay must go on). Not in CI: it reproduces
