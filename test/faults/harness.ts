@@ -157,6 +157,13 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   const markedFromProgress = Array.from({ length: p.relays }, () => 0);
   // Exactly-once profiles: what Kafka answered each stalled transaction (relayHooks.ts), by pid.
   const stallReports = new Map<number, { openMs: number; error: string }>();
+  // Exactly-once: one transactional-id prefix for every relay of the run, taken once. Taken
+  // per slot (as it was), two slots built a millisecond apart got two prefixes: the relays
+  // then neither fenced each other nor read each other's progress, and a batch one of them
+  // committed to Kafka but not to Postgres went out again from the other (finding 6).
+  const transactionalIdPrefix = `faults-${tag}-${Date.now().toString(36)}`;
+  // The prefixes the relay processes reported (`transactionalIds` of their Kafka checks line).
+  const prefixesSeen = new Set<string>();
   const relaySlots = Array.from(
     { length: p.relays },
     (_, i) =>
@@ -180,7 +187,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
           // Both ways of running behind the pooler: told (even slots) and detected (odd).
           ...(bouncer ? { OUTBOX_POOLER: relayPooler(i) } : {}),
           ...(cfg.plant === 'horizon-off' ? { OUTBOX_HORIZON_MAX_WAIT_MS: '0' } : {}),
-          ...(exactlyOnce ? { OUTBOX_DELIVERY: 'exactly-once', OUTBOX_TRANSACTIONAL_ID_PREFIX: `faults-${tag}-${Date.now().toString(36)}` } : {}),
+          ...(exactlyOnce ? { OUTBOX_DELIVERY: 'exactly-once', OUTBOX_TRANSACTIONAL_ID_PREFIX: transactionalIdPrefix } : {}),
           ...(cfg.plant === 'progress-off' ? { FAULTS_PROGRESS: 'off' } : {}),
           ...(p.transactionTimeoutMs ? { OUTBOX_TRANSACTION_TIMEOUT_MS: String(p.transactionTimeoutMs) } : {}),
           ...(p.relayStallMs ? { FAULTS_STALL_MS: String(p.relayStallMs) } : {}),
@@ -195,6 +202,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
           }
           if (typeof line.msg === 'string' && /transaction-pooling proxy/.test(line.msg) && line.level !== 50) poolerDetected[i]!++;
           if (line.msg === 'relay started') relaysStarted[i]!++;
+          if (line.msg === 'exactly-once delivery: Kafka checks passed' && typeof line.transactionalIds === 'string') prefixesSeen.add(line.transactionalIds.replace(/\.[^.]*\.unit-\*$/, ''));
           if (line.event === 'stall-refused') stallReports.set(Number(line.pid), { openMs: Number(line.openMs), error: String(line.error) });
           if (typeof line.msg === 'string' && line.msg.startsWith('exactly-once unit started: rows its last Kafka transaction published were still unsent')) markedFromProgress[i]!++;
           if (typeof line.msg === 'string' && line.msg.startsWith('claiming ahead:')) claimedAhead[i]!++;
@@ -353,6 +361,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   actual.relaysLiveAtOnce = Math.min(...sightings.map((r) => r.maxLiveAtOnce));
   actual.outboxes = sightings.filter((r) => r.seen.size === p.relays).length;
   actual.relaysOnProducer = adaptersSeen.filter((seen) => seen.size === 1 && seen.has(cfg.producer)).length;
+  actual.transactionalIdPrefixes = prefixesSeen.size;
   actual.relaysClaimingAhead = claimedAhead.filter((n) => n > 0).length;
   actual.relaysMovingShards = handedOver.filter((n, i) => n > 0 && handedBack[i]! > 0).length;
   actual.consumers = consumerSlots.filter((s) => (s.events.started ?? 0) > 0 && (s.events.assigned ?? 0) > 0).length;
@@ -376,6 +385,7 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     outboxes: sightings.map((r, i) => `${outboxes[i]!.name}: ${r.seen.size} relays`).join(', '),
     relaysLiveAtOnce: `sampled every ${RelaySightings.intervalMs} ms`,
     relaysOnProducer: `${cfg.producer}; each slot's processes reported ${adaptersSeen.map((seen, i) => `relay ${i}: ${[...seen].map(([a, n]) => `${a} x${n}`).join(', ') || 'none'}`).join('; ')}`,
+    transactionalIdPrefixes: exactlyOnce ? `reported by the relay processes: ${[...prefixesSeen].join(', ') || 'none'}` : undefined,
     relaysClaimingAhead: `relay slots whose processes logged 'claiming ahead' (a batch claimed while the previous one was published): ${claimedAhead.map((n, i) => `relay ${i}: ${n}`).join(', ')}`,
     relaysMovingShards: `relay slots whose processes logged both 'shards handed to worker 0' (a trickle) and 'shards handed back' (a backlog): ${handedOver.map((n, i) => `relay ${i}: ${n} / ${handedBack[i]}`).join(', ')}`,
     consumers: 'reported themselves started and were assigned partitions',

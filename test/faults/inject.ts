@@ -151,9 +151,17 @@ export class Injector {
           await this.running(slot, `relay ${f.relay}`);
           await this.published(f.relay);
           if (f.moment === 'after-kafka-commit') {
+            // The process restarted by an earlier fault may still be loading: SIGUSR2 before its
+            // handler is in ends it at once (exit by SIGUSR2), nowhere near a Kafka commit. And
+            // one that has not published yet is still taking over its units (leases, starts),
+            // often for longer than the 10 s the kill waits: armed only once it has committed.
+            await waitFor(`relay ${f.relay} committing`, () => slot.currentEvents.has('kafka-committed'), { timeoutMs: 60_000, intervalMs: 50 }).catch(() =>
+              log(`relay ${f.relay}: its current process made no Kafka commit within 60 s; the fault goes ahead`),
+            );
             log(`FAULT relay ${f.relay}: SIGKILL right after its next Kafka commit, before that batch's Postgres COMMIT (restart in ${f.downMs} ms)`);
             const outcome = await slot.signalAndAwaitExit('SIGUSR2', 10_000);
             if (outcome === 'by-itself') this.relayWorstMomentKills++;
+            if (outcome === 'unhandled') log(`relay ${f.relay}: ended by SIGUSR2 itself (its hooks were not in yet); not a kill at a Kafka commit`);
             if (outcome === 'killed') log(`relay ${f.relay}: no Kafka commit within 10 s; SIGKILLed anyway`);
             if (outcome === 'no-process') log(`relay ${f.relay}: no process to kill; not counted`);
             else this.mark(f.kind);

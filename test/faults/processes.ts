@@ -50,6 +50,8 @@ export class Slot {
   ready = false;
   /** Reports of its processes, by event (`started`, `assigned`...): what they did. */
   readonly events: Record<string, number> = {};
+  /** The events the current process reported (`hooks-ready`: its signal handlers are in). */
+  currentEvents = new Set<string>();
   unexpectedExits = 0;
   readonly exitCodes: Array<number | string> = [];
   private lock: Promise<void> = Promise.resolve();
@@ -80,6 +82,7 @@ export class Slot {
     this.child = child;
     this.state = 'running';
     this.ready = false;
+    this.currentEvents = new Set();
     this.starts++;
     if (this.o.onReport && child.stdout) {
       const logFd = openSync(this.o.logFile, 'a');
@@ -94,6 +97,7 @@ export class Slot {
             const report = JSON.parse(line) as Record<string, unknown>;
             if (typeof report.event === 'string') this.events[report.event] = (this.events[report.event] ?? 0) + 1;
             if (report.event === 'started' && this.child === child) this.ready = true;
+            if (typeof report.event === 'string' && this.child === child) this.currentEvents.add(report.event);
             this.o.onReport?.(report);
           } catch {
             // not a report
@@ -130,12 +134,20 @@ export class Slot {
 
   /** Send `signal` to the process and wait up to `timeoutMs` for it to exit by itself
    *  (a consumer armed to kill itself at its next commit); SIGKILL it after that.
-   *  @returns whether it exited by itself, was SIGKILLed, or there was no process */
-  async signalAndAwaitExit(signal: NodeJS.Signals, timeoutMs: number): Promise<'by-itself' | 'killed' | 'no-process'> {
+   *  @returns whether it exited by itself, was SIGKILLed, or there was no process;
+   *  `unhandled` when `signal` itself ended it: the process had no handler for it yet (a
+   *  relay still loading after a restart), so it did not die where the fault meant it to */
+  async signalAndAwaitExit(signal: NodeJS.Signals, timeoutMs: number): Promise<'by-itself' | 'unhandled' | 'killed' | 'no-process'> {
     const child = this.child;
     this.state = 'down';
     if (!child) return 'no-process';
-    const exited = new Promise<boolean>((r) => child.once('exit', () => r(true)));
+    let exitSignal: NodeJS.Signals | null = null;
+    const exited = new Promise<boolean>((r) =>
+      child.once('exit', (_code, s) => {
+        exitSignal = s;
+        r(true);
+      }),
+    );
     child.kill(signal);
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<false>((r) => (timer = setTimeout(() => r(false), timeoutMs)));
@@ -145,6 +157,7 @@ export class Slot {
       child.kill('SIGKILL');
       await exited;
     }
+    if (byItself && exitSignal === signal) return 'unhandled';
     return byItself ? 'by-itself' : 'killed';
   }
 

@@ -38,6 +38,12 @@ export interface Tally {
    */
   relaysOnProducer: number;
   /**
+   * Exactly-once: the transactional-id prefixes the relay processes reported (their
+   * `Kafka checks passed` line). One: relays under two prefixes neither fence each other
+   * nor read each other's progress, and publish each other's crashed batches again.
+   */
+  transactionalIdPrefixes: number;
+  /**
    * Relay slots that committed a batch claimed ahead, while their previous batch was
    * published (src/relay/workerLoop.ts), by their own account (a log line). At least one
    * must: the faults make backlogs, and the pipeline must have run under them.
@@ -103,6 +109,7 @@ export function expectedTally(p: Profile): Tally {
     relays: p.relays,
     relaysLiveAtOnce: p.relays,
     relaysOnProducer: p.relays,
+    transactionalIdPrefixes: p.delivery === 'exactly-once' ? 1 : 0,
     relaysClaimingAhead: 1,
     relaysMovingShards: 0,
     consumers: p.consumers,
@@ -127,7 +134,7 @@ export function rowsOvershoot(p: Pick<Profile, 'maxRowsPerTransaction' | 'outbox
 export function emptyTally(): Tally {
   const faults = {} as Record<FaultKind, number>;
   for (const { kind } of FAULT_KINDS) faults[kind] = 0;
-  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, relaysClaimingAhead: 0, relaysMovingShards: 0, consumers: 0, brokers: 0, outboxes: 0, rowsCommitted: 0, relaysThroughPooler: 0, consumersThroughPooler: 0, directBackends: 0, relayKillsAfterKafkaCommit: 0, relaysMarkingFromProgress: 0, faults };
+  return { relays: 0, relaysLiveAtOnce: 0, relaysOnProducer: 0, transactionalIdPrefixes: 0, relaysClaimingAhead: 0, relaysMovingShards: 0, consumers: 0, brokers: 0, outboxes: 0, rowsCommitted: 0, relaysThroughPooler: 0, consumersThroughPooler: 0, directBackends: 0, relayKillsAfterKafkaCommit: 0, relaysMarkingFromProgress: 0, faults };
 }
 
 /** One line of the self-check: "relays: 2 of 2". */
@@ -150,6 +157,7 @@ export function selfCheck(expected: Tally, actual: Tally, details: Partial<Recor
     line('relays', expected.relays, actual.relays, details.relays),
     line('relays live at once', expected.relaysLiveAtOnce, actual.relaysLiveAtOnce, details.relaysLiveAtOnce),
     line('relays on the producer adapter', expected.relaysOnProducer, actual.relaysOnProducer, details.relaysOnProducer),
+    line('transactional-id prefixes of the relays', expected.transactionalIdPrefixes, actual.transactionalIdPrefixes, details.transactionalIdPrefixes),
     { ...line('relays that claimed a batch ahead (at least)', expected.relaysClaimingAhead, actual.relaysClaimingAhead, details.relaysClaimingAhead), ok: actual.relaysClaimingAhead >= expected.relaysClaimingAhead },
     { ...line('relays that moved shards between their workers, both ways (informational)', expected.relaysMovingShards, actual.relaysMovingShards, details.relaysMovingShards), ok: true },
     line('consumers', expected.consumers, actual.consumers, details.consumers),

@@ -89,9 +89,13 @@ export async function startOwnKafka(): Promise<LocalKafka> {
 /** A Kafka cluster of our own (`nodes` combined broker+controller nodes), killed and deleted on the way out. */
 export async function startOwnKafkaCluster(nodes: number): Promise<LocalKafkaCluster> {
   const dir = join(ROOT, '.cache/kafka/run', `faults-cluster-${process.pid}`);
+  // FAULTS_KEEP_KAFKA=1 leaves the nodes' data dirs behind (stopped), so that the partition
+  // logs can be read afterwards with Kafka's DumpLogSegments: a wire duplicate's two copies
+  // carry the producer id, epoch and sequence that say which transaction wrote each.
+  const keep = process.env.FAULTS_KEEP_KAFKA === '1';
   const guard = onEmergency(() => {
     killLocalKafkaClusterSync(dir);
-    rmSync(dir, { recursive: true, force: true });
+    if (!keep) rmSync(dir, { recursive: true, force: true });
   });
   let cluster: LocalKafkaCluster;
   try {
@@ -106,7 +110,12 @@ export async function startOwnKafkaCluster(nodes: number): Promise<LocalKafkaClu
   return {
     ...cluster, // a plain object of closures
     destroy: async (): Promise<void> => {
-      await cluster.destroy();
+      if (keep) {
+        await cluster.stop();
+        process.stderr.write(`faults: FAULTS_KEEP_KAFKA=1: cluster data kept in ${dir}\n`);
+      } else {
+        await cluster.destroy();
+      }
       guard.remove();
     },
   };

@@ -47,7 +47,17 @@ test('self-check: a run that ran what its profile says passes', () => {
   const lines = selfCheck(expectedTally(ci), faithful());
   assert.deepEqual(selfCheckFailures(lines), []);
   assert.ok(lines.every((l) => l.ok));
-  assert.equal(lines.length, 14 + FAULT_KINDS.length);
+  assert.equal(lines.length, 15 + FAULT_KINDS.length);
+});
+
+test('self-check: exactly-once relays under two transactional-id prefixes fail the run (finding 6)', () => {
+  const eos = planRuns({ profile: 'eos-cluster-ci', seed: 5, plant: 'none', verifyPlanted: false })[0]!.profile;
+  const expected = expectedTally(eos);
+  assert.equal(expected.transactionalIdPrefixes, 1);
+  const actual = { ...expected, faults: { ...expected.faults } };
+  assert.deepEqual(selfCheckFailures(selfCheck(expected, actual)), []);
+  actual.transactionalIdPrefixes = 2;
+  assert.match(selfCheckFailures(selfCheck(expected, actual)).join('\n'), /transactional-id prefixes of the relays 2 of 1/);
 });
 
 test('self-check: one relay where the profile says two fails the run', () => {
@@ -250,7 +260,7 @@ test('profiles: eos-cluster-ci relays exactly once through kafkajs on the 3-node
 
 test('profiles: eos-cluster-ci restarts Postgres both ways and eos-stall also stalls a relay with its Kafka transaction open past the timeout; the self-check fails a run where either did not happen', () => {
   const [ci] = planRuns({ profile: 'eos-cluster-ci', seed: 5, plant: 'none', verifyPlanted: true });
-  assert.equal(ci!.profile.counts.postgresRestarts, 0);
+  assert.equal(ci!.profile.counts.postgresRestarts, 2);
   const [run, planted] = planRuns({ profile: 'eos-stall', seed: 5, plant: 'none', verifyPlanted: true });
   const p = run!.profile;
   assert.equal(p.counts.postgresRestarts, 2);
