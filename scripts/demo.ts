@@ -8,6 +8,7 @@
  * (examples/consumer.ts) until every event is handled; then makes the relay publish some
  * events a second time, and shows the consumer skipping them: balances unchanged.
  */
+import '../src/shared/kafkajsIdleFix.js';
 import pg from 'pg';
 import { Kafka, logLevel } from 'kafkajs';
 import { createLogger, createRelay, enqueue, migrate, HEADERS } from '../src/index.js';

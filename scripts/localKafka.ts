@@ -12,6 +12,7 @@
  * voters, replication factor 3, min.insync.replicas 2, unclean leader election off), with
  * kill/stop/start of one node by id for the fault suite.
  */
+import '../src/shared/kafkajsIdleFix.js';
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';

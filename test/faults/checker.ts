@@ -7,6 +7,7 @@
  * `check()` is the pure part (unit-tested in test/faultsChecker.test.ts); the readers
  * below it feed it.
  */
+import '../../src/shared/kafkajsIdleFix.js';
 import { Kafka, logLevel } from 'kafkajs';
 import type pg from 'pg';
 

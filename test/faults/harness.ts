@@ -4,6 +4,7 @@
  * drain, the independent checker (checker.ts), and the self-check of what actually ran
  * (selfCheck.ts). Returns the report; never decides what to run from the code under test.
  */
+import '../../src/shared/kafkajsIdleFix.js';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';

@@ -5,6 +5,7 @@
  * joining consumer never assigned partitions), is logged and not counted, so the
  * self-check notices it.
  */
+import '../../src/shared/kafkajsIdleFix.js';
 import { Kafka, logLevel, type Admin } from 'kafkajs';
 import pg from 'pg';
 import { waitFor } from '../helpers/wait.js';
