@@ -164,6 +164,7 @@ test('integration: every setting refuses a bad value from its flag and from its 
     { env: 'OUTBOX_SHUTDOWN_TIMEOUT_MS', value: '-1', command: ['run'] },
     { env: 'OUTBOX_RETRY_MAX_DELAY_MS', value: '5', command: ['run'] },
     { env: 'OUTBOX_HORIZON_MAX_WAIT_MS', value: '1.5', command: ['run'] },
+    { env: 'OUTBOX_IDLE_POLL_MAX_MS', value: '0', command: ['run'] },
     { env: 'OUTBOX_LEASE_TTL_MS', value: '100', command: ['run'] },
     { env: 'OUTBOX_MAX_MESSAGE_BYTES', value: '10', command: ['run'] },
     { env: 'OUTBOX_MISSING_TOPIC_TIMEOUT_MS', value: 'soon', command: ['run'] },
