@@ -94,7 +94,9 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
   constructor(options: RelayOptions | ResolvedRelayOptions) {
     super();
-    this.stopSignal = new Promise<void>((resolve) => (this.signalStop = resolve));
+    // Stopping also wakes every loop asleep on a wake-up, so it sees `stopping` at once.
+    const wakeEveryLoop = (): void => [this.workAvailable, this.stopRequested, this.databaseBack, this.breakerOpened].forEach((w) => w.notify());
+    this.stopSignal = new Promise<void>((resolve) => (this.signalStop = () => (resolve(), wakeEveryLoop())));
     this.abortSignal = new Promise<void>((resolve) => (this.signalAbort = resolve));
     this.options = resolveRelayOptions(options);
     this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
@@ -280,7 +282,6 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private async doStop(): Promise<{ hard: boolean }> {
     this.stopping = true;
     this.signalStop();
-    for (const waiters of [this.workAvailable, this.stopRequested, this.databaseBack, this.breakerOpened]) waiters.notify();
     const deadline = Date.now() + this.options.shutdownTimeoutMs;
     // A start in progress gives up at once (unlessStopped) or has just finished.
     await this.starting?.catch(() => undefined);
@@ -330,7 +331,6 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.stopping = true;
     this.signalStop();
     this.signalAbort();
-    for (const waiters of [this.workAvailable, this.stopRequested, this.databaseBack, this.breakerOpened]) waiters.notify();
     // Destroying the connection rolls its transaction back on the server: the batch's
     // rows stay unsent and unlocked.
     for (const w of this.workers) {
