@@ -7,7 +7,7 @@ test('the CI time table sums the phases, lists test files slowest first and name
   const table = renderTable({
     phases: parsePhases('npm ci\t40\nnpm test (Node 24, platformatic)\t700\nnpm run test:faults\t400\n'),
     passes: [
-      { label: 'first pass', pass: { wallSeconds: 690, node: 'v24.1.0', files: [{ file: 'test/a.test.ts', seconds: 3, tests: 2, failed: 0 }, { file: 'test/b.test.ts', seconds: 90.5, tests: 7, failed: 1 }] } },
+      { label: 'first pass', pass: { wallSeconds: 690, node: 'v24.1.0', files: [{ file: 'test/a.test.ts', seconds: 3, tests: 2, failed: 0 }, { file: 'test/b.test.ts', seconds: 90.5, tests: 7, failed: 1 }, { file: 'test/x/suite.ts', seconds: null, tests: 4, failed: 0 }] } },
       { label: 'second pass', pass: null },
     ],
     faults: parseFaults('{"command":"npx tsx test/faults/run.ts --profile ci --seed 1","runs":[{"name":"ci-1","seconds":60}],"seconds":80,"ok":true}\n'),
@@ -19,6 +19,9 @@ test('the CI time table sums the phases, lists test files slowest first and name
   assert.ok(table.indexOf('test/b.test.ts') < table.indexOf('test/a.test.ts'), 'slowest first');
   assert.match(table, /\| 1 \| first pass \| test\/b\.test\.ts \| 90\.5 \| 7 \| 1 \|/);
   assert.match(table, /- second pass: no timings were written/);
+  assert.match(table, /- first pass \(v24\.1\.0\): 2 files, 13 tests, 690 s wall/);
+  assert.match(table, /4 of those tests were declared in test\/x\/suite\.ts/);
+  assert.doesNotMatch(table, /\| test\/x\/suite\.ts \|/, 'no row for a module that is not a test file');
   assert.match(table, /\| `npx tsx test\/faults\/run\.ts --profile ci --seed 1` \| ci-1 60 \| 80 \| yes \|/);
   assert.match(renderTable({ phases: parsePhases('x\t1600\n'), passes: [], faults: null, commit: 'c', date: 'd', machine: 'm' }), /: \*\*over\*\*\./);
   assert.throws(() => parsePhases('npm ci\tabc\n'), /bad phase line/);
