@@ -33,6 +33,8 @@ export interface TestPass {
 }
 export interface FaultCommand {
   command: string;
+  /** The lane of test/faults/ci.ts that ran it (lanes run at once); absent when run alone. */
+  lane?: number;
   runs: Array<{ name: string; seconds: number }>;
   seconds: number;
   ok: boolean;
@@ -103,9 +105,15 @@ export function renderTable(input: { phases: Phase[]; passes: Array<{ label: str
   out.push('');
   if (!input.faults) out.push('No timings were written (test:faults did not run or did not finish).');
   else {
-    out.push('| command | runs (seconds each) | seconds | passed |');
-    out.push('|---|---|---:|---|');
-    for (const c of input.faults) out.push(`| \`${c.command}\` | ${c.runs.map((r) => `${r.name} ${r.seconds}`).join(', ')} | ${c.seconds} | ${c.ok ? 'yes' : 'no'} |`);
+    const lanes = [...new Set(input.faults.map((c) => c.lane ?? 0))].sort((a, b) => a - b);
+    if (lanes.length > 1 || lanes[0] !== 0) {
+      const laneSeconds = lanes.map((l) => `lane ${l || '(none)'} ${input.faults!.filter((c) => (c.lane ?? 0) === l).reduce((s, c) => s + c.seconds, 0)} s`);
+      out.push(`The lanes of test/faults/ci.ts run at the same time, each its commands one after the other, so the phase takes about its longest lane: ${laneSeconds.join(', ')}.`);
+      out.push('');
+    }
+    out.push('| lane | command | runs (seconds each) | seconds | passed |');
+    out.push('|---:|---|---|---:|---|');
+    for (const c of input.faults) out.push(`| ${c.lane ?? ''} | \`${c.command}\` | ${c.runs.map((r) => `${r.name} ${r.seconds}`).join(', ')} | ${c.seconds} | ${c.ok ? 'yes' : 'no'} |`);
   }
   out.push('');
   return out.join('\n');

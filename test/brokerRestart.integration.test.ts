@@ -63,7 +63,7 @@ test('integration: the relay rides out a broker restart by itself and every row 
   assert.deepEqual(rows.filter((r) => !delivered.has(r.message_id)), []);
 });
 
-test('integration: broker stopped for 30 seconds while rows arrive: the breaker opens, nothing is dead-lettered, every row arrives after the restart', async () => {
+test('integration: broker stopped for 15 seconds while rows arrive: the breaker opens, nothing is dead-lettered, every row arrives after the restart', async () => {
   const brokers = [kafka.brokers];
   const topic = await createTopic(2, brokers);
   const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: brokers, schema: db.schema, batchSize: 100, retryMaxDelayMs: 2_000 });
@@ -92,8 +92,9 @@ test('integration: broker stopped for 30 seconds while rows arrive: the breaker 
     await write(50);
     await waitFor('the breaker to open', () => states.includes('open'), { timeoutMs: 60_000 });
     const failuresWhenOpened = failedBatches;
-    // Rows keep arriving for the whole 30 s outage.
-    while (Date.now() - stoppedAt < 30_000) {
+    // Rows keep arriving for the whole 15 s outage: with retryMaxDelayMs 2 s, the open
+    // breaker probes the broker several times meanwhile, and none of them may claim.
+    while (Date.now() - stoppedAt < 15_000) {
       await write(10);
       await new Promise((r) => setTimeout(r, 1_000));
     }

@@ -137,7 +137,8 @@ async function main(): Promise<number> {
   // CI's time table (scripts/ciTimeTable.ts) takes each command's time from here.
   const timesFile = process.env.OUTBOX_FAULTS_TIMES_FILE;
   if (timesFile) {
-    const line = { command: runs[0]?.command, runs: reports.map((r) => ({ name: r.name, seconds: Math.round(r.wallMs / 1000) })), seconds: Math.round(elapsedMs() / 1000), ok };
+    const lane = process.env.OUTBOX_FAULTS_LANE ? Number(process.env.OUTBOX_FAULTS_LANE) : undefined;
+    const line = { command: runs[0]?.command, ...(lane ? { lane } : {}), runs: reports.map((r) => ({ name: r.name, seconds: Math.round(r.wallMs / 1000) })), seconds: Math.round(elapsedMs() / 1000), ok };
     appendFileSync(timesFile, `${JSON.stringify(line)}\n`);
   }
   return ok ? 0 : 1;

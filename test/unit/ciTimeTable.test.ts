@@ -10,7 +10,11 @@ test('the CI time table sums the phases, lists test files slowest first and name
       { label: 'first pass', pass: { wallSeconds: 690, node: 'v24.1.0', files: [{ file: 'test/a.test.ts', seconds: 3, tests: 2, failed: 0 }, { file: 'test/b.test.ts', seconds: 90.5, tests: 7, failed: 1 }, { file: 'test/x/suite.ts', seconds: null, tests: 4, failed: 0 }] } },
       { label: 'second pass', pass: null },
     ],
-    faults: parseFaults('{"command":"npx tsx test/faults/run.ts --profile ci --seed 1","runs":[{"name":"ci-1","seconds":60}],"seconds":80,"ok":true}\n'),
+    faults: parseFaults(
+      '{"command":"npx tsx test/faults/run.ts --profile ci --seed 1","lane":1,"runs":[{"name":"ci-1","seconds":60}],"seconds":80,"ok":true}\n' +
+        '{"command":"npx tsx test/faults/run.ts --profile multi-ci --seed 2","lane":2,"runs":[{"name":"multi-ci-2","seconds":50}],"seconds":55,"ok":false}\n' +
+        '{"command":"npx tsx test/faults/run.ts --profile pooler-ci --seed 3","lane":1,"runs":[{"name":"pooler-ci-3","seconds":40}],"seconds":45,"ok":true}\n',
+    ),
     commit: 'abc',
     date: '2026-12-04T00:00:00Z',
     machine: '2 cores',
@@ -22,7 +26,9 @@ test('the CI time table sums the phases, lists test files slowest first and name
   assert.match(table, /- first pass \(v24\.1\.0\): 2 files, 13 tests, 690 s wall/);
   assert.match(table, /4 of those tests were declared in test\/x\/suite\.ts/);
   assert.doesNotMatch(table, /\| test\/x\/suite\.ts \|/, 'no row for a module that is not a test file');
-  assert.match(table, /\| `npx tsx test\/faults\/run\.ts --profile ci --seed 1` \| ci-1 60 \| 80 \| yes \|/);
+  assert.match(table, /\| 1 \| `npx tsx test\/faults\/run\.ts --profile ci --seed 1` \| ci-1 60 \| 80 \| yes \|/);
+  assert.match(table, /\| 2 \| `npx tsx test\/faults\/run\.ts --profile multi-ci --seed 2` \| multi-ci-2 50 \| 55 \| no \|/);
+  assert.match(table, /about its longest lane: lane 1 125 s, lane 2 55 s\./);
   assert.match(renderTable({ phases: parsePhases('x\t1600\n'), passes: [], faults: null, commit: 'c', date: 'd', machine: 'm' }), /: \*\*over\*\*\./);
   assert.throws(() => parsePhases('npm ci\tabc\n'), /bad phase line/);
 });

@@ -4,7 +4,9 @@
 // so that takeover and fencing escape the faults).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { PROFILES, planRuns, plantsOf } from '../faults/profiles.js';
+import { CI_FAULT_COMMANDS, lanesOf, planFailures, type CommandOutcome, type FaultCommandPlan } from '../faults/ciPlan.js';
 import { emptyTally, expectedTally, FAULT_KINDS, rowsOvershoot, runsCheck, selfCheck, selfCheckFailures, type Tally } from '../faults/selfCheck.js';
 import { parseChangedFiles } from '../faults/snapshot.js';
 import { buildSchedule } from '../faults/schedule.js';
@@ -282,4 +284,42 @@ test('profiles: eos-cluster-ci restarts Postgres both ways and eos-stall also st
     const failures = selfCheckFailures(selfCheck(expected, actual));
     assert.deepEqual(failures, [`self-check: fault ${kind} ${expected.faults[kind] - 1} of ${expected.faults[kind]}`]);
   }
+});
+
+test('CI fault plan: the six commands test:faults ran one after the other, in two lanes, the 3-node clusters in different lanes', () => {
+  const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: Record<string, string> };
+  assert.equal(pkg.scripts['test:faults'], 'tsx test/faults/ci.ts');
+  const byArgs = CI_FAULT_COMMANDS.map((c) => c.args.join(' ')).sort();
+  assert.deepEqual(byArgs, [
+    '--profile ci --producer kafkajs',
+    '--profile ci --verify-planted',
+    '--profile cluster-ci',
+    '--profile eos-cluster-ci --verify-planted',
+    '--profile multi-ci --verify-planted',
+    '--profile pooler-ci',
+  ]);
+  // Every run (profile and planted) the suite made before the lanes: 3 + 1 + 1 + 2 + 3 + 1.
+  const runs = CI_FAULT_COMMANDS.flatMap((c) => {
+    const at = (flag: string): string | undefined => c.args[c.args.indexOf(flag) + 1];
+    return planRuns({ profile: at('--profile')!, seed: 1, plant: 'none', verifyPlanted: c.args.includes('--verify-planted'), ...(c.args.includes('--producer') ? { producer: at('--producer') as 'kafkajs' } : {}) });
+  });
+  assert.equal(runs.length, 11);
+  const lanes = lanesOf(CI_FAULT_COMMANDS, 2);
+  assert.equal(lanes.length, 2);
+  const clusterLanes = lanes.map((l) => l.filter((c) => PROFILES[c.args[1]!]!.brokers > 1).length);
+  assert.deepEqual(clusterLanes, [1, 1], 'one 3-node cluster profile per lane');
+  assert.equal(lanesOf(CI_FAULT_COMMANDS, 1)[0]!.length, 6);
+  assert.throws(() => lanesOf(CI_FAULT_COMMANDS, 3), /takes 1 or 2/);
+  assert.throws(() => lanesOf(CI_FAULT_COMMANDS, 0), /whole number/);
+});
+
+test('CI fault plan: the run fails when a planned command failed, did not run, ran twice, or one outside the plan ran', () => {
+  const plan: FaultCommandPlan[] = [{ lane: 1, args: ['--profile', 'ci'] }, { lane: 2, args: ['--profile', 'multi-ci'] }];
+  const ok = (args: string[]): CommandOutcome => ({ args, code: 0, seconds: 1 });
+  assert.deepEqual(planFailures(plan, [ok(['--profile', 'ci']), ok(['--profile', 'multi-ci'])]), []);
+  assert.deepEqual(planFailures(plan, [ok(['--profile', 'ci'])]), ['faults: planned command did not run: --profile multi-ci']);
+  assert.deepEqual(planFailures(plan, [ok(['--profile', 'ci']), { args: ['--profile', 'multi-ci'], code: 1, seconds: 1 }]), ['faults: failed (exit 1): --profile multi-ci']);
+  assert.deepEqual(planFailures(plan, [ok(['--profile', 'ci']), { args: ['--profile', 'multi-ci'], code: null, seconds: 1 }]), ['faults: failed (exit signal): --profile multi-ci']);
+  assert.deepEqual(planFailures(plan, [ok(['--profile', 'ci']), ok(['--profile', 'ci']), ok(['--profile', 'multi-ci'])]), ['faults: planned command ran 2 times: --profile ci']);
+  assert.deepEqual(planFailures(plan, [ok(['--profile', 'ci']), ok(['--profile', 'multi-ci']), ok(['--profile', 'smoke'])]), ['faults: ran a command outside the plan: --profile smoke']);
 });

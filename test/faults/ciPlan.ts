@@ -1,0 +1,57 @@
+/**
+ * What `npm run test:faults` runs (CI's fault suite): six commands of test/faults/run.ts in
+ * two lanes that run at once, each lane's commands one after the other. Pure: the plan and
+ * the check of what ran; test/faults/ci.ts runs it.
+ *
+ * Why lanes: a fault run spends most of its time in its write window (40-60 s of writers at a
+ * few hundred rows/s, faults meanwhile), where the machine is far from busy, and each run has
+ * its own Postgres, Kafka and PgBouncer on free ports and its own copy of the code, so two
+ * runs do not share state. The two 3-node cluster profiles sit in different lanes and at
+ * opposite ends of them, so that six brokers rarely run at once.
+ */
+
+export interface FaultCommandPlan {
+  /** 1 or 2. */
+  lane: number;
+  /** The arguments of test/faults/run.ts. */
+  args: string[];
+}
+
+export const CI_FAULT_COMMANDS: readonly FaultCommandPlan[] = [
+  { lane: 1, args: ['--profile', 'cluster-ci'] },
+  { lane: 1, args: ['--profile', 'ci', '--verify-planted'] },
+  { lane: 1, args: ['--profile', 'pooler-ci'] },
+  { lane: 2, args: ['--profile', 'multi-ci', '--verify-planted'] },
+  { lane: 2, args: ['--profile', 'ci', '--producer', 'kafkajs'] },
+  { lane: 2, args: ['--profile', 'eos-cluster-ci', '--verify-planted'] },
+];
+
+/** The plan's commands grouped into `lanes` lanes: with 1, all in one lane in plan order. */
+export function lanesOf(plan: readonly FaultCommandPlan[], lanes: number): FaultCommandPlan[][] {
+  if (!Number.isInteger(lanes) || lanes < 1) throw new Error(`faults: --lanes must be a whole number ≥ 1, got ${lanes}`);
+  const numbers = [...new Set(plan.map((c) => c.lane))].sort((a, b) => a - b);
+  if (lanes === 1) return [numbers.flatMap((n) => plan.filter((c) => c.lane === n))];
+  if (lanes !== numbers.length) throw new Error(`faults: the plan has ${numbers.length} lanes; --lanes takes 1 or ${numbers.length}`);
+  return numbers.map((n) => plan.filter((c) => c.lane === n));
+}
+
+export interface CommandOutcome {
+  args: string[];
+  /** The exit code of run.ts, or null when it did not run (or was killed by a signal). */
+  code: number | null;
+  seconds: number;
+}
+
+/** Lines saying what did not hold: a planned command that did not run, ran twice or failed. */
+export function planFailures(plan: readonly FaultCommandPlan[], outcomes: readonly CommandOutcome[]): string[] {
+  const key = (args: readonly string[]): string => args.join(' ');
+  const failures: string[] = [];
+  for (const c of plan) {
+    const ran = outcomes.filter((o) => key(o.args) === key(c.args));
+    if (ran.length === 0) failures.push(`faults: planned command did not run: ${key(c.args)}`);
+    else if (ran.length > 1) failures.push(`faults: planned command ran ${ran.length} times: ${key(c.args)}`);
+    else if (ran[0]!.code !== 0) failures.push(`faults: failed (exit ${ran[0]!.code ?? 'signal'}): ${key(c.args)}`);
+  }
+  for (const o of outcomes) if (!plan.some((c) => key(c.args) === key(o.args))) failures.push(`faults: ran a command outside the plan: ${key(o.args)}`);
+  return failures;
+}
