@@ -214,9 +214,16 @@ function invocations(blocks: Block[] = ALL): Invocation[] {
 
 const execFileAsync = promisify(execFile);
 
-async function help(command: string[]): Promise<string> {
-  const { stdout } = await execFileAsync(process.execPath, [cliBundle(), ...command, '--help'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME } });
-  return stdout;
+/** Each help text once per file: three tests read the same ones, and a CLI start costs CPU. */
+const helpTexts = new Map<string, Promise<string>>();
+function help(command: string[]): Promise<string> {
+  const key = command.join(' ');
+  let text = helpTexts.get(key);
+  if (!text) {
+    text = execFileAsync(process.execPath, [cliBundle(), ...command, '--help'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME } }).then((r) => r.stdout);
+    helpTexts.set(key, text);
+  }
+  return text;
 }
 
 /** The invocations whose command or flags the CLI does not have, one line each. */
