@@ -29,6 +29,11 @@ export async function withinHandlerTimeout<T>(work: Promise<T>, timeoutMs: numbe
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new HandlerTimeout(timeoutMs, firstOffset, lastOffset)), timeoutMs);
+    // A hard stop abandons the call without settling it (the callers race this against the
+    // stop), and the finally below then waits for the timer: unref'd, it cannot keep a
+    // stopped consumer's process alive for handlerTimeoutMs. A running consumer's Kafka
+    // connections keep the process alive, so it still fires there.
+    timer.unref();
   });
   try {
     return await Promise.race([work, timedOut]);

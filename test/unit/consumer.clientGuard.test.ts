@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { transactionControlStatement } from '../../src/consumer/clientGuard.js';
+import { HandlerTimeout, withinHandlerTimeout } from '../../src/consumer/handlerTimeout.js';
 
 // The text check of the client handlers get (src/consumer/clientGuard.ts): which
 // statements would end, begin or split the consumer's transaction. No servers needed.
@@ -64,4 +65,19 @@ test('words inside literals, identifiers, dollar quotes and comments are not sta
     'LOCK TABLE t IN SHARE MODE',
   ];
   for (const sql of fine) assert.equal(transactionControlStatement(sql), undefined, sql);
+});
+
+// What a handler call that never settles leaves behind (src/consumer/handlerTimeout.ts).
+
+const timers = (): number => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+
+test('handler timeout: a call that never settles is given up after handlerTimeoutMs with HandlerTimeout', async () => {
+  await assert.rejects(withinHandlerTimeout(new Promise<never>(() => undefined), 20, '5', '7'), (e: unknown) => e instanceof HandlerTimeout && /offsets 5-7 still running after 20 ms/.test((e as Error).message));
+});
+
+test('handler timeout: its timer does not keep the process alive (a hard stop abandons the call; the process of a stopped consumer then exits at once, not handlerTimeoutMs later)', () => {
+  const before = timers();
+  // The consumer races this against its stop and, on a hard stop, stops awaiting it.
+  void withinHandlerTimeout(new Promise<never>(() => undefined), 60_000, '0', '0').catch(() => undefined);
+  assert.equal(timers(), before, 'no timer keeping the event loop alive');
 });
