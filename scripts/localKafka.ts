@@ -19,6 +19,7 @@ import { createServer } from 'node:net';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Kafka, logLevel } from 'kafkajs';
+import { kafkaJitFlags } from './kafkaJit.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const LIBS = join(ROOT, '.cache/kafka/libs');
@@ -138,6 +139,7 @@ function java(args: string[], dir: string, detached: boolean): ChildProcess {
       '-Xms256m',
       '-Xmx512m',
       '-XX:+UseSerialGC',
+      ...kafkaJitFlags(),
       `-Dlog4j.configuration=file:${join(dir, 'log4j.properties')}`,
       `-Dkafka.logs.dir=${dir}`,
       '-cp',

@@ -35,7 +35,8 @@ function runCommand(c: FaultCommandPlan): Promise<CommandOutcome> {
   process.stdout.write(`${prefix}faults: ${c.args.join(' ')}\n`);
   const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'test/faults/run.ts'), ...c.args], {
     cwd: ROOT,
-    env: { ...process.env, OUTBOX_FAULTS_LANE: String(c.lane) },
+    // C1-only brokers (scripts/kafkaJit.ts): less CPU for the suite's many short-lived JVMs.
+    env: { ...process.env, OUTBOX_KAFKA_JIT: process.env.OUTBOX_KAFKA_JIT || 'quick', OUTBOX_FAULTS_LANE: String(c.lane) },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   children.add(child);

@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { CI_LIMIT_SECONDS, parseFaults, parsePhases, renderTable } from '../../scripts/ciTimeTable.js';
+import { kafkaJit, kafkaJitFlags } from '../../scripts/kafkaJit.js';
 
 test('the CI time table sums the phases, lists test files slowest first and names a pass that wrote no timings', () => {
   const table = renderTable({
@@ -46,4 +47,20 @@ test('docs/ci-times.md, the committed table, states its total against the limit 
   const all = [...readdirSync('test').filter((f) => f.endsWith('.test.ts')).map((f) => `test/${f}`), ...readdirSync('test/unit').filter((f) => f.endsWith('.test.ts')).map((f) => `test/unit/${f}`)];
   const missing = all.filter((f) => !files.includes(f));
   assert.deepEqual(missing, [], 'test files without a time in docs/ci-times.md: run .ci/run and commit .cache/ci-times.md there');
+});
+
+test('local Kafka JIT: tiered (the JVM default) unless OUTBOX_KAFKA_JIT=quick; another value is refused, naming the variable', () => {
+  assert.equal(kafkaJit({}), 'tiered');
+  assert.deepEqual(kafkaJitFlags({}), []);
+  assert.deepEqual(kafkaJitFlags({ OUTBOX_KAFKA_JIT: 'tiered' }), []);
+  assert.deepEqual(kafkaJitFlags({ OUTBOX_KAFKA_JIT: 'quick' }), ['-XX:TieredStopAtLevel=1']);
+  assert.throws(() => kafkaJit({ OUTBOX_KAFKA_JIT: 'c1' }), /^Error: OUTBOX_KAFKA_JIT: "c1" is not one of tiered, quick$/);
+});
+
+test('local Kafka JIT: the tests, CI and the fault suite run quick brokers; the bench keeps the default', () => {
+  const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: Record<string, string> };
+  assert.match(pkg.scripts.test!, /&& OUTBOX_KAFKA_JIT=quick scripts\/with-kafka\.sh node /);
+  assert.doesNotMatch(pkg.scripts.bench!, /OUTBOX_KAFKA_JIT/);
+  assert.match(readFileSync('.ci/run', 'utf8'), /^export OUTBOX_KAFKA_JIT=quick$/m);
+  assert.match(readFileSync('test/faults/ci.ts', 'utf8'), /OUTBOX_KAFKA_JIT: process\.env\.OUTBOX_KAFKA_JIT \|\| 'quick'/);
 });
