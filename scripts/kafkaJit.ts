@@ -5,9 +5,8 @@
  *   the bench keeps it, so that its broker CPU figures compare with earlier runs.
  * - `quick`: C1 only (`-XX:TieredStopAtLevel=1`). The tests and the fault suite start brokers
  *   by the dozen and give each light, short work: there C2's compiling costs more CPU than its
- *   faster code saves. Measured on this 2-core machine: a start 3.1 against 4.3 CPU-seconds,
- *   two busy test files (consumer.batchHandler and partitionsRelay, 30 s) 5 against 7
- *   CPU-seconds of the broker. .ci/run and `npm run test:faults` set it.
+ *   faster code saves (measured by hand, not a committed result: less CPU per start and per
+ *   busy test file). .ci/run, `npm test` and `npm run test:faults` set it.
  */
 export type KafkaJit = 'tiered' | 'quick';
 

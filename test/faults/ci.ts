@@ -9,7 +9,7 @@
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
-import { CI_FAULT_COMMANDS, lanesOf, planFailures, type CommandOutcome, type FaultCommandPlan } from './ciPlan.js';
+import { CI_FAULT_COMMANDS, lanesOf, planFailures, runLanes, type CommandOutcome, type FaultCommandPlan } from './ciPlan.js';
 import { ROOT } from './snapshot.js';
 
 function parseLanes(argv: string[]): number {
@@ -51,19 +51,10 @@ function runCommand(c: FaultCommandPlan): Promise<CommandOutcome> {
   });
 }
 
-async function runLane(lane: FaultCommandPlan[]): Promise<CommandOutcome[]> {
-  const outcomes: CommandOutcome[] = [];
-  for (const c of lane) {
-    if (stopping) break;
-    outcomes.push(await runCommand(c));
-  }
-  return outcomes;
-}
-
 async function main(): Promise<number> {
   const lanes = lanesOf(CI_FAULT_COMMANDS, parseLanes(process.argv.slice(2)));
   const started = Date.now();
-  const outcomes = (await Promise.all(lanes.map(runLane))).flat();
+  const outcomes = await runLanes(lanes, runCommand, () => stopping);
   const seconds = Math.round((Date.now() - started) / 1000);
   process.stdout.write(`faults: ${lanes.length} lane(s), ${seconds} s in all\n`);
   for (const o of outcomes) process.stdout.write(`faults:   ${o.code === 0 ? 'passed' : 'FAILED'} in ${o.seconds} s: ${o.args.join(' ')}\n`);

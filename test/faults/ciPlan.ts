@@ -58,3 +58,21 @@ export function planFailures(plan: readonly FaultCommandPlan[], outcomes: readon
   for (const o of outcomes) if (!plan.some((c) => key(c.args) === key(o.args))) failures.push(`faults: ran a command outside the plan: ${key(o.args)}`);
   return failures;
 }
+
+/**
+ * Run the lanes at once, each lane's commands one after the other: a failed command does
+ * not end its lane (a CI log then names every failure); once `stopped()` says so (a
+ * signal), no further command starts. Outcomes in the order the commands ended.
+ */
+export async function runLanes(lanes: FaultCommandPlan[][], run: (c: FaultCommandPlan) => Promise<CommandOutcome>, stopped: () => boolean): Promise<CommandOutcome[]> {
+  const outcomes: CommandOutcome[] = [];
+  await Promise.all(
+    lanes.map(async (lane) => {
+      for (const c of lane) {
+        if (stopped()) return;
+        outcomes.push(await run(c));
+      }
+    }),
+  );
+  return outcomes;
+}

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { PROFILES, planRuns, plantsOf } from '../faults/profiles.js';
-import { CI_FAULT_COMMANDS, lanesOf, planFailures, type CommandOutcome, type FaultCommandPlan } from '../faults/ciPlan.js';
+import { CI_FAULT_COMMANDS, lanesOf, planFailures, runLanes, type CommandOutcome, type FaultCommandPlan } from '../faults/ciPlan.js';
 import { emptyTally, expectedTally, FAULT_KINDS, rowsOvershoot, runsCheck, selfCheck, selfCheckFailures, type Tally } from '../faults/selfCheck.js';
 import { parseChangedFiles } from '../faults/snapshot.js';
 import { buildSchedule } from '../faults/schedule.js';
@@ -322,4 +322,25 @@ test('CI fault plan: the run fails when a planned command failed, did not run, r
   assert.deepEqual(planFailures(plan, [ok(['--profile', 'ci']), { args: ['--profile', 'multi-ci'], code: null, seconds: 1 }]), ['faults: failed (exit signal): --profile multi-ci']);
   assert.deepEqual(planFailures(plan, [ok(['--profile', 'ci']), ok(['--profile', 'ci']), ok(['--profile', 'multi-ci'])]), ['faults: planned command ran 2 times: --profile ci']);
   assert.deepEqual(planFailures(plan, [ok(['--profile', 'ci']), ok(['--profile', 'multi-ci']), ok(['--profile', 'smoke'])]), ['faults: ran a command outside the plan: --profile smoke']);
+});
+
+test('CI fault plan: the lanes run at once; a failed command does not end its lane; after a stop no command starts', async () => {
+  const lanes = lanesOf(CI_FAULT_COMMANDS, 2);
+  const started: string[] = [];
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  // Each lane's first command waits until both lanes have started one: only lanes run at once get past it.
+  const run = async (c: FaultCommandPlan): Promise<CommandOutcome> => {
+    started.push(c.args.join(' '));
+    if (started.length === 2) release();
+    await gate;
+    return { args: c.args, code: c.args.includes('cluster-ci') ? 1 : 0, seconds: 1 };
+  };
+  const outcomes = await runLanes(lanes, run, () => false);
+  assert.equal(outcomes.length, 6, 'every command ran, the failed cluster-ci notwithstanding');
+  assert.deepEqual(planFailures(CI_FAULT_COMMANDS, outcomes), ['faults: failed (exit 1): --profile cluster-ci']);
+  let calls = 0;
+  const stopAfterFirst = await runLanes(lanes, async (c) => ({ args: c.args, code: 0, seconds: 0 }), () => calls++ >= 2);
+  assert.equal(stopAfterFirst.length, 2, 'one command per lane, then the stop');
+  assert.match(planFailures(CI_FAULT_COMMANDS, stopAfterFirst).join('\n'), /planned command did not run/);
 });
