@@ -16,7 +16,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import pg from 'pg';
-import { freePort } from './localKafka.js';
+import { PORT_TAKEN, startOnFreePorts, type PortSource } from './ports.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -32,6 +32,8 @@ export interface LocalPostgresOptions {
   settings?: Record<string, string | number>;
   /** How long start() waits for the server to accept connections, in ms (default 60000). */
   readyTimeoutMs?: number;
+  /** Where the picked port comes from (tests hand out a taken one); `freePorts` by default. */
+  portSource?: PortSource;
 }
 
 /** How the server is stopped. */
@@ -106,7 +108,13 @@ async function waitUntilReady(url: string, timeoutMs: number, dir: string): Prom
 
 /** initdb a fresh instance under /tmp and start it; resolves when it accepts connections. */
 export async function startLocalPostgres(options: LocalPostgresOptions = {}): Promise<LocalPostgres> {
-  const port = options.port ?? (await freePort());
+  if (options.port !== undefined) return startInstance(options, options.port);
+  return startOnFreePorts(1, ([port]) => startInstance(options, port as number), (error) => PORT_TAKEN.test((error as Error)?.message ?? ''), {
+    source: options.portSource,
+  });
+}
+
+async function startInstance(options: LocalPostgresOptions, port: number): Promise<LocalPostgres> {
   const dir = mkdtempSync(join(options.parentDir ?? '/tmp', 'outbox-pg-'));
   const data = join(dir, 'data');
   if (isRoot) {
@@ -149,9 +157,11 @@ export async function startLocalPostgres(options: LocalPostgresOptions = {}): Pr
   try {
     await start();
   } catch (error) {
+    // The server's own log says why it did not start (a port taken since it was picked, say).
+    const log = existsSync(join(dir, 'log')) ? readFileSync(join(dir, 'log'), 'utf8').slice(-2000) : '';
     await stop('immediate').catch(() => undefined);
     rmSync(dir, { recursive: true, force: true });
-    throw error;
+    throw new Error(`${(error as Error)?.message ?? String(error)}\n${log}`, { cause: error });
   }
   return {
     url,

@@ -21,7 +21,7 @@ import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSyn
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { freePort } from './localKafka.js';
+import { PORT_TAKEN, freePort } from './ports.js';
 
 /** How PgBouncer hands server connections to clients. */
 /** PgBouncer's pool_mode; `statement` only to show what refuses the relay. */
@@ -253,9 +253,6 @@ export function daemonsOf(dir: string): number[] {
   }
   return pids;
 }
-
-/** PgBouncer's messages when the chosen port was taken between freePort() and its bind(). */
-const PORT_TAKEN = /Address already in use/;
 
 /**
  * Start PgBouncer in `mode` in front of a Postgres (127.0.0.1:5432 by default);

@@ -3,7 +3,11 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { createServer, type Server } from 'node:net';
+import { Kafka, logLevel } from 'kafkajs';
 import { startLocalKafka, startLocalKafkaCluster } from '../scripts/localKafka.js';
+import { startLocalPostgres } from '../scripts/localPostgres.js';
+import { ephemeralRange, freePorts, pickRange, startOnFreePorts, type PortSource } from '../scripts/ports.js';
 
 // The local Kafka helper (scripts/localKafka.ts) when a broker does not become ready in
 // time: the start fails, and no JVM of that directory is left running (detached, as the
@@ -54,4 +58,121 @@ test('integration: a local cluster that is not ready in time: the start fails an
   assert.ok(existsSync(join(node, 'stdout.log')), 'precondition: the node was spawned');
   assert.deepEqual(jvmsOf(node), [], 'no JVM of the cluster is left running');
   assert.equal(existsSync(join(node, 'broker.pid')), false);
+});
+
+// A port is free when it is picked and bound by the server seconds later; on a busy machine
+// another process takes it in between now and then (CI's fault suite once failed at its start
+// that way). The helpers then start again on new ports. A source that hands out a port a
+// listening socket of ours holds makes the first start fail that way every time.
+
+/** Listen on a free port and keep it: the port a server will fail to bind. */
+async function holdPort(): Promise<Server> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return server;
+}
+
+function portOf(server: Server): number {
+  return (server.address() as { port: number }).port;
+}
+
+/** A port source whose first answer puts `taken` first; later answers are free ports. */
+function takenFirst(taken: number): PortSource & { calls: number } {
+  const source = async (count: number): Promise<number[]> => {
+    source.calls++;
+    const ports = await freePorts(count);
+    return source.calls === 1 ? [taken, ...ports.slice(1)] : ports;
+  };
+  source.calls = 0;
+  return source;
+}
+
+test('freePorts: distinct ports, none in the range outgoing connections take their ports from', async () => {
+  const ports = await freePorts(20);
+  assert.equal(new Set(ports).size, 20);
+  const [low, high] = ephemeralRange();
+  for (const port of ports) assert.ok(port < low || port > high, `${port} is outside ${low}-${high}`);
+  assert.deepEqual(ephemeralRange('32768\t60999\n'), [32768, 60999]);
+  assert.deepEqual(pickRange([32768, 60999]), [10000, 32767]);
+  assert.deepEqual(pickRange([1024, 60999]), [61000, 65535], 'a range starting low: the ports above it');
+  assert.equal(pickRange([1024, 65000]), undefined, 'no room either side: the kernel picks');
+});
+
+test('startOnFreePorts: a start whose port was taken is tried again on new ports; any other failure is not; attempts are bounded', async () => {
+  const taken = new Error('listen: Address already in use');
+  const seen: number[][] = [];
+  let n = 0;
+  const started = await startOnFreePorts(
+    2,
+    async (ports) => {
+      seen.push(ports);
+      if (++n < 3) throw taken;
+      return ports;
+    },
+    (e) => e === taken,
+  );
+  assert.equal(seen.length, 3);
+  assert.deepEqual(started, seen[2]);
+  const other = new Error('initdb failed');
+  let tries = 0;
+  await assert.rejects(
+    startOnFreePorts(1, async () => {
+      tries++;
+      throw other;
+    }, (e) => e === taken),
+    other,
+  );
+  assert.equal(tries, 1, 'a failure that is not a taken port is thrown at once');
+  tries = 0;
+  await assert.rejects(
+    startOnFreePorts(1, async () => {
+      tries++;
+      throw taken;
+    }, (e) => e === taken, { attempts: 3 }),
+    taken,
+  );
+  assert.equal(tries, 3, 'a port taken every time: three attempts, then the error');
+});
+
+test('integration: a local broker whose picked port was taken before the JVM bound it starts on new ports', async () => {
+  const held = await holdPort();
+  const dir = join(RUN, `port-taken-${process.pid}-${Date.now()}`);
+  dirs.push(dir);
+  const source = takenFirst(portOf(held));
+  try {
+    const kafka = await startLocalKafka({ dir, portSource: source });
+    try {
+      assert.equal(source.calls, 2, 'the first start failed on the taken port and the second one ran');
+      assert.notEqual(kafka.port, portOf(held));
+      const admin = new Kafka({ clientId: 'port-taken', brokers: [kafka.brokers], logLevel: logLevel.NOTHING }).admin();
+      await admin.connect();
+      assert.equal((await admin.describeCluster()).brokers.length, 1);
+      await admin.disconnect();
+    } finally {
+      await kafka.destroy();
+    }
+    // Its given port taken: one attempt (the caller chose it), failing as soon as the log says so.
+    await assert.rejects(startLocalKafka({ dir, port: portOf(held) }), /could not bind a port: .*Address already in use/);
+    assert.deepEqual(jvmsOf(dir), [], 'the broker that could not bind is not left running');
+  } finally {
+    held.close();
+  }
+});
+
+test('integration: a local Postgres whose picked port was taken starts on a new one; the failed start says why', async () => {
+  const held = await holdPort();
+  const source = takenFirst(portOf(held));
+  try {
+    const postgres = await startLocalPostgres({ portSource: source });
+    try {
+      assert.equal(source.calls, 2);
+      assert.notEqual(postgres.port, portOf(held));
+    } finally {
+      await postgres.destroy();
+    }
+    // Its given port taken: no retry (the caller chose it), and the error carries the log's reason.
+    await assert.rejects(startLocalPostgres({ port: portOf(held) }), /Address already in use/);
+  } finally {
+    held.close();
+  }
 });

@@ -40,16 +40,27 @@ function runCommand(c: FaultCommandPlan): Promise<CommandOutcome> {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   children.add(child);
+  const tail: string[] = [];
   for (const [stream, out] of [[child.stdout, process.stdout], [child.stderr, process.stderr]] as const) {
-    createInterface({ input: stream }).on('line', (line) => out.write(`${prefix}${line}\n`));
+    createInterface({ input: stream }).on('line', (line) => {
+      out.write(`${prefix}${line}\n`);
+      tail.push(line);
+      if (tail.length > TAIL_LINES) tail.shift();
+    });
   }
   return new Promise((resolve) => {
     child.on('close', (code) => {
       children.delete(child);
+      if (code !== 0) tails.set(c.args.join(' '), tail);
       resolve({ args: c.args, code, seconds: Math.round((Date.now() - started) / 1000) });
     });
   });
 }
+
+/** A failed command's last lines, printed again at the end: with two lanes its own lines are
+ *  interleaved with the other lane's, and a CI log that keeps only its end still shows why. */
+const TAIL_LINES = 40;
+const tails = new Map<string, string[]>();
 
 async function main(): Promise<number> {
   const lanes = lanesOf(CI_FAULT_COMMANDS, parseLanes(process.argv.slice(2)));
@@ -58,6 +69,10 @@ async function main(): Promise<number> {
   const seconds = Math.round((Date.now() - started) / 1000);
   process.stdout.write(`faults: ${lanes.length} lane(s), ${seconds} s in all\n`);
   for (const o of outcomes) process.stdout.write(`faults:   ${o.code === 0 ? 'passed' : 'FAILED'} in ${o.seconds} s: ${o.args.join(' ')}\n`);
+  for (const [args, tail] of tails) {
+    process.stdout.write(`faults: the last ${tail.length} lines of the failed command ${args}:\n`);
+    for (const line of tail) process.stdout.write(`faults: | ${line}\n`);
+  }
   const failures = planFailures(CI_FAULT_COMMANDS, outcomes);
   for (const f of failures) process.stdout.write(`${f}\n`);
   return failures.length === 0 ? 0 : 1;

@@ -8,10 +8,14 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
+import { freePort } from '../../scripts/ports.js';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient, type RedisClientType } from 'redis';
 import { listenOnLoopback } from './loopback.js';
+
+/** A free TCP port on 127.0.0.1, below the ephemeral range (scripts/ports.ts). */
+export { freePort };
 
 export interface TestRedis {
   url: string;
@@ -58,18 +62,6 @@ export interface PrivateRedis {
   stop(signal?: 'SIGTERM' | 'SIGKILL'): Promise<void>;
 }
 
-/** A free TCP port on 127.0.0.1 (nothing listens on it once this resolves). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /**
  * A TCP server on 127.0.0.1 that accepts connections and never answers (a hung Redis as
