@@ -6,6 +6,7 @@ import { createRelay } from '../src/relay/relay.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { sentCount, writeCommitted } from './helpers/outbox.js';
 import { waitFor } from './helpers/wait.js';
+import { TEST_PRODUCER } from './helpers/producer.js';
 
 // Exactly-once delivery's start-up checks against a broker that enforces ACLs (KRaft's
 // StandardAuthorizer; the relay connects as a SCRAM user, the test administers over the
@@ -70,7 +71,7 @@ test('integration: exactly-once on a broker with ACLs: no TransactionalId permis
   await writeCommitted(db, [{ topic, key: 'k', payload: { n: 1 } }]);
   const relay = () =>
     createRelay({
-      producer: 'kafkajs',
+      producer: TEST_PRODUCER,
       delivery: 'exactly-once',
       transactionalIdPrefix: prefix,
       databaseUrl: db.databaseUrl,

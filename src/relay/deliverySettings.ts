@@ -50,13 +50,7 @@ export const transactionTimeoutMs = settings.integer({
 });
 
 /** What exactly-once delivery needs of the other options (docs/exactly-once.md). */
-export function checkExactlyOnce(o: { producer: string; transactionalIdPrefix: string }): void {
-  if (o.producer !== 'kafkajs') {
-    throw new ConfigError(
-      'producer',
-      'must be kafkajs with delivery exactly-once (--producer kafkajs, OUTBOX_PRODUCER=kafkajs): @platformatic/kafka\'s transactional offset commit carries no metadata, where this mode keeps each batch\'s progress',
-    );
-  }
+export function checkExactlyOnce(o: { transactionalIdPrefix: string }): void {
   if (o.transactionalIdPrefix === '') {
     throw new ConfigError(
       'transactionalIdPrefix',

@@ -3,6 +3,9 @@ import { OutboxError, describeError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { KafkajsTopicMetadata } from './producer.js';
 import { TransactionalUnit } from './transactionalUnit.js';
+import { PlatformaticUnit } from './platformaticUnit.js';
+import { ProgressCommitter } from './progressCommit.js';
+import type { ExactlyOnceUnit } from './exactlyOnceUnit.js';
 import { UNIT_COUNT } from './units.js';
 import { guardLibraryCall } from '../shared/libraryGuard.js';
 import { ProgressReader } from './progressReader.js';
@@ -44,7 +47,7 @@ export function exactlyOnceNames(prefix: string, schema: string): ExactlyOnceNam
 /** A running relay's exactly-once side: its units and what they share. */
 export interface ExactlyOnce {
   names: ExactlyOnceNames;
-  units: TransactionalUnit[];
+  units: ExactlyOnceUnit[];
   close(): Promise<void>;
 }
 
@@ -67,8 +70,10 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
   const admin = kafka.admin();
   const metadata = new KafkajsTopicMetadata(kafka);
   const progress = new ProgressReader(o, names.progressGroup, names.progressTopic);
+  const committer = o.producer === 'platformatic' ? new ProgressCommitter(o, progress, names.progressGroup, names.progressTopic) : undefined;
   const close = async (): Promise<void> => {
     await metadata.close();
+    await committer?.close();
     await progress.close();
     await admin.disconnect().catch(() => undefined);
   };
@@ -82,13 +87,24 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
     const onCommitted = (): void => {
       if (announced) return;
       announced = true;
-      logger.info({ producer: 'kafkajs', delivery: 'exactly-once' }, 'producer adapter publishing');
+      logger.info({ producer: o.producer, delivery: 'exactly-once' }, 'producer adapter publishing');
     };
     logger.info({ progressTopic: names.progressTopic, progressGroup: names.progressGroup, transactionalIds: names.transactionalId(0).replace(/0$/, '*'), units: UNIT_COUNT }, 'exactly-once delivery: Kafka checks passed');
-    const units = Array.from(
-      { length: UNIT_COUNT },
-      (_, unit) =>
-        new TransactionalUnit({
+    const units = Array.from({ length: UNIT_COUNT }, (_, unit): ExactlyOnceUnit =>
+      committer
+        ? new PlatformaticUnit({
+            client: o,
+            progress,
+            committer,
+            unit,
+            transactionalId: names.transactionalId(unit),
+            progressGroup: names.progressGroup,
+            transactionTimeoutMs: o.transactionTimeoutMs,
+            maxProgressChars,
+            logger,
+            onCommitted,
+          })
+        : new TransactionalUnit({
           kafka,
           progress,
           metadata: metadata.metadata,

@@ -16,7 +16,8 @@ import { traceRequest } from '../shared/tracing.js';
 export { PLATFORMATIC_PACKAGE, assertPlatformaticInstalled } from './platformaticPackage.js';
 
 type Buffers = MessageToProduce<Buffer, Buffer, Buffer, Buffer>;
-type Client = PltProducer<Buffer, Buffer, Buffer, Buffer>;
+/** The package's producer, on bytes. */
+export type Client = PltProducer<Buffer, Buffer, Buffer, Buffer>;
 /** The package's module. */
 export type PlatformaticModule = typeof import('@platformatic/kafka');
 
@@ -29,7 +30,7 @@ export type PlatformaticModule = typeof import('@platformatic/kafka');
  * them that way). Loaded when the adapter is created, before the relay's loops start,
  * it blocks a relay that holds nothing yet.
  */
-function requirePlatformatic(): PlatformaticModule {
+export function requirePlatformatic(): PlatformaticModule {
   return createRequire(import.meta.url)(PLATFORMATIC_PACKAGE) as PlatformaticModule;
 }
 
@@ -155,7 +156,7 @@ function isAuthenticationFailure(error: unknown, depth = 0): boolean {
 }
 
 /** What a send tells the relay: the client's error, a SASL failure under one name. */
-function refusal(error: unknown): unknown {
+export function refusal(error: unknown): unknown {
   return isAuthenticationFailure(error) ? new KafkaSASLAuthenticationError(error) : error;
 }
 
@@ -167,7 +168,7 @@ const brokerOf = (e: BrokerEvent | undefined): string => `${e?.broker?.host}:${e
  * connection events go through the relay's logger, as kafkajs' own logs do, with the
  * broker's address only (never the connection's options, which hold the SASL password).
  */
-function logClientEvents(client: Client, logger: Logger): void {
+export function logClientEvents(client: Client, logger: Logger): void {
   const log = logger.child({ component: 'platformatic-kafka' });
   const on = client.on.bind(client) as (event: string, listener: (...args: unknown[]) => void) => void;
   on('client:broker:connect', (e) => log.debug({ broker: brokerOf(e as BrokerEvent) }, 'connected to broker'));
@@ -251,7 +252,7 @@ export class PlatformaticProducer implements MessageProducer {
       // every batch says so (a ConfigError, naming the setting) rather than start failing.
       this.unavailable = missingPackage(error);
     }
-    this.metadata = new TopicMetadata(new PlatformaticPartitionCounts(() => this.client()), (topic) => this.createTopic(topic));
+    this.metadata = platformaticTopicMetadata(() => this.client());
   }
 
   async send(messages: readonly RelayMessage[]): Promise<SendResult[]> {
@@ -314,17 +315,23 @@ export class PlatformaticProducer implements MessageProducer {
     if (this.options.logger) logClientEvents(this.loaded, this.options.logger);
     return this.loaded;
   }
+}
 
-  // A metadata request that lets a broker with auto.create.topics.enable create the
-  // topic, as producing to it would; the client retries while the new topic has no
-  // leaders yet (LEADER_NOT_AVAILABLE).
-  private async createTopic(topic: string): Promise<void> {
-    const client = this.client();
+/**
+ * Partition counts from `client`'s own metadata (see PlatformaticProducer), and a
+ * missing topic asked for once with a metadata request that lets a broker with
+ * auto.create.topics.enable create it, as producing to it would; the client retries
+ * while the new topic has no leaders yet (LEADER_NOT_AVAILABLE).
+ */
+export function platformaticTopicMetadata(client: () => Client): TopicMetadata {
+  const createTopic = async (topic: string): Promise<void> => {
+    const c = client();
     try {
-      await guardLibraryCall('@platformatic/kafka', 'producer.metadata', () => client.metadata({ topics: [topic], autocreateTopics: true, forceUpdate: true }));
+      await guardLibraryCall('@platformatic/kafka', 'producer.metadata', () => c.metadata({ topics: [topic], autocreateTopics: true, forceUpdate: true }));
     } catch (error) {
       if (isPlatformaticUnknownTopic(error)) throw Object.assign(new Error(`topic ${topic} was not created`), { type: 'UNKNOWN_TOPIC_OR_PARTITION', cause: error });
       throw error;
     }
-  }
+  };
+  return new TopicMetadata(new PlatformaticPartitionCounts(client), createTopic);
 }

@@ -44,6 +44,14 @@ export class ProgressReader {
     await this.guarded(admin, 'admin.findCoordinator', () => admin.findCoordinator({ keyType: 1, keys: [transactionalId] }));
   }
 
+  /** The broker that coordinates `group` (FindCoordinator, key type GROUP): where its progress commits go. */
+  async groupCoordinator(group: string): Promise<{ host: string; port: number }> {
+    const admin = this.client();
+    const [found] = await this.guarded(admin, 'admin.findCoordinator', () => admin.findCoordinator({ keyType: 0, keys: [group] }));
+    if (!found) throw new Error(`Kafka named no coordinator for group ${group}`);
+    return { host: found.host, port: found.port };
+  }
+
   /**
    * A call into the admin client that nothing escapes (../shared/libraryGuard.ts). After
    * any failure the client is dropped and the next read makes a new one: the client

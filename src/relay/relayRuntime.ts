@@ -12,7 +12,7 @@ import type { Worker } from './batch.js';
 import type { ClaimFloor } from './floor.js';
 import type { WakeUp } from './wakeUp.js';
 import type { RelayEvents } from './relayEvents.js';
-import type { TransactionalUnit } from './transactionalUnit.js';
+import type { ExactlyOnceUnit } from './exactlyOnceUnit.js';
 
 // What the relay's loops (horizonLoop, membershipLoop, breakerLoop, partitionLoop, workerLoop) share of a
 // running relay: its settings and state, how they wake each other, and its events. The
@@ -39,7 +39,7 @@ export interface RelayRuntime {
   readonly kafka: Kafka;
   readonly producer: MessageProducer;
   /** Exactly-once mode: one transactional producer per unit, worker i publishing unit i's (./units.ts); else undefined. */
-  readonly units: readonly TransactionalUnit[] | undefined;
+  readonly units: readonly ExactlyOnceUnit[] | undefined;
   readonly workers: readonly Worker[];
   /** Where each worker's next claim starts (floor.ts). */
   readonly floors: Map<Worker, ClaimFloor>;

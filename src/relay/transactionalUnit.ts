@@ -1,43 +1,24 @@
-import diagnosticsChannel from 'node:diagnostics_channel';
 import { Partitioners, type Kafka, type Producer } from 'kafkajs';
 import type { ProgressReader } from './progressReader.js';
 import { OutboxError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { RelayMessage } from './message.js';
 import type { SendResult } from './messageProducer.js';
-import { partitionGroups } from './partitioner.js';
 import { classifyPublishError } from './publishErrors.js';
 import { COMPRESSION, toKafkajs, unanswered } from './producer.js';
-import { decodeProgress, encodeProgress, progressPrefixFitting } from './progress.js';
+import { decodeProgress, encodeProgress } from './progress.js';
 import type { TopicMetadata } from './topicMetadata.js';
 import { guardLibraryCall } from '../shared/libraryGuard.js';
+import { BatchProgress, announceCommitted, announceProgressRead, type ExactlyOnceUnit } from './exactlyOnceUnit.js';
 
-// One unit's Kafka side in exactly-once mode (docs/exactly-once.md): a kafkajs producer
-// under the unit's transactional id. Every send is one Kafka transaction holding the
-// messages and the unit's progress (./progress.ts: the ids published so far by the
-// Postgres batch the send belongs to), so a read_committed reader sees the messages if
-// and only if the progress says they are out. The worker (workerLoop.ts) publishes a
-// unit's batches one after the other, and begins a Kafka transaction only after the
-// previous batch's Postgres COMMIT, or after start(): so at most one batch is in Kafka
-// and not yet marked sent, and the progress names exactly its rows.
+export { KAFKA_COMMITTED_CHANNEL, PROGRESS_READ_CHANNEL, ProgressFullError } from './exactlyOnceUnit.js';
 
-/**
- * Channel on which a unit announces, synchronously, each Kafka transaction it committed,
- * before the batch's Postgres COMMIT: where the fault suite's relays kill themselves
- * (the window exactly-once mode closes).
- */
-export const KAFKA_COMMITTED_CHANNEL = 'outbox-relay:kafka-committed';
-/**
- * Channel on which a unit announces the ids its progress names when it (re)starts, before
- * the relay marks them sent. The message's `ids` are what is marked: the fault suite's
- * planted bug empties them (test/faults/relayHooks.ts), which no subscriber should.
- */
-export const PROGRESS_READ_CHANNEL = 'outbox-relay:progress-read';
+// The kafkajs exactly-once unit (./exactlyOnceUnit.ts says what a unit does): a kafkajs
+// producer under the unit's transactional id; the progress goes as the metadata of a
+// transactional offset commit (sendOffsets).
 
-const kafkaCommitted = diagnosticsChannel.channel(KAFKA_COMMITTED_CHANNEL);
 /** Every call into kafkajs: nothing it throws from its callbacks escapes (../shared/libraryGuard.ts). */
 const guarded = <T>(call: string, fn: () => Promise<T>): Promise<T> => guardLibraryCall('kafkajs', call, fn);
-const progressRead = diagnosticsChannel.channel(PROGRESS_READ_CHANNEL);
 
 /** What one unit's producer needs; the names come from ./exactlyOnceNames.ts. */
 export interface TransactionalUnitOptions {
@@ -59,34 +40,21 @@ export interface TransactionalUnitOptions {
   onCommitted(): void;
 }
 
-/** A send's messages did not all fit one progress record: the rest wait for the next send. */
-export class ProgressFullError extends OutboxError {
-  constructor(sent: number, left: number) {
-    super(`the progress record of this Kafka transaction holds ${sent} ids; ${left} rows wait for the next one`, { retriable: true, context: { sent, left } });
-  }
-}
-
-/** One exactly-once unit's transactional producer. */
-export class TransactionalUnit {
+/** One exactly-once unit's transactional producer, on kafkajs. */
+export class TransactionalUnit implements ExactlyOnceUnit {
   private producer: Producer | undefined;
-  /** Ids the current Postgres batch has in committed Kafka transactions, sorted. */
-  private batchIds: number[] = [];
+  private readonly batch: BatchProgress;
   /** Closed with its relay: never started again (a restart would fence the unit's next owner). */
   private closed = false;
 
-  constructor(private readonly o: TransactionalUnitOptions) {}
+  constructor(private readonly o: TransactionalUnitOptions) {
+    this.batch = new BatchProgress(o.maxProgressChars);
+  }
 
   get unit(): number {
     return this.o.unit;
   }
 
-  /**
-   * (Re)start under the unit's transactional id and read its progress. InitProducerId
-   * fences every other producer of the id (a relay that lost the unit, or this one's
-   * previous producer) and makes the coordinator finish its open transaction first, so
-   * the progress read after it is final. Returns the ids the unit's last committed
-   * transaction published: the caller marks them sent before it claims anything.
-   */
   async start(): Promise<number[]> {
     await this.dropProducer();
     this.assertOpen();
@@ -121,45 +89,21 @@ export class TransactionalUnit {
     }
     const metadata = await this.o.progress.read(this.o.unit);
     this.assertOpen();
-    this.batchIds = [];
-    const message = { unit: this.o.unit, ids: decodeProgress(metadata) };
-    if (progressRead.hasSubscribers) progressRead.publish(message);
-    return message.ids;
+    this.batch.reset();
+    return announceProgressRead(this.o.unit, decodeProgress(metadata));
   }
 
-  /** A new Postgres batch begins: its sends' progress starts empty. */
   beginBatch(): void {
-    this.batchIds = [];
+    this.batch.reset();
   }
 
-  /**
-   * Publish `messages` in one Kafka transaction with the batch's progress. Answers per
-   * message as {@link MessageProducer.send} does: a message Kafka refuses for good (too
-   * large, say) refuses the whole transaction, reported on every message of it, and
-   * publishBatch then sends them one at a time. Anything else that fails (the
-   * transaction, its commit, fencing) rejects: the batch rolls back, and the worker
-   * starts the unit again before its next claim, since the commit may have happened.
-   */
   async send(messages: readonly RelayMessage[]): Promise<SendResult[]> {
     const producer = this.producer;
     if (!producer) throw new OutboxError(`exactly-once unit ${this.o.unit} is not started`, { retriable: true });
-    const results: SendResult[] = new Array(messages.length);
     const counts = await this.o.metadata.partitions(messages.map((m) => m.topic));
     this.assertOpen();
-    const known: number[] = [];
-    partitionGroups(messages, counts, (i, error) => (results[i] = { acknowledged: false, error })).forEach((g) => known.push(...g.indexes));
-    known.sort((a, b) => a - b);
-    // Messages come in id order; a prefix keeps each key's order when not all fit.
-    const fitting = this.fitting(known.map((i) => messages[i]!.id));
-    if (fitting < known.length) {
-      const full = new ProgressFullError(fitting, known.length - fitting);
-      for (const i of known.slice(fitting)) results[i] = { acknowledged: false, error: full };
-    }
-    const sending = known.slice(0, fitting);
+    const { results, sending, batch, groups, progress } = this.batch.plan(messages, counts);
     if (sending.length === 0) return results;
-    const batch = sending.map((i) => messages[i]!);
-    const groups = partitionGroups(batch, counts, () => undefined);
-    const progress = mergeSorted(this.batchIds, batch.map((m) => m.id).sort((a, b) => a - b));
 
     const transaction = await guarded('producer.transaction', () => producer.transaction());
     // One request per partition, as the kafkajs adapter sends (./producer.ts): a kafkajs
@@ -204,27 +148,13 @@ export class TransactionalUnit {
       }),
     );
     await guarded('transaction.commit', () => transaction.commit());
-    this.batchIds = progress;
+    this.batch.committed(progress);
     this.o.onCommitted();
     for (const i of sending) results[i] = { acknowledged: true };
     // The ids the committed progress names (the batch's so far): the fault suite logs them to
     // find which transaction first carried a row that later went out twice (docs/faults.md, finding 6).
-    if (kafkaCommitted.hasSubscribers) kafkaCommitted.publish({ unit: this.o.unit, count: sending.length, ids: progress });
+    announceCommitted(this.o.unit, sending.length, progress);
     return results;
-  }
-
-  /** How many of `ids` (this send's, in id order) the progress record can add to the batch's. */
-  private fitting(ids: number[]): number {
-    const all = (k: number): number[] => mergeSorted(this.batchIds, ids.slice(0, k).sort((a, b) => a - b));
-    if (progressPrefixFitting(all(ids.length), this.o.maxProgressChars) === this.batchIds.length + ids.length) return ids.length;
-    let low = 0;
-    let high = ids.length;
-    while (low < high) {
-      const mid = Math.ceil((low + high) / 2);
-      if (progressPrefixFitting(all(mid), this.o.maxProgressChars) === this.batchIds.length + mid) low = mid;
-      else high = mid - 1;
-    }
-    return low;
   }
 
   /** A relay that stopped (hard) while this unit's batch was on its way: the batch goes no further. */
@@ -232,7 +162,6 @@ export class TransactionalUnit {
     if (this.closed) throw new OutboxError(`exactly-once unit ${this.o.unit} is closed: its relay stopped`, { retriable: false });
   }
 
-  /** Disconnect for good (the relay stops): a later start() refuses. */
   async close(): Promise<void> {
     this.closed = true;
     await this.dropProducer();
@@ -243,15 +172,4 @@ export class TransactionalUnit {
     this.producer = undefined;
     await producer?.disconnect().catch(() => undefined);
   }
-}
-
-function mergeSorted(a: readonly number[], b: readonly number[]): number[] {
-  const out: number[] = [];
-  let i = 0;
-  let j = 0;
-  while (i < a.length || j < b.length) {
-    const next = j >= b.length || (i < a.length && a[i]! <= b[j]!) ? a[i++]! : b[j++]!;
-    if (out[out.length - 1] !== next) out.push(next);
-  }
-  return out;
 }

@@ -2,7 +2,7 @@ import { OutboxError, describeError } from '../shared/errors.js';
 import { markRecoveredSql } from './sql/recover.js';
 import type { RelayRuntime } from './relayRuntime.js';
 import type { Worker } from './batch.js';
-import type { TransactionalUnit } from './transactionalUnit.js';
+import type { ExactlyOnceUnit } from './exactlyOnceUnit.js';
 
 /**
  * Exactly-once mode: before a worker claims anything of its unit (after the relay got the
@@ -11,7 +11,7 @@ import type { TransactionalUnit } from './transactionalUnit.js';
  * transaction, and mark sent what the unit's progress says Kafka holds. True when the
  * unit is ready; false (logged) when it must be tried again.
  */
-export async function startUnit(rt: RelayRuntime, worker: Worker, unit: TransactionalUnit, shards: readonly number[]): Promise<boolean> {
+export async function startUnit(rt: RelayRuntime, worker: Worker, unit: ExactlyOnceUnit, shards: readonly number[]): Promise<boolean> {
   // Never after a stop began: starting the unit again would fence its next owner.
   if (rt.stopping) return false;
   try {

@@ -7,7 +7,7 @@ import type { ClaimArguments } from './sql/claim.js';
 import { kafkaTimestampMs } from './message.js';
 import { FLOOR_RESCAN_MS, advanceFloor, floorAhead, floorForClaim, type ClaimFloor } from './floor.js';
 import { RETRY_BASE_MS, type RelayRuntime } from './relayRuntime.js';
-import type { TransactionalUnit } from './transactionalUnit.js';
+import type { ExactlyOnceUnit } from './exactlyOnceUnit.js';
 import { handBack, handOverIfQuiet, holdsOthersShards, noteBatch } from './workerShards.js';
 import { startUnit } from './unitStart.js';
 
@@ -232,7 +232,7 @@ function claimArguments(rt: RelayRuntime, watermark: number, incarnation: string
 }
 
 /** What a batch needs from the relay; in exactly-once mode it publishes through the worker's unit. */
-function batchContext(rt: RelayRuntime, unit: TransactionalUnit | undefined): BatchContext {
+function batchContext(rt: RelayRuntime, unit: ExactlyOnceUnit | undefined): BatchContext {
   return {
     pool: rt.pool,
     quotedSchema: rt.quotedSchema,

@@ -59,7 +59,7 @@ export interface Profile {
    *  PgBouncer of the suite's own, in this pool mode, in front of its Postgres (the
    *  harness's own reads and the migration go direct). Default: none, all direct. */
   pooler?: 'transaction';
-  /** `exactly-once`: the relays publish in Kafka transactions (kafkajs; docs/exactly-once.md),
+  /** `exactly-once`: the relays publish in Kafka transactions (docs/exactly-once.md),
    *  every other relay kill lands between a Kafka commit and its Postgres COMMIT, and the
    *  checker reads the topic with Kafka's own read_committed consumer and fails on any
    *  duplicate on the wire. Default: at least once. */
@@ -271,9 +271,7 @@ export function planRuns(req: RunRequest): RunConfig[] {
   const base = PROFILES[req.profile];
   if (!base) throw new Error(`unknown profile ${req.profile}`);
   const profile: Profile = { ...base, ...(req.rows ? { rows: req.rows } : {}), ...(req.relays ? { relays: req.relays } : {}) };
-  // Exactly-once delivery takes the kafkajs adapter only (the relay refuses platformatic).
-  if (profile.delivery === 'exactly-once' && req.producer === 'platformatic') throw new Error(`profile ${req.profile} is exactly-once: its relays publish through kafkajs only`);
-  const producer = profile.delivery === 'exactly-once' ? 'kafkajs' : (req.producer ?? DEFAULT_PRODUCER);
+  const producer = req.producer ?? DEFAULT_PRODUCER;
   // Runs on the other adapter are named apart (their results files too).
   const suffix = producer === DEFAULT_PRODUCER ? '' : `-${producer}`;
   const producerFlag = producer === DEFAULT_PRODUCER ? '' : ` --producer ${producer}`;

@@ -16,11 +16,14 @@
 // (processes.ts, `event`): `stall-begun`, then `stall-refused` when Kafka refused to go on
 // with the transaction (it had aborted it) or `stall-accepted` when it did not, then
 // `stall-recovered` at the process' next Kafka commit. No hook in src/ marks the moment a
-// transaction is open, so this one wraps kafkajs' producer (the same module instance the
-// relay loads).
+// transaction is open, so this one wraps, on kafkajs, its producer's transactions (the same
+// module instance the relay loads) and, on @platformatic/kafka, the relay's own progress
+// commit (src/relay/progressCommit.ts) and its unit's send (src/relay/platformaticUnit.ts).
 import diagnosticsChannel from 'node:diagnostics_channel';
 import kafkajs from 'kafkajs';
-import { KAFKA_COMMITTED_CHANNEL, PROGRESS_READ_CHANNEL } from '../../src/relay/transactionalUnit.js';
+import { KAFKA_COMMITTED_CHANNEL, PROGRESS_READ_CHANNEL } from '../../src/relay/exactlyOnceUnit.js';
+import { PlatformaticUnit } from '../../src/relay/platformaticUnit.js';
+import { ProgressCommitter } from '../../src/relay/progressCommit.js';
 
 const report = (event: string, fields: Record<string, unknown> = {}): void => {
   process.stdout.write(`${JSON.stringify({ event, pid: process.pid, time: Date.now(), ...fields })}\n`);
@@ -103,4 +106,35 @@ kafkajs.Kafka.prototype.producer = function producer(this: kafkajs.Kafka, ...arg
     return transaction;
   };
   return made;
+};
+
+// @platformatic/kafka: the stall goes before the unit's progress commit; the unit's send
+// settles the transaction (its progress commit or its EndTxn refused, or both accepted).
+let platformaticStall: number | undefined;
+const progressCommitOf = ProgressCommitter.prototype.commit;
+ProgressCommitter.prototype.commit = async function commit(this: ProgressCommitter, ...args: Parameters<ProgressCommitter['commit']>) {
+  if (stallArmed) {
+    stallArmed = false;
+    platformaticStall = Date.now();
+    report('stall-begun', { stallMs });
+    await new Promise((r) => setTimeout(r, stallMs));
+  }
+  return progressCommitOf.apply(this, args);
+};
+const unitSendOf = PlatformaticUnit.prototype.send;
+PlatformaticUnit.prototype.send = async function send(this: PlatformaticUnit, ...args: Parameters<PlatformaticUnit['send']>) {
+  try {
+    const results = await unitSendOf.apply(this, args);
+    if (platformaticStall !== undefined) report('stall-accepted', { openMs: Date.now() - platformaticStall });
+    platformaticStall = undefined;
+    return results;
+  } catch (error) {
+    if (platformaticStall !== undefined) {
+      const e = error as Error & { type?: string };
+      report('stall-refused', { openMs: Date.now() - platformaticStall, error: `${e.name}${e.type ? ` ${e.type}` : ''}: ${e.message}` });
+      platformaticStall = undefined;
+      recovering = true;
+    }
+    throw error;
+  }
 };

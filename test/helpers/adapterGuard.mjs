@@ -75,9 +75,6 @@ diagnosticsChannel.subscribe(CHANNEL, (message) => {
     }
   }
   if (producer === expected) return;
-  // Exactly-once delivery takes the kafkajs adapter only (the relay refuses platformatic
-  // at start): its tests run on kafkajs in both passes, and nothing else is accepted.
-  if (message?.delivery === 'exactly-once' && producer === 'kafkajs') return;
   violations += 1;
   const line =
     `adapter guard: a relay on schema ${message?.schema} started on producer adapter ${producer} in ${where}, ` +

@@ -26,7 +26,7 @@ import { metricValue } from './metrics.js';
 const fault = process.env.LIBFAULT as 'send' | 'commit' | 'admin' | 'metadata' | 'pg';
 const at = Number(process.env.LIBFAULT_AT ?? '2');
 const delivery = process.env.OUTBOX_DELIVERY === 'exactly-once' ? 'exactly-once' : 'at-least-once';
-const producer = delivery === 'exactly-once' ? 'kafkajs' : ((process.env.OUTBOX_PRODUCER ?? 'kafkajs') as 'kafkajs' | 'platformatic');
+const producer = (process.env.OUTBOX_PRODUCER ?? 'kafkajs') as 'kafkajs' | 'platformatic';
 const brokers = process.env.KAFKA_BROKERS!.split(',');
 const require = createRequire(import.meta.url);
 const plt = require(PLATFORMATIC_PACKAGE) as typeof import('@platformatic/kafka');
@@ -110,6 +110,17 @@ if (fault === 'send' && producer === 'platformatic') {
   plt.Producer.prototype.send = function (this: unknown, ...args: unknown[]) {
     return due() ? breakCall('@platformatic/kafka', 'producer.send') : (send as (...a: unknown[]) => unknown).apply(this, args);
   } as typeof send;
+}
+if (fault === 'commit' && producer === 'platformatic') {
+  // Exactly-once on @platformatic/kafka: a unit's transaction commit (src/relay/platformaticUnit.ts).
+  // The package does not export its Transaction class: each begun transaction's commit is wrapped.
+  const begin = plt.Producer.prototype.beginTransaction;
+  plt.Producer.prototype.beginTransaction = async function (this: unknown, ...args: unknown[]) {
+    const transaction = (await (begin as (...a: unknown[]) => Promise<{ commit(): Promise<void> }>).apply(this, args)) as { commit(): Promise<void> };
+    const commit = transaction.commit.bind(transaction);
+    transaction.commit = () => (due() ? breakCall('@platformatic/kafka', 'transaction.commit') : commit());
+    return transaction;
+  } as typeof begin;
 }
 if (fault === 'metadata' && producer === 'platformatic') {
   const metadata = plt.Producer.prototype.metadata;

@@ -40,16 +40,15 @@ test('units cut the shards into contiguous whole ranges, and relays want whole u
   }
 });
 
-test('exactly-once delivery refuses the platformatic adapter and a missing transactional id prefix, each naming what to set', () => {
+test('exactly-once delivery takes either client, the default one included, and refuses a missing transactional id prefix, naming what to set', () => {
   const base = { databaseUrl: 'postgres://localhost/db', kafkaBrokers: ['localhost:9092'], delivery: 'exactly-once' as const };
-  assert.throws(
-    () => resolveRelayOptions({ ...base, producer: 'platformatic', transactionalIdPrefix: 'orders' }),
-    (e: Error) => e instanceof ConfigError && /producer: must be kafkajs with delivery exactly-once \(--producer kafkajs/.test(e.message),
-  );
-  assert.throws(
-    () => resolveRelayOptions({ ...base, producer: 'kafkajs' }),
-    (e: Error) => e instanceof ConfigError && /transactionalIdPrefix: is required with delivery exactly-once \(--transactional-id-prefix/.test(e.message),
-  );
+  for (const producer of ['platformatic', 'kafkajs', undefined] as const) {
+    assert.throws(
+      () => resolveRelayOptions({ ...base, ...(producer ? { producer } : {}) }),
+      (e: Error) => e instanceof ConfigError && /transactionalIdPrefix: is required with delivery exactly-once \(--transactional-id-prefix/.test(e.message),
+    );
+  }
+  assert.equal(resolveRelayOptions({ ...base, transactionalIdPrefix: 'orders' }).producer, 'platformatic', "the default client's exactly-once");
   assert.throws(() => resolveRelayOptions({ ...base, producer: 'kafkajs', transactionalIdPrefix: 'no spaces' }), ConfigError);
   const ok = resolveRelayOptions({ ...base, producer: 'kafkajs', transactionalIdPrefix: 'orders-db' });
   assert.equal(ok.delivery, 'exactly-once');
