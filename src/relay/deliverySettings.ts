@@ -19,7 +19,7 @@ export const delivery = settings.choice({
   flag: '--delivery',
   env: 'OUTBOX_DELIVERY',
   description:
-    'at-least-once, or exactly-once: each batch in a Kafka transaction with its progress, for readers with isolation.level=read_committed (docs/exactly-once.md; needs --producer kafkajs and --transactional-id-prefix).',
+    'at-least-once, or exactly-once: each batch in a Kafka transaction with its progress, for readers with isolation.level=read_committed (docs/exactly-once.md; needs --transactional-id-prefix).',
   defaultValue: 'at-least-once',
   choices: ['at-least-once', 'exactly-once'] as const,
 });
