@@ -40,7 +40,7 @@ let peakRss = 0;
  * rows acknowledged through each recording below, so the parent can tell which client and
  * which mode actually published.
  */
-const timing = { sendMs: 0, sends: 0, batchMs: 0, batches: 0, ackedVia: { kafkajs: 0, 'kafkajs transaction': 0, platformatic: 0 } };
+const timing = { sendMs: 0, sends: 0, batchMs: 0, batches: 0, ackedVia: { kafkajs: 0, 'kafkajs transaction': 0, platformatic: 0, 'platformatic transaction': 0 } };
 function report(): void {
   flushTimer = undefined;
   const rss = process.memoryUsage.rss();
@@ -110,23 +110,47 @@ function recordingKafka(): Kafka {
  */
 async function recordPlatformaticSends(): Promise<void> {
   const { Producer } = await import('@platformatic/kafka');
-  type Send = (this: unknown, options: { messages: Array<{ headers?: Map<Buffer, Buffer> | Record<string, Buffer> }> }, callback?: unknown) => unknown;
-  const proto = Producer.prototype as unknown as { send: Send };
+  type Messages = Array<{ headers?: Map<Buffer, Buffer> | Record<string, Buffer> }>;
+  type Send = (this: { transaction?: unknown }, options: { messages: Messages }, callback?: unknown) => unknown;
+  type Tx = { send(options: { messages: Messages }): Promise<unknown>; commit(): Promise<void> };
+  const proto = Producer.prototype as unknown as { send: Send; beginTransaction(this: unknown, ...args: unknown[]): Promise<Tx>; transaction?: unknown };
   const send = proto.send;
   const outboxIdHeader = Buffer.from(HEADERS.outboxId);
-  proto.send = function (this: unknown, options, callback) {
-    if (callback) return send.call(this, options, callback);
+  const idOf = (m: Messages[number]): number => {
+    const headers = m.headers instanceof Map ? [...m.headers] : [];
+    return Number(headers.find(([k]) => k.equals(outboxIdHeader))?.[1]?.toString());
+  };
+  proto.send = function (this: { transaction?: unknown }, options, callback) {
+    // A transaction's sends (exactly-once) count at its commit, below.
+    if (callback || this.transaction) return send.call(this, options, callback);
     return (send.call(this, options) as Promise<unknown>).then((result) => {
       const t = now();
       timing.sends++;
       timing.ackedVia.platformatic += options.messages.length;
-      for (const m of options.messages) {
-        const headers = m.headers instanceof Map ? [...m.headers] : [];
-        const id = headers.find(([k]) => k.equals(outboxIdHeader))?.[1];
-        ack(Number(id?.toString()), t);
-      }
+      for (const m of options.messages) ack(idOf(m), t);
       return result;
     });
+  };
+  // Exactly-once: as with kafkajs, a row counts as acknowledged when its transaction's commit returns.
+  const begin = proto.beginTransaction;
+  proto.beginTransaction = async function (this: unknown, ...args: unknown[]) {
+    const tx = await begin.apply(this, args);
+    const ids: number[] = [];
+    const txSend = tx.send.bind(tx);
+    const commit = tx.commit.bind(tx);
+    tx.send = async (options) => {
+      const result = await txSend(options);
+      for (const m of options.messages) ids.push(idOf(m));
+      return result;
+    };
+    tx.commit = async () => {
+      await commit();
+      const t = now();
+      timing.sends++;
+      timing.ackedVia['platformatic transaction'] += ids.length;
+      for (const id of ids) ack(id, t);
+    };
+    return tx;
   };
 }
 

@@ -198,3 +198,34 @@ test('integration: exactly-once: a relay refuses to start on a progress topic of
     /--transaction-timeout-ms 1000000 is above the brokers' transaction.max.timeout.ms \(900000\)/,
   );
 });
+
+test('integration: exactly-once: a row Kafka refuses for good (bigger than its topic allows) is dead-lettered alone; the rest of its batch reaches a read_committed reader once', async () => {
+  const topic = await createTopic(2);
+  const admin = testKafka().admin();
+  await admin.connect();
+  try {
+    await admin.alterConfigs({ validateOnly: false, resources: [{ type: 2 /* TOPIC */, name: topic, configEntries: [{ name: 'max.message.bytes', value: '2000' }] }] });
+  } finally {
+    await admin.disconnect();
+  }
+  const rows = await writeCommitted(db, [
+    ...Array.from({ length: 20 }, (_, i) => ({ topic, key: `p${i % 5}`, payload: { i } })),
+    { topic, key: 'poison', payload: { blob: 'x'.repeat(5_000) } },
+    ...Array.from({ length: 20 }, (_, i) => ({ topic, key: `p${i % 5}`, payload: { i: 20 + i } })),
+  ]);
+  const poison = rows[20]!;
+  const relay = createRelay(relayOptions(uniqueName('eos-poison')));
+  await relay.start();
+  const deadLetters = async (): Promise<{ id: number; error_name: string }[]> =>
+    (await db.pool.query<{ id: number; error_name: string }>(`SELECT id::int, error_name FROM "${db.schema}".outbox_dead_letters WHERE topic = $1`, [topic])).rows;
+  try {
+    await waitFor('every other row sent and the big one dead-lettered', async () => (await sentCount(db, topic)) === rows.length - 1 && (await deadLetters()).length === 1);
+  } finally {
+    await relay.stop();
+  }
+  assert.deepEqual(await deadLetters(), [{ id: poison, error_name: 'MESSAGE_TOO_LARGE' }]);
+  const { count, outOfOrder } = tally(await readCommittedWithKafka(topic));
+  assert.deepEqual([...count.keys()].sort((a, b) => a - b), rows.filter((id) => id !== poison), 'every other row delivered, the big one not');
+  assert.deepEqual([...count.values()].filter((n) => n > 1), [], 'none twice');
+  assert.deepEqual(outOfOrder, [], 'each key in id order');
+});

@@ -110,12 +110,13 @@ kafkajs.Kafka.prototype.producer = function producer(this: kafkajs.Kafka, ...arg
 
 // @platformatic/kafka: the stall goes before the unit's progress commit; the unit's send
 // settles the transaction (its progress commit or its EndTxn refused, or both accepted).
-let platformaticStall: number | undefined;
+// Units send at once: only the stalled unit's send reports.
+let platformaticStall: { unit: number; begun: number } | undefined;
 const progressCommitOf = ProgressCommitter.prototype.commit;
 ProgressCommitter.prototype.commit = async function commit(this: ProgressCommitter, ...args: Parameters<ProgressCommitter['commit']>) {
   if (stallArmed) {
     stallArmed = false;
-    platformaticStall = Date.now();
+    platformaticStall = { unit: args[1], begun: Date.now() };
     report('stall-begun', { stallMs });
     await new Promise((r) => setTimeout(r, stallMs));
   }
@@ -123,15 +124,18 @@ ProgressCommitter.prototype.commit = async function commit(this: ProgressCommitt
 };
 const unitSendOf = PlatformaticUnit.prototype.send;
 PlatformaticUnit.prototype.send = async function send(this: PlatformaticUnit, ...args: Parameters<PlatformaticUnit['send']>) {
+  const mine = (): boolean => platformaticStall?.unit === this.unit;
   try {
     const results = await unitSendOf.apply(this, args);
-    if (platformaticStall !== undefined) report('stall-accepted', { openMs: Date.now() - platformaticStall });
-    platformaticStall = undefined;
+    if (mine()) {
+      report('stall-accepted', { openMs: Date.now() - platformaticStall!.begun });
+      platformaticStall = undefined;
+    }
     return results;
   } catch (error) {
-    if (platformaticStall !== undefined) {
+    if (mine()) {
       const e = error as Error & { type?: string };
-      report('stall-refused', { openMs: Date.now() - platformaticStall, error: `${e.name}${e.type ? ` ${e.type}` : ''}: ${e.message}` });
+      report('stall-refused', { openMs: Date.now() - platformaticStall!.begun, error: `${e.name}${e.type ? ` ${e.type}` : ''}: ${e.message}` });
       platformaticStall = undefined;
       recovering = true;
     }
