@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { decodeProgress, encodeProgress, progressPrefixFitting } from '../../src/relay/progress.js';
 import { UNIT_COUNT, unitOf, unitShards, wantedUnitShards } from '../../src/relay/units.js';
+import { transactionRetryDelayMs } from '../../src/relay/platformaticUnit.js';
 import { SHARD_COUNT } from '../../src/relay/shards.js';
 import { resolveRelayOptions } from '../../src/relay/options.js';
 import { ConfigError } from '../../src/shared/errors.js';
@@ -70,4 +71,12 @@ test('a relay group refuses two exactly-once outboxes in different databases wit
   );
   assert.doesNotThrow(() => group([orders, { ...billing, schema: 'billing' }]));
   assert.doesNotThrow(() => group([orders, { ...billing, delivery: 'at-least-once' }]));
+});
+
+test("the @platformatic/kafka unit retries a transaction's requests soon at first (CONCURRENT_TRANSACTIONS lasts milliseconds), doubling to at most 1 s", () => {
+  const delays = Array.from({ length: 12 }, (_, i) => transactionRetryDelayMs(undefined, 'addPartitionsToTransaction', i + 1));
+  assert.deepEqual(delays.slice(0, 4), [2, 4, 8, 16]);
+  assert.equal(Math.max(...delays), 1_000);
+  const total = delays.reduce((a, b) => a + b, 0);
+  assert.ok(total > 2_000 && total < 5_000, `all retries take ${total} ms: a broker's short absence is ridden out, a long one fails the batch`);
 });
