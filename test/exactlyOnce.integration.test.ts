@@ -209,11 +209,11 @@ test('integration: exactly-once: a row Kafka refuses for good (bigger than its t
     await admin.disconnect();
   }
   const rows = await writeCommitted(db, [
-    ...Array.from({ length: 20 }, (_, i) => ({ topic, key: `p${i % 5}`, payload: { i } })),
+    ...Array.from({ length: 6 }, (_, i) => ({ topic, key: `p${i % 3}`, payload: { i } })),
     { topic, key: 'poison', payload: { blob: 'x'.repeat(5_000) } },
-    ...Array.from({ length: 20 }, (_, i) => ({ topic, key: `p${i % 5}`, payload: { i: 20 + i } })),
+    ...Array.from({ length: 6 }, (_, i) => ({ topic, key: `p${i % 3}`, payload: { i: 6 + i } })),
   ]);
-  const poison = rows[20]!;
+  const poison = rows[6]!;
   const relay = createRelay(relayOptions(uniqueName('eos-poison')));
   await relay.start();
   const deadLetters = async (): Promise<{ id: number; error_name: string }[]> =>
