@@ -17,11 +17,11 @@
  *   tsx scripts/pgbouncer.ts stop --dir DIR              stops it (the directory is kept)
  */
 import { execFileSync } from 'node:child_process';
-import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { PORT_TAKEN, freePort } from './ports.js';
+import { PORT_TAKEN, startOnFreePorts, type PortSource } from './ports.js';
 
 /** How PgBouncer hands server connections to clients. */
 /** PgBouncer's pool_mode; `statement` only to show what refuses the relay. */
@@ -42,6 +42,8 @@ export interface PgBouncerOptions {
   poolSize?: number;
   /** How long start() and restart() wait for it to accept connections, in ms (default 30000). */
   readyTimeoutMs?: number;
+  /** Where the picked port comes from (tests hand out a taken one); `freePorts` by default. */
+  portSource?: PortSource;
 }
 
 /** A running PgBouncer. */
@@ -155,6 +157,12 @@ function logTail(dir: string): string {
   return existsSync(file) ? readFileSync(file, 'utf8').slice(-1500) : '(no log)';
 }
 
+/** What the log of `dir` gained past byte `from`. */
+function logSince(dir: string, from: number): string {
+  const file = join(dir, LOG);
+  return existsSync(file) ? readFileSync(file).subarray(from).toString('utf8') : '';
+}
+
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 async function query(url: string, text: string): Promise<Record<string, string | null>[]> {
@@ -191,6 +199,8 @@ export async function stopDaemon(dir: string): Promise<void> {
  * Postgres is down). Returns its pid; throws with the log's tail when it exits.
  */
 async function startDaemon(dir: string, port: number, timeoutMs: number): Promise<number> {
+  // The log of earlier starts in this directory stays: this start's lines come after it.
+  const logStart = existsSync(join(dir, LOG)) ? statSync(join(dir, LOG)).size : 0;
   const existing = readPid(dir);
   if (existing !== undefined && alive(existing)) throw new Error(`a pgbouncer (pid ${existing}) already runs in ${dir}`);
   rmSync(join(dir, PIDFILE), { force: true });
@@ -208,6 +218,13 @@ async function startDaemon(dir: string, port: number, timeoutMs: number): Promis
   while (Date.now() < deadline) {
     const pid = readPid(dir);
     if (pid !== undefined && !alive(pid)) throw new Error(`pgbouncer (pid ${pid}) exited on start:\n${logTail(dir)}`);
+    // Its port taken: said at once in its log (this start's part), while whatever holds the
+    // port may accept the readiness query and never answer it.
+    const taken = logSince(dir, logStart).split('\n').find((line) => PORT_TAKEN.test(line));
+    if (taken !== undefined) {
+      await stopUnready(dir);
+      throw new Error(`pgbouncer could not bind 127.0.0.1:${port}: ${taken}`);
+    }
     try {
       await query(adminUrl, 'SHOW VERSION');
       // The pid file is written before the listener opens; read it again to be sure.
@@ -276,20 +293,23 @@ export async function startPgBouncer(options: PgBouncerOptions, { killOnExit = t
   const base = { mode: options.mode, pgHost: options.pgHost ?? '127.0.0.1', pgPort: options.pgPort ?? 5432, poolSize: options.poolSize ?? 10 };
   writeFileSync(join(dir, 'userlist.txt'), '"postgres" ""\n', { mode: 0o644 });
 
-  let port = 0;
+  // The ini names the port: written again for each port tried.
+  const startOn = async (p: number): Promise<number> => {
+    writeFileSync(join(dir, INI), iniText(dir, { ...base, port: p }), { mode: 0o644 });
+    return startDaemon(dir, p, readyTimeoutMs);
+  };
+  let port: number;
   let pid: number | undefined;
-  for (let attempt = 1; ; attempt++) {
-    port = options.port ?? (await freePort());
-    writeFileSync(join(dir, INI), iniText(dir, { ...base, port }), { mode: 0o644 });
-    try {
-      pid = await startDaemon(dir, port, readyTimeoutMs);
-      break;
-    } catch (error) {
-      if (options.port !== undefined || attempt >= 3 || !PORT_TAKEN.test((error as Error).message)) {
-        if (madeDir) rmSync(dir, { recursive: true, force: true });
-        throw error;
-      }
-    }
+  try {
+    [port, pid] =
+      options.port !== undefined
+        ? [options.port, await startOn(options.port)]
+        : await startOnFreePorts(1, async ([p]) => [p!, await startOn(p!)] as const, (error) => PORT_TAKEN.test((error as Error)?.message ?? ''), {
+            source: options.portSource,
+          });
+  } catch (error) {
+    if (madeDir) rmSync(dir, { recursive: true, force: true });
+    throw error;
   }
   const url = (db = database): string => `postgres://postgres@127.0.0.1:${port}/${db}`;
   const onExit = (): void => {

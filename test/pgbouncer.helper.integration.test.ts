@@ -8,7 +8,9 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
+import { createServer } from 'node:net';
 import { startPgBouncer } from './helpers/pgbouncer.js';
+import { freePorts } from '../scripts/ports.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -151,5 +153,28 @@ test('integration: a PgBouncer that is not ready in time: the start fails and th
   } finally {
     for (const pid of processesOf(ini)) process.kill(pid, 'SIGKILL');
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('integration: a PgBouncer whose picked port was taken before it bound it starts on a new one', async () => {
+  const held = createServer();
+  await new Promise<void>((r) => held.listen(0, '127.0.0.1', r));
+  const taken = (held.address() as { port: number }).port;
+  let calls = 0;
+  const portSource = async (count: number): Promise<number[]> => (++calls === 1 ? [taken] : freePorts(count));
+  try {
+    const bouncer = await startPgBouncer({ mode: 'transaction', portSource });
+    try {
+      assert.equal(calls, 2, 'the first start failed on the taken port and a second one ran');
+      assert.notEqual(bouncer.port, taken);
+      const client = new pg.Client({ connectionString: bouncer.url() });
+      await client.connect();
+      assert.equal((await client.query<{ one: number }>('SELECT 1 AS one')).rows[0]!.one, 1);
+      await client.end();
+    } finally {
+      await bouncer.stop();
+    }
+  } finally {
+    held.close();
   }
 });
