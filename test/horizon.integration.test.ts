@@ -20,6 +20,16 @@ async function probeClient(): Promise<pg.Client> {
   return openProbeConnection(db.databaseUrl, 'test:horizon');
 }
 
+/**
+ * Commit a write elsewhere, so the WAL is flushed past every pair taken so far: a pair is
+ * released only once it is (src/relay/horizon.ts), and an assertion that a row is held
+ * must not pass merely because the WAL writer had not flushed yet.
+ */
+async function flushWal(schema: TestSchema): Promise<void> {
+  await schema.pool.query(`CREATE TABLE IF NOT EXISTS "${schema.schema}".wal_flush (n int)`);
+  await schema.pool.query(`INSERT INTO "${schema.schema}".wal_flush VALUES (1)`);
+}
+
 async function insertRow(client: pg.ClientBase, key: string): Promise<number> {
   const { rows } = await client.query<{ id: number }>(`INSERT INTO "${db.schema}".outbox (topic, key) VALUES ('t', $1) RETURNING id`, [key]);
   return Number(rows[0]!.id);
@@ -55,13 +65,13 @@ test('integration: a row is not released while a transaction holding a lower id 
   }
 });
 
-test('integration: a long-running transaction elsewhere holds rows back only up to maxWaitMs, and the release is counted', async () => {
+test('integration: a long-running transaction that wrote the outbox holds later rows back only up to maxWaitMs, and the release is counted', async () => {
   const probe = await probeClient();
   const longTx = await db.pool.connect();
   try {
     const h = new Horizon(`"${db.schema}"`, 300);
     await longTx.query('BEGIN');
-    await longTx.query(`UPDATE "${db.schema}".entity SET v = v + 1`); // holds xmin back
+    await insertRow(longTx, 'open'); // holds an outbox id, and so the horizon
     const id = await insertRow(db.pool as unknown as pg.ClientBase, 'other');
     const started = Date.now();
     while (h.watermark < id) {
@@ -78,7 +88,7 @@ test('integration: a long-running transaction elsewhere holds rows back only up 
   }
 });
 
-test('integration: a relay behind a write transaction held open elsewhere publishes after the configured wait, not never', async () => {
+test('integration: a relay behind an outbox writer held open elsewhere publishes after the configured wait, not never', async () => {
   const { createRelay } = await import('../src/relay/relay.js');
   const { createTopic, testBrokers } = await import('./helpers/kafka.js');
   const topic = await createTopic(1);
@@ -91,7 +101,7 @@ test('integration: a relay behind a write transaction held open elsewhere publis
   await relay.start();
   try {
     await longTx.query('BEGIN');
-    await longTx.query(`UPDATE "${db.schema}".entity SET v = v + 1`); // a write transaction that stays open
+    await insertRow(longTx, 'open'); // an outbox writer that stays open
     const { rows } = await db.pool.query<{ id: number }>(`INSERT INTO "${db.schema}".outbox (topic, key) VALUES ($1, 'k') RETURNING id`, [topic]);
     const insertedAt = Date.now();
     const published = new Promise<number>((resolve) =>
@@ -109,3 +119,129 @@ test('integration: a relay behind a write transaction held open elsewhere publis
     await relay.stop();
   }
 });
+
+// What a held transaction id costs the outbox (issue 36): nothing, unless that transaction
+// wrote the outbox. maxWaitMs is far longer than the test's waits, so only the probe's
+// writer rule (src/relay/horizon.ts) can release the rows.
+test('integration: a transaction holding an xid that never wrote the outbox delays nothing; once it inserts an outbox row, it holds later rows back until it commits', async () => {
+  const probe = await probeClient();
+  const other = await db.pool.connect();
+  try {
+    const h = new Horizon(`"${db.schema}"`, 300_000);
+    await other.query('BEGIN');
+    await other.query('SELECT pg_current_xact_id()'); // takes a transaction id, touches no outbox
+    const first = await insertRow(db.pool as unknown as pg.ClientBase, 'k');
+    await waitFor('a committed row released while the other transaction is open', async () => {
+      await h.probe(probe);
+      return h.watermark >= first;
+    }, { timeoutMs: 20_000 });
+    assert.equal(h.forcedAdvances, 0, 'released by the rule, not by the wait');
+    // The open transaction now writes the outbox: its row has a lower id than the next one.
+    const held = await insertRow(other, 'k');
+    const later = await insertRow(db.pool as unknown as pg.ClientBase, 'k');
+    assert.ok(held < later);
+    await waitFor('the later row paired', async () => {
+      await h.probe(probe);
+      return h.pairedUpTo >= later;
+    }, { timeoutMs: 20_000 });
+    await flushWal(db);
+    for (let i = 0; i < 5; i++) await h.probe(probe);
+    assert.ok(h.watermark < held, `watermark ${h.watermark} stays below ${held} while its writer is open`);
+    await other.query('COMMIT');
+    await waitFor('both released once the writer committed', async () => {
+      await h.probe(probe);
+      return h.watermark >= later;
+    }, { timeoutMs: 20_000 });
+    assert.equal(h.forcedAdvances, 0);
+  } finally {
+    await other.query('ROLLBACK').catch(() => undefined);
+    other.release();
+    await probe.end();
+  }
+});
+
+test('integration: a relay publishes at once beside a transaction that holds an xid on another table for longer than the horizon wait', async () => {
+  const { createRelay } = await import('../src/relay/relay.js');
+  const { createTopic, testBrokers } = await import('./helpers/kafka.js');
+  const topic = await createTopic(1);
+  const other = await db.pool.connect();
+  // The default wait is 60 s; the rows must go out long before it.
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema });
+  let forced = 0;
+  relay.on('horizon', (h) => {
+    if (h.forced) forced++;
+  });
+  await relay.start();
+  try {
+    await other.query('BEGIN');
+    await other.query(`INSERT INTO "${db.schema}".entity VALUES (1000, 0)`); // holds an xid on another table
+    const { rows } = await db.pool.query<{ id: number }>(
+      `INSERT INTO "${db.schema}".outbox (topic, key) SELECT $1, 'k' || i FROM generate_series(1, 20) AS i RETURNING id`,
+      [topic],
+    );
+    const ids = rows.map((r) => Number(r.id));
+    await waitFor('every row sent while the other transaction is still open', async () => {
+      const { rows: sent } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE id = ANY($1) AND sent_at IS NOT NULL`, [ids]);
+      return sent[0]!.n === ids.length;
+    }, { timeoutMs: 30_000 });
+    const { rows: still } = await other.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = pg_backend_pid() AND backend_xid IS NOT NULL');
+    assert.equal(still[0]!.n, 1, 'the other transaction held its xid throughout');
+    assert.equal(forced, 0, 'no forced release');
+  } finally {
+    await other.query('ROLLBACK');
+    other.release();
+    await relay.stop();
+  }
+});
+
+test('integration (partitioned outbox): a writer that inserted into the parent or straight into a partition holds later rows back; a transaction holding an xid elsewhere does not', async () => {
+  const { partitionOutbox } = await import('../src/commands/partitions.js');
+  const part = await createTestSchema('hzpart');
+  const probe = await openProbeConnectionFor(part);
+  const writer = await part.pool.connect();
+  const bystander = await part.pool.connect();
+  try {
+    await partitionOutbox({ databaseUrl: part.databaseUrl, schema: part.schema, partitionSizeIds: 100_000 });
+    const { rows: parts } = await part.pool.query<{ name: string }>(
+      `SELECT c.relname AS name FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid WHERE i.inhparent = '"${part.schema}".outbox'::regclass ORDER BY c.relname LIMIT 1`,
+    );
+    const first = parts[0]!.name;
+    const insertInto = async (client: pg.ClientBase, table: string): Promise<number> => {
+      const { rows } = await client.query<{ id: number }>(`INSERT INTO "${part.schema}"."${table}" (topic, key) VALUES ('t', 'k') RETURNING id`);
+      return Number(rows[0]!.id);
+    };
+    const h = new Horizon(`"${part.schema}"`, 300_000);
+    await bystander.query('BEGIN');
+    await bystander.query('SELECT pg_current_xact_id()');
+    for (const table of ['outbox', first]) {
+      await writer.query('BEGIN');
+      const held = await insertInto(writer, table);
+      const later = await insertInto(part.pool as unknown as pg.ClientBase, 'outbox');
+      await waitFor(`the later row paired (writer into ${table})`, async () => {
+        await h.probe(probe);
+        return h.pairedUpTo >= later;
+      }, { timeoutMs: 20_000 });
+      await flushWal(part);
+      for (let i = 0; i < 5; i++) await h.probe(probe);
+      assert.ok(h.watermark < held, `writer into ${table}: watermark ${h.watermark} stays below ${held}`);
+      await writer.query('COMMIT');
+      await waitFor(`released once the writer into ${table} committed, the bystander still open`, async () => {
+        await h.probe(probe);
+        return h.watermark >= later;
+      }, { timeoutMs: 20_000 });
+    }
+    assert.equal(h.forcedAdvances, 0);
+  } finally {
+    await bystander.query('ROLLBACK').catch(() => undefined);
+    await writer.query('ROLLBACK').catch(() => undefined);
+    writer.release();
+    bystander.release();
+    await probe.end();
+    await part.drop();
+  }
+});
+
+async function openProbeConnectionFor(schema: TestSchema): Promise<pg.Client> {
+  const { openProbeConnection } = await import('../src/relay/horizon.js');
+  return openProbeConnection(schema.databaseUrl, 'test:horizon');
+}

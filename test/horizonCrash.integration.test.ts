@@ -61,6 +61,14 @@ test('integration: ids the horizon released stay taken after a crash: a pair is 
     const { rows } = await after.query<{ id: string }>(`INSERT INTO s.outbox (topic, key) VALUES ('t', 'k') RETURNING id`);
     await after.end();
     assert.ok(Number(rows[0]!.id) > released, `the first id after the crash (${rows[0]!.id}) is above the released watermark ${released}`);
+    // The horizon of before the crash starts over, and says what it saw (the relay logs it).
+    const reprobe = await openProbeConnection(server.url, 'test:horizon-after');
+    reprobe.on('error', () => undefined);
+    await horizon.probe(reprobe);
+    await reprobe.end().catch(() => undefined);
+    assert.equal(horizon.resets, 1);
+    assert.equal(horizon.lastReset?.reason, 'the server start time changed (Postgres restarted)');
+    assert.notEqual(horizon.lastReset?.startedBefore, horizon.lastReset?.startedNow);
     // Positive control: the horizon does release (a watermark stuck at 0 would pass the
     // check above for nothing): once that insert committed (and so flushed), a fresh
     // horizon releases past it.

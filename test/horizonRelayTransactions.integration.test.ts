@@ -74,10 +74,14 @@ test("integration: an open transaction that is not a relay batch still holds the
   const relayName = 'outbox-relay:0123456789ab';
   await db.pool.query(`INSERT INTO "${db.schema}".outbox_relays (relay_id, application_name, lease_ttl_ms) VALUES ('0123456789ab', $1, 10000)`, [relayName]);
   const probe = await openProbeConnection(db.databaseUrl, 'test:horizon');
-  /** An open transaction holding an xid, whose last statement is `statement`. */
+  /**
+   * An open transaction holding an xid and a write lock on the outbox (only a writer of the
+   * outbox can hold the horizon back: src/relay/horizon.ts), whose last statement is `statement`.
+   */
   const open = async (applicationName: string, statement: string): Promise<pg.Client> => {
     const c = await openProbeConnection(db.databaseUrl, applicationName);
     await c.query('BEGIN');
+    await c.query(`UPDATE "${db.schema}".outbox SET attempts = attempts WHERE false`);
     await c.query(statement);
     return c;
   };

@@ -37,6 +37,15 @@ export async function openProbeConnection(databaseUrl: string, applicationName: 
   return client;
 }
 
+/** Why the horizon started over, with the values the probe compared. */
+export interface HorizonReset {
+  reason: string;
+  startedBefore?: string;
+  startedNow?: string;
+  sequenceNow?: number;
+  pairedUpTo?: number;
+}
+
 /**
  * The visibility horizon: the highest outbox id at or below which no row can still
  * appear. Claiming only below it keeps each key's rows in id order even when writers'
@@ -69,15 +78,28 @@ export async function openProbeConnection(databaseUrl: string, applicationName: 
  * connection keeps the name of whichever client set one last (PgBouncer 1.18 leaves it for
  * the next client that sets none), so an application's insert could run under a relay's
  * name, and ignoring it released its rows before they committed
- * (test/pgbouncer.relay.integration.test.ts, writers without an application_name). What is
- * not ignored: the relay's lease rounds and attempt counts (a few ms each, every few
- * seconds), the dead-letter replay (it does insert outbox rows, under their old ids), the
- * consumer, the applications; a backend whose xid or statement the probe's role may not see
- * (pg_stat_activity shows NULL) counts as running, which only waits longer.
+ * (test/pgbouncer.relay.integration.test.ts, writers without an application_name). Of the
+ * transactions that write the outbox (below), what is not ignored: the relay's attempt
+ * counts (a few ms each), the dead-letter replay (it does insert outbox rows, under their
+ * old ids), cleanup's deletes, the applications' writers; a backend whose statement the
+ * probe's role may not see (pg_stat_activity shows NULL) counts as running, which only
+ * waits longer.
  *
- * A long transaction anywhere in the database holds xmin back and so the horizon. A pair
- * older than `maxWaitMs` is released anyway (counted in `forcedAdvances`): order may
- * then break for a row whose transaction is still open, and only for such a row.
+ * Nor do transactions that never wrote the outbox. Inserting a row takes a RowExclusiveLock
+ * on the outbox (or the partition written) when the INSERT (or COPY, or a trigger's
+ * statement) is analysed, before its id default runs; the lock is held until the
+ * transaction ends. So a transaction holding an outbox id <= L held that lock when the
+ * probe read L, and still holds it when the probe reads pg_locks after L, unless it has
+ * finished. others_xmin therefore counts only running xids whose transaction (found by
+ * the ExclusiveLock every transaction holds on its own xid, joined on the virtual
+ * transaction, which also covers a prepared transaction) holds a write lock on the outbox
+ * or one of its partitions. A transaction that took an xid elsewhere (an UPDATE of another
+ * table, a report, a migration) and never inserted an outbox row delays nothing; once it
+ * inserts one, it holds the lock and counts. pg_locks is readable by every role.
+ *
+ * A long transaction that did write the outbox holds the horizon back. A pair older than
+ * `maxWaitMs` is released anyway (counted in `forcedAdvances`): order may then break for a
+ * row whose transaction is still open, and only for such a row.
  *
  * Crashes. nextval WAL-logs the sequence 32 values ahead, and a rollback flushes
  * nothing; after a crash, recovery restores the sequence from the last record that
@@ -104,6 +126,8 @@ export class Horizon {
   forcedAdvances = 0;
   /** Times the horizon started over (server restart, sequence rewound). */
   resets = 0;
+  /** What the probe saw the last time the horizon started over. */
+  lastReset: HorizonReset | undefined;
   /** Start time of the server the watermark holds for (pg_postmaster_start_time, as text). */
   incarnation: string | undefined;
   /** Highest outbox id already paired (or released). */
@@ -148,7 +172,9 @@ export class Horizon {
     });
     const row = rows[0];
     if (!row) return false;
-    if (this.incarnation !== undefined && row.started !== this.incarnation) this.reset();
+    if (this.incarnation !== undefined && row.started !== this.incarnation) {
+      this.reset({ reason: 'the server start time changed (Postgres restarted)', startedBefore: this.incarnation, startedNow: row.started });
+    }
     this.incarnation = row.started;
     if (this.floorGeneration !== undefined && row.floor_generation !== this.floorGeneration) this.rowsReturned++;
     this.floorGeneration = row.floor_generation;
@@ -161,8 +187,12 @@ export class Horizon {
     );
   }
 
-  /** Forget everything released or paired: after a restart none of it is known to hold. */
-  reset(): void {
+  /**
+   * Forget everything released or paired: after a restart none of it is known to hold.
+   * `seen` says what the probe saw, for the log line ({@link lastReset}).
+   */
+  reset(seen: HorizonReset = { reason: 'asked to start over' }): void {
+    this.lastReset = seen;
     this.watermark = 0;
     this.settled = 0;
     this.pairedUpTo = 0;
@@ -181,7 +211,7 @@ export class Horizon {
     // The sequence went backwards (setval, or a recovery we did not see as a restart): ids
     // above it may come again. This probe took no xid (last_id was not new), so the next
     // probe pairs afresh.
-    if (lastId < this.pairedUpTo) this.reset();
+    if (lastId < this.pairedUpTo) this.reset({ reason: 'the outbox sequence went backwards (setval, or a recovery)', sequenceNow: lastId, pairedUpTo: this.pairedUpTo });
     const before = this.watermark;
     const now = this.now();
     while (this.forced.length > 0 && this.forced[0]!.xid <= xmin && this.forced[0]!.lsn <= flushed) {

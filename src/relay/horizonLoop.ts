@@ -83,7 +83,8 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
         );
       }
       if (rt.horizon.resets > resetsBefore) {
-        rt.logger.warn({ incarnation: rt.horizon.incarnation }, 'Postgres restarted or the outbox sequence went backwards: horizon starts over');
+        const seen = rt.horizon.lastReset;
+        rt.logger.warn({ ...seen, incarnation: rt.horizon.incarnation }, `horizon starts over: ${seen?.reason ?? 'unknown'}`);
         for (const w of rt.workers) w.drainedTo = 0;
       }
       if (moved) {

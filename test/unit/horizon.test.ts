@@ -62,6 +62,7 @@ test('horizon starts over when the sequence goes backwards (ids above it may be 
   h.advance(40n, 30, null);
   assert.equal(h.watermark, 0, 'nothing above zero is known to be final any more');
   assert.equal(h.resets, 1);
+  assert.deepEqual(h.lastReset, { reason: 'the outbox sequence went backwards (setval, or a recovery)', sequenceNow: 30, pairedUpTo: 50 }, 'what the log line says it saw');
   h.advance(40n, 35, 45n);
   h.advance(50n, 35, null);
   assert.equal(h.watermark, 35, 'pairs afresh');

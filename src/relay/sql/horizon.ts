@@ -8,10 +8,14 @@
  *   xmin     the statement snapshot's xmin: every transaction id below it has finished
  *            (taken when the statement starts);
  *   others_xmin  only when a pair waits ($2) and xmin is below it: the same bound, but
- *            ignoring the batch transactions of this outbox's relays, which never insert
- *            outbox rows (src/relay/horizon.ts has the argument): the lowest xid in the
- *            snapshot's running list that no relay batch runs, or the snapshot's xmax
- *            when there is none;
+ *            counting only the transactions that may hold an outbox id, and of those not
+ *            the batch transactions of this outbox's relays, which never insert outbox
+ *            rows (src/relay/horizon.ts has the argument): the lowest xid in the
+ *            snapshot's running list whose transaction holds a write lock on the outbox
+ *            (or one of its partitions) in pg_locks, read after last_id, and that no relay
+ *            batch runs, counting only xids below $2 (a pair waits for none above it); or
+ *            the snapshot's xmax when there is none (a transaction at or above xmax is
+ *            not in the list, and may be a writer);
  *   flushed  how far the WAL is on disk now;
  *   last_id  the outbox sequence's last value, read after the snapshot (sequences are
  *            not subject to MVCC, so this is the live value);
@@ -36,15 +40,34 @@ export function horizonProbeSql(quotedSchema: string): string {
   return `
 SELECT snap.xmin::text AS xmin,
        CASE WHEN $2::text IS NOT NULL AND snap.xmin < $2::text::xid8 THEN
-         (SELECT coalesce(min(x), pg_snapshot_xmax(snap.s))::text
-            FROM pg_snapshot_xip(snap.s) AS x
-           WHERE NOT EXISTS (
-                   SELECT 1
-                     FROM pg_stat_activity AS a
-                     JOIN ${quotedSchema}.outbox_relays AS r
-                       ON left(a.query, length('/* outbox-relay batch ' || r.relay_id || ' */')) = '/* outbox-relay batch ' || r.relay_id || ' */'
-                    WHERE a.backend_xid IS NOT NULL
-                      AND a.backend_xid::text::numeric = x::text::numeric % 4294967296))
+         (WITH locks AS MATERIALIZED (
+                 SELECT locktype, mode, granted, virtualtransaction, database, relation, transactionid FROM pg_locks),
+               writers AS (
+                 SELECT t.transactionid::text::numeric AS xid
+                   FROM locks AS t
+                   JOIN locks AS w ON w.virtualtransaction = t.virtualtransaction
+                  WHERE t.locktype = 'transactionid' AND t.mode = 'ExclusiveLock' AND t.granted
+                    AND w.locktype = 'relation' AND w.granted
+                    AND w.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+                    AND w.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+                    -- pg_partition_tree lists nothing for a table that is not partitioned.
+                    AND (w.relation = '${quotedSchema}.outbox'::regclass
+                         OR w.relation IN (SELECT relid FROM pg_catalog.pg_partition_tree('${quotedSchema}.outbox'::regclass))))
+          -- Cheapest test first: running xids below the newest one a pair waits for, not a
+          -- relay's batch (OFFSET 0 keeps this apart); pg_locks is read only when one is left.
+          SELECT coalesce(min(c.x), pg_snapshot_xmax(snap.s))::text
+            FROM (SELECT x
+                    FROM pg_snapshot_xip(snap.s) AS x
+                   WHERE x < $2::text::xid8
+                     AND NOT EXISTS (
+                           SELECT 1
+                             FROM pg_stat_activity AS a
+                             JOIN ${quotedSchema}.outbox_relays AS r
+                               ON left(a.query, length('/* outbox-relay batch ' || r.relay_id || ' */')) = '/* outbox-relay batch ' || r.relay_id || ' */'
+                            WHERE a.backend_xid IS NOT NULL
+                              AND a.backend_xid::text::numeric = x::text::numeric % 4294967296)
+                  OFFSET 0) AS c
+           WHERE c.x::text::numeric % 4294967296 IN (SELECT xid FROM writers))
        END AS others_xmin,
        pg_current_wal_flush_lsn()::text AS flushed,
        seq.last_id,
