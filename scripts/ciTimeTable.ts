@@ -77,7 +77,7 @@ export function renderTable(input: { phases: Phase[]; passes: Array<{ label: str
   out.push('');
   out.push('## Test files, slowest first');
   out.push('');
-  out.push('Two files run at a time (`--test-concurrency=2`), so a pass takes about half the sum of its files.');
+  out.push('Files run side by side (`--test-concurrency` in package.json and scripts/relay-test-pass.sh): a pass\'s wall time is its files\' summed time divided by how many ran at once, on average.');
   out.push('');
   const rows: Array<{ label: string; f: FileTime }> = [];
   for (const { label, pass } of input.passes) {
@@ -91,7 +91,8 @@ export function renderTable(input: { phases: Phase[]; passes: Array<{ label: str
     // (test/hostile/suite.ts) land there, not under the test file whose process ran them.
     const run = pass.files.filter((f) => f.seconds !== null);
     const declaredElsewhere = pass.files.filter((f) => f.seconds === null);
-    out.push(`- ${label} (${pass.node}): ${run.length} files, ${tests} tests, ${pass.wallSeconds} s wall, ${Math.round(sum)} s summed over files.`);
+    const together = pass.wallSeconds > 0 ? ` (${(sum / pass.wallSeconds).toFixed(1)} at once on average)` : '';
+    out.push(`- ${label} (${pass.node}): ${run.length} files, ${tests} tests, ${pass.wallSeconds} s wall, ${Math.round(sum)} s summed over files${together}.`);
     for (const f of declaredElsewhere) out.push(`  ${f.tests} of those tests were declared in ${f.file} and are counted there, not under the file that ran them.`);
     for (const f of run) rows.push({ label, f });
   }

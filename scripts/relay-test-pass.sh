@@ -35,7 +35,7 @@ echo "relay-test-pass: ${#files[@]} test files started a relay in the first pass
 rm -f "$second"
 set +e
 OUTBOX_TEST_RELAY_LOG="$second" node --import tsx --import ./test/helpers/adapterGuard.mjs --test \
-  --test-concurrency=2 --test-timeout=300000 --test-reporter=spec --test-reporter-destination=stdout \
+  --test-concurrency=3 --test-timeout=300000 --test-reporter=spec --test-reporter-destination=stdout \
   --test-reporter=./test/helpers/fileTimesReporter.mjs --test-reporter-destination=stdout "${files[@]}"
 status=$?
 set -e
