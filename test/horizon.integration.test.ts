@@ -245,3 +245,53 @@ async function openProbeConnectionFor(schema: TestSchema): Promise<pg.Client> {
   const { openProbeConnection } = await import('../src/relay/horizon.js');
   return openProbeConnection(schema.databaseUrl, 'test:horizon');
 }
+
+test('integration: a held horizon is logged once a minute however many releases it forces, naming the open outbox writer (pid, application, transaction age)', async () => {
+  const { createRelay } = await import('../src/relay/relay.js');
+  const { createTopic, testBrokers } = await import('./helpers/kafka.js');
+  const { createLogger } = await import('../src/shared/logger.js');
+  const warnings: Array<Record<string, unknown>> = [];
+  const topic = await createTopic(1);
+  const writer = await openProbeConnectionFor(db);
+  const relay = createRelay({
+    producer: TEST_PRODUCER,
+    databaseUrl: db.databaseUrl,
+    kafkaBrokers: testBrokers(),
+    schema: db.schema,
+    horizonMaxWaitMs: 300,
+    logger: createLogger('warn', { write: (line: string) => void warnings.push(JSON.parse(line) as Record<string, unknown>) }),
+  });
+  let forced = 0;
+  relay.on('horizon', (h) => {
+    if (h.forced) forced++;
+  });
+  await relay.start();
+  try {
+    await writer.query(`SET application_name = 'test:held-writer'`);
+    const { rows: me } = await writer.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    await writer.query('BEGIN');
+    await insertRow(writer, 'open'); // an outbox writer that stays open
+    // Rows one after the other, each released by force: one forced release per row.
+    for (let i = 0; i < 4; i++) {
+      const { rows } = await db.pool.query<{ id: number }>(`INSERT INTO "${db.schema}".outbox (topic, key) VALUES ($1, 'k') RETURNING id`, [topic]);
+      const id = Number(rows[0]!.id);
+      await new Promise<void>((resolve) =>
+        relay.on('batch', (b) => {
+          if (b.firstId <= id && id <= b.lastId) resolve();
+        }),
+      );
+    }
+    assert.ok(forced >= 4, `a forced release per row (${forced})`);
+    const held = warnings.filter((w) => String(w.msg).startsWith('horizon released rows'));
+    assert.equal(held.length, 1, `one line for ${forced} forced releases: ${JSON.stringify(held)}`);
+    const blocker = held[0]!.blocker as Record<string, unknown>;
+    assert.equal(blocker.pid, me[0]!.pid, JSON.stringify(blocker));
+    assert.equal(blocker.applicationName, 'test:held-writer');
+    assert.equal(blocker.state, 'idle in transaction');
+    assert.ok(Number(blocker.transactionAgeSeconds) > 0, JSON.stringify(blocker));
+  } finally {
+    await writer.query('ROLLBACK').catch(() => undefined);
+    await writer.end();
+    await relay.stop();
+  }
+});

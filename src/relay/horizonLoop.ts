@@ -2,7 +2,13 @@ import type pg from 'pg';
 import { describeError } from '../shared/errors.js';
 import { openProbeConnection } from './horizon.js';
 import { preparedStatementsLost } from './poolerProbe.js';
+import { horizonBlockerSql, type HorizonBlockerRow } from './sql/horizon.js';
+import { quoteIdentifier } from '../shared/identifiers.js';
+import { LogEvery } from '../shared/logEvery.js';
 import type { RelayRuntime } from './relayRuntime.js';
+
+/** A held horizon is logged once a minute, however many releases it forces meanwhile. */
+const HELD_WARNING_INTERVAL_MS = 60_000;
 
 /** How often the horizon probe tries the database again while it does not answer. */
 const RECONNECT_PROBE_MS = 250;
@@ -50,6 +56,7 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
   let idleProbes = 0;
   /** When the last probe that found something ran: the silence since then picks the ceiling. */
   let lastNewsMs = Date.now();
+  const warnings = new LogEvery(HELD_WARNING_INTERVAL_MS);
   while (!rt.stopping) {
     const poll = rt.options.pollIntervalMs;
     let delay = idleProbeDelayMs(poll, rt.options.idlePollMaxMs, idleProbes, Date.now() - lastNewsMs);
@@ -89,10 +96,16 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
       }
       if (moved) {
         const forced = rt.horizon.forcedAdvances > forcedBefore;
-        if (forced) {
+        const heldBack = forced ? warnings.take('forced') : undefined;
+        if (heldBack !== undefined) {
           rt.logger.warn(
-            { watermark: rt.horizon.watermark, horizonMaxWaitMs: rt.options.horizonMaxWaitMs },
-            'horizon released rows still waiting behind a long-running transaction',
+            {
+              watermark: rt.horizon.watermark,
+              horizonMaxWaitMs: rt.options.horizonMaxWaitMs,
+              forcedReleasesSinceLastLine: heldBack,
+              blocker: await findBlocker(client, rt.options.schema),
+            },
+            'horizon released rows still waiting behind a long-running transaction that wrote the outbox (one line a minute; blocker: the oldest such transaction)',
           );
         }
         rt.emit('horizon', { watermark: rt.horizon.watermark, forced });
@@ -125,4 +138,19 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
     await rt.sleep(delay);
   }
   await client?.end().catch(() => undefined);
+}
+
+/**
+ * The transaction a held horizon waits for, for the warning: read only when a line goes
+ * out (once a minute). A failure to read it does not fail the probe.
+ */
+async function findBlocker(client: pg.Client, schema: string): Promise<Record<string, unknown>> {
+  try {
+    const { rows } = await client.query<HorizonBlockerRow>(horizonBlockerSql(quoteIdentifier(schema, 'schema')));
+    const b = rows[0];
+    if (!b) return { found: false, hint: 'none open now; a prepared transaction is in pg_prepared_xacts' };
+    return { pid: b.pid, applicationName: b.application_name, state: b.state, backendType: b.backend_type, transactionAgeSeconds: b.transaction_age_seconds };
+  } catch (error) {
+    return { found: false, err: describeError(error) };
+  }
 }

@@ -82,6 +82,37 @@ SELECT snap.xmin::text AS xmin,
           FROM ${quotedSchema}.outbox_id_seq) AS seq`;
 }
 
+/**
+ * The oldest open transaction that holds a write lock on the outbox (or one of its
+ * partitions), other than this connection and the relays' batches: what a held horizon
+ * waits for, named in the relay's warning. No query text: it may carry an application's
+ * data. A prepared transaction has no backend and is not found here (pg_prepared_xacts).
+ */
+export function horizonBlockerSql(quotedSchema: string): string {
+  return `
+SELECT a.pid, a.application_name, a.state, a.backend_type,
+       extract(epoch FROM now() - a.xact_start)::float8 AS transaction_age_seconds
+  FROM pg_catalog.pg_locks AS l
+  JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
+ WHERE l.locktype = 'relation' AND l.granted
+   AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+   AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+   AND (l.relation = '${quotedSchema}.outbox'::regclass
+        OR l.relation IN (SELECT relid FROM pg_catalog.pg_partition_tree('${quotedSchema}.outbox'::regclass)))
+   AND a.pid <> pg_backend_pid()
+   AND NOT starts_with(coalesce(a.query, ''), '/* outbox-relay batch ')
+ ORDER BY a.xact_start NULLS LAST
+ LIMIT 1`;
+}
+
+export interface HorizonBlockerRow {
+  pid: number;
+  application_name: string | null;
+  state: string | null;
+  backend_type: string | null;
+  transaction_age_seconds: number | null;
+}
+
 export interface HorizonProbeRow {
   xmin: string;
   others_xmin: string | null;
