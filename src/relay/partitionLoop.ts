@@ -2,6 +2,7 @@ import { describeError } from '../shared/errors.js';
 import { parseDuration } from '../shared/durations.js';
 import { createPool } from '../shared/database.js';
 import { guardPoolCalls } from '../shared/guardedPool.js';
+import { LogEvery } from '../shared/logEvery.js';
 import { isPartitioned, maintain } from './partitions.js';
 import type { RelayRuntime } from './relayRuntime.js';
 
@@ -23,6 +24,7 @@ export async function runPartitionLoop(rt: RelayRuntime): Promise<void> {
   const retentionMs = (parseDuration(o.partitionRetention) as { value: number }).value;
   const pool = guardPoolCalls(createPool(o.databaseUrl, `${rt.applicationName}:partitions`, 2, rt.logger));
   let warnedPrivilege = false;
+  const warnings = new LogEvery(60_000);
   try {
     while (!rt.stopping) {
       try {
@@ -30,6 +32,14 @@ export async function runPartitionLoop(rt: RelayRuntime): Promise<void> {
           const r = await maintain(pool, o.schema, { partitionsAhead: o.partitionsAhead, retentionMs });
           if (r.created.length || r.dropped.length) {
             rt.logger.info({ created: r.created, dropped: r.dropped, headroomIds: r.headroomIds }, 'maintained outbox partitions');
+          }
+          const waited = r.kept.filter((k) => k.reason === 'blocked').map((k) => k.partition);
+          const heldBack = waited.length ? warnings.take('blocked') : undefined;
+          if (heldBack !== undefined) {
+            rt.logger.warn(
+              { partitions: waited, blocker: r.blocker ?? { found: false }, headroomIds: r.headroomIds, blockedPassesSinceLastLine: heldBack },
+              'partition detach gave up waiting for a transaction that uses the outbox (tried again next pass; creation goes on; one line a minute): end or cancel the blocker',
+            );
           }
           const late = r.kept.filter((k) => k.reason === 'late commit').map((k) => k.partition);
           if (late.length) {

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { DETACH_MAX_WAIT_MS, detachWithin, findDetachBlocker, type DetachBlocker } from './partitionDetach.js';
 import { quoteIdentifier } from '../shared/identifiers.js';
 import { ConfigError, OutboxError, SchemaError } from '../shared/errors.js';
 
@@ -136,7 +137,7 @@ export async function createPartition(db: Queryable, quotedSchema: string, lower
 }
 
 /** Why {@link maintain} left a partition in place. */
-export type KeptReason = 'unsent rows' | 'dead letters' | 'retention' | 'late commit' | 'busy';
+export type KeptReason = 'unsent rows' | 'dead letters' | 'retention' | 'late commit' | 'busy' | 'blocked';
 
 /** What one {@link maintain} pass did. */
 export interface PartitionMaintenance {
@@ -150,12 +151,16 @@ export interface PartitionMaintenance {
   headroomIds: number;
   /** True when another maintainer was at work (on a pool only): this pass did nothing (but finish a crashed detach). */
   skipped?: boolean;
+  /** `blocked`: a detach gave up after `detachMaxWaitMs`; the oldest transaction holding a lock on the outbox then. */
+  blocker?: DetachBlocker;
 }
 
 /** Settings of one {@link maintain} pass (checked by the caller). */
 export interface MaintainSettings {
   partitionsAhead: number;
   retentionMs: number;
+  /** How long a detach may wait before it gives up until the next pass (on a pool; default {@link DETACH_MAX_WAIT_MS}). */
+  detachMaxWaitMs?: number;
 }
 
 /**
@@ -180,7 +185,8 @@ export async function maintain(db: Queryable, schema: string, settings: Maintain
   if (!(await isPartitioned(db, schema))) {
     throw new SchemaError(`the outbox of schema ${quoted} is not partitioned: run \`outbox-relay partition-outbox\` first`, { schema });
   }
-  if (!(db instanceof pg.Pool)) return await maintainLocked(db, schema, quoted, settings);
+  if (!(db instanceof pg.Pool)) return await maintainLocked(db, schema, quoted, settings, undefined);
+  const waitMs = settings.detachMaxWaitMs ?? DETACH_MAX_WAIT_MS;
   // The lock's transaction holds one connection while the pass needs another.
   if ((db.options.max ?? 10) < 2) throw new ConfigError('pool', 'partition maintenance needs a pool of at least 2 connections (one holds the maintainers\' lock)');
   // One maintainer at a time: a transaction-level advisory lock, held by a transaction
@@ -196,32 +202,44 @@ export async function maintain(db: Queryable, schema: string, settings: Maintain
       return { ...done, headroomIds: headroomIds(parts, await sequenceLastId(db, quoted)), skipped: true };
     };
     if (!rows[0]!.locked) return await skipped({ created: [], dropped: [], kept: [], headroomIds: 0 });
-    // A detach a crash left pending: FINALIZE waits for every snapshot older than it,
-    // this transaction's too, so it runs in this transaction, which then ends and takes
-    // the lock again. Nobody else holds the lock: no other maintainer is detaching.
+    // Creation first: the writers' inserts depend on it, and a detach may wait.
+    const finished: PartitionMaintenance = { created: await createAhead(db, schema, quoted, settings.partitionsAhead), dropped: [], kept: [], headroomIds: 0 };
+    // A detach a crash (or a wait that gave up) left pending: FINALIZE waits for every
+    // snapshot older than it, this transaction's too, so it runs in this transaction,
+    // which then ends and takes the lock again. Nobody else holds the lock: no other
+    // maintainer is detaching. Bounded like a detach, cancelled from the pool's other
+    // connection; a cancel ends this transaction, and the pass with it.
     const pending = (await listPartitions(db, schema)).filter((x) => x.detachPending);
-    const finished: PartitionMaintenance = { created: [], dropped: [], kept: [], headroomIds: 0 };
     if (pending.length) {
-      for (const p of pending) await holder.query(`ALTER TABLE ${quoted}.outbox DETACH PARTITION ${quoted}.${quoteIdentifier(p.name)} FINALIZE`);
+      for (const p of pending) {
+        const statement = `ALTER TABLE ${quoted}.outbox DETACH PARTITION ${quoted}.${quoteIdentifier(p.name)} FINALIZE`;
+        if (!(await detachWithin(holder, db, statement, waitMs))) return await blocked(db, schema, quoted, finished, p.name);
+      }
       await holder.query('COMMIT');
       for (const p of pending) await dropOrReattach(db, quoted, p, finished);
       await holder.query('BEGIN');
       const again = await holder.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock(hashtext($1)) AS locked', [`outbox-relay:partitions:${schema}`]);
       if (!again.rows[0]!.locked) return await skipped(finished);
     }
-    const result = await maintainLocked(db, schema, quoted, settings);
-    return { ...result, dropped: [...finished.dropped, ...result.dropped], kept: [...finished.kept, ...result.kept] };
+    const result = await maintainLocked(db, schema, quoted, settings, holder);
+    return { ...result, created: [...finished.created, ...result.created], dropped: [...finished.dropped, ...result.dropped], kept: [...finished.kept, ...result.kept] };
   } finally {
     await holder.query('COMMIT').catch(() => undefined);
     holder.release();
   }
 }
 
-async function maintainLocked(db: Queryable, schema: string, quoted: string, settings: MaintainSettings): Promise<PartitionMaintenance> {
-  const result: PartitionMaintenance = { created: [], dropped: [], kept: [], headroomIds: 0 };
+/**
+ * The pass under the maintainers' lock. `canceller`: a connection other than `db`'s from
+ * which a detach that waits too long is cancelled (none: detaches wait unbounded).
+ */
+async function maintainLocked(db: Queryable, schema: string, quoted: string, settings: MaintainSettings, canceller: Queryable | undefined): Promise<PartitionMaintenance> {
+  const waitMs = settings.detachMaxWaitMs ?? DETACH_MAX_WAIT_MS;
+  const result: PartitionMaintenance = { created: await createAhead(db, schema, quoted, settings.partitionsAhead), dropped: [], kept: [], headroomIds: 0 };
   let parts = await listPartitions(db, schema);
   for (const p of parts.filter((x) => x.detachPending)) {
-    await db.query(`ALTER TABLE ${quoted}.outbox DETACH PARTITION ${quoted}.${quoteIdentifier(p.name)} FINALIZE`);
+    const statement = `ALTER TABLE ${quoted}.outbox DETACH PARTITION ${quoted}.${quoteIdentifier(p.name)} FINALIZE`;
+    if (!(await detachWithin(db, canceller, statement, waitMs))) return await blocked(db, schema, quoted, result, p.name);
     await dropOrReattach(db, quoted, p, result);
   }
   // A crash between a detach and its drop leaves a table of the outbox's that is no
@@ -236,20 +254,8 @@ async function maintainLocked(db: Queryable, schema: string, quoted: string, set
       result.kept.push({ partition: p.name, reason: 'busy' });
     }
   }
-  parts = parts.filter((x) => !x.detachPending);
-  const size = partitionSize(parts);
-  if (size === undefined) throw new SchemaError(`the outbox of schema ${quoted} has no partition with a lower bound: run \`outbox-relay partition-outbox\` again`, { schema });
-
-  let last = await sequenceLastId(db, quoted);
-  let top = parts.length ? parts[parts.length - 1]!.upper : 0;
-  // Enough whole partitions above the sequence; read it again after each creation, as
-  // writers move it meanwhile.
-  while (parts.filter((p) => p.lower !== null && p.lower > last).length < settings.partitionsAhead) {
-    if (await createPartition(db, quoted, top, top + size)) result.created.push(partitionName(top));
-    parts = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
-    top = parts[parts.length - 1]!.upper;
-    last = await sequenceLastId(db, quoted);
-  }
+  parts = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
+  const last = await sequenceLastId(db, quoted);
 
   for (const p of parts) {
     if (p.upper > last) break; // the sequence is in it, or it is ahead
@@ -282,7 +288,9 @@ async function maintainLocked(db: Queryable, schema: string, quoted: string, set
       }
     }
     try {
-      await db.query(`ALTER TABLE ${quoted}.outbox DETACH PARTITION ${name} CONCURRENTLY`);
+      if (!(await detachWithin(db, canceller, `ALTER TABLE ${quoted}.outbox DETACH PARTITION ${name} CONCURRENTLY`, waitMs))) {
+        return await blocked(db, schema, quoted, result, p.name);
+      }
     } catch (error) {
       // Another maintainer is detaching it (55000: already pending) or did (42P01, 42P16).
       const code = (error as { code?: string }).code;
@@ -297,6 +305,34 @@ async function maintainLocked(db: Queryable, schema: string, quoted: string, set
   const after = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
   result.headroomIds = headroomIds(after, await sequenceLastId(db, quoted));
   return result;
+}
+
+/**
+ * Create partitions until `ahead` whole ones lie above the sequence (read again after each
+ * creation, as writers move it meanwhile). Returns the names created.
+ */
+async function createAhead(db: Queryable, schema: string, quoted: string, ahead: number): Promise<string[]> {
+  const created: string[] = [];
+  let parts = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
+  const size = partitionSize(parts);
+  if (size === undefined) throw new SchemaError(`the outbox of schema ${quoted} has no partition with a lower bound: run \`outbox-relay partition-outbox\` again`, { schema });
+  let last = await sequenceLastId(db, quoted);
+  let top = parts.length ? parts[parts.length - 1]!.upper : 0;
+  while (parts.filter((p) => p.lower !== null && p.lower > last).length < ahead) {
+    if (await createPartition(db, quoted, top, top + size)) created.push(partitionName(top));
+    parts = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
+    top = parts[parts.length - 1]!.upper;
+    last = await sequenceLastId(db, quoted);
+  }
+  return created;
+}
+
+/** A detach gave up: the pass ends here, naming what it waited for. */
+async function blocked(db: Queryable, schema: string, quoted: string, result: PartitionMaintenance, partition: string): Promise<PartitionMaintenance> {
+  result.kept.push({ partition, reason: 'blocked' });
+  const blocker = await findDetachBlocker(db, quoted);
+  const after = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
+  return { ...result, ...(blocker ? { blocker } : {}), headroomIds: headroomIds(after, await sequenceLastId(db, quoted)) };
 }
 
 /**
