@@ -295,3 +295,30 @@ test('integration: a held horizon is logged once a minute however many releases 
     await relay.stop();
   }
 });
+
+test('integration: outbox_relay_horizon_wait_seconds rises while an open outbox writer holds the newest rows back, and drops to 0 once it commits', async () => {
+  const { createRelay } = await import('../src/relay/relay.js');
+  const { instrumentRelay } = await import('../src/metrics/relayMetrics.js');
+  const { Registry } = await import('prom-client');
+  const { createTopic, testBrokers } = await import('./helpers/kafka.js');
+  const topic = await createTopic(1);
+  const writer = await db.pool.connect();
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, horizonMaxWaitMs: 300_000 });
+  await relay.start();
+  const inst = instrumentRelay(relay, { registry: new Registry(), sampleIntervalMs: 100 });
+  const waitSeconds = async (): Promise<number> => (await inst.metrics.horizonWait.get()).values[0]?.value ?? 0;
+  try {
+    await writer.query('BEGIN');
+    await insertRow(writer, 'open');
+    const { rows } = await db.pool.query<{ id: number }>(`INSERT INTO "${db.schema}".outbox (topic, key) VALUES ($1, 'k') RETURNING id`, [topic]);
+    await waitFor('the gauge past 1 s while the writer is open', async () => (await waitSeconds()) >= 1, { timeoutMs: 30_000 });
+    assert.ok(relay.watermark < Number(rows[0]!.id), 'the row is still held');
+    await writer.query('COMMIT');
+    await waitFor('the gauge back to 0 once the writer committed', async () => (await waitSeconds()) === 0, { timeoutMs: 30_000 });
+  } finally {
+    await writer.query('ROLLBACK').catch(() => undefined);
+    writer.release();
+    await inst.close();
+    await relay.stop();
+  }
+});

@@ -28,6 +28,7 @@ export interface RelayMetrics {
   rowsAboveSequence: Gauge<'outbox'>;
   partitionHeadroom: Gauge<'outbox'>;
   horizonForced: Counter<'outbox'>;
+  horizonWait: Gauge<'outbox'>;
   running: Gauge<'outbox'>;
   claimDuration: Histogram<'outbox'>;
   markSentDuration: Histogram<'outbox'>;
@@ -129,6 +130,12 @@ export const RELAY_METRICS: MetricTable<RelayMetrics> = {
     type: 'counter',
     name: 'outbox_relay_horizon_forced_total',
     help: 'Times the visibility horizon was advanced past a transaction still open (after horizon-max-wait-ms).',
+    labelNames: ['outbox'],
+  },
+  horizonWait: {
+    type: 'gauge',
+    name: 'outbox_relay_horizon_wait_seconds',
+    help: 'How long the newest rows have waited for an open outbox writer before them (the visibility horizon held), at the last sample; 0 when nothing waits. Rises to horizon-max-wait-ms while a writer stays open.',
     labelNames: ['outbox'],
   },
   running: { type: 'gauge', name: 'outbox_relay_running', help: '1 while the relay runs, 0 once it stopped.', labelNames: ['outbox'] },

@@ -101,7 +101,10 @@ export function instrumentRelay(relay: RelayStatusSource, options: InstrumentRel
     countCap: options.backlogCountCap ?? 100_000,
     logger,
     afterSample: () => {
-      if (!stopped) m.shardsOwned.set(relay.ownedShards.length);
+      if (!stopped) {
+        m.shardsOwned.set(relay.ownedShards.length);
+        m.horizonWait.set((relay.horizonWaitMs ?? 0) / 1000);
+      }
     },
   });
 

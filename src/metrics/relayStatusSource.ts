@@ -16,6 +16,8 @@ export interface RelayStatusSource {
     Partial<Pick<ResolvedRelayOptions, 'horizonMaxWaitMs'>>;
   /** Shards the relay owns now. */
   readonly ownedShards: readonly number[];
+  /** How long the newest rows have waited behind an open outbox writer, in ms (a source without a horizon: absent, read as 0). */
+  readonly horizonWaitMs?: number;
   on<K extends RelayStatusEvent>(event: K, listener: (payload: RelayEvents[K]) => void): unknown;
   off<K extends RelayStatusEvent>(event: K, listener: (payload: RelayEvents[K]) => void): unknown;
 }

@@ -145,6 +145,9 @@ export class Relay extends TypedEmitter<RelayEvents> {
     return this.horizon.watermark;
   }
 
+  /** How long the oldest new ids have waited for the transactions before them to end, in ms (0: nothing waits). */
+  get horizonWaitMs(): number { return this.horizon.oldestWaitMs(); }
+
   /** The kafkajs client the relay publishes with (after `start()`), for health checks. */
   get kafka(): Kafka | undefined {
     return this.kafkaClient;
