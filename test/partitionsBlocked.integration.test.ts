@@ -1,5 +1,6 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { EventEmitter, once } from 'node:events';
 import pg from 'pg';
 import { partitionOutbox } from '../src/commands/partitions.js';
 import { listPartitions, maintain, type PartitionMaintenance } from '../src/relay/partitions.js';
@@ -52,6 +53,7 @@ test('integration (partitioned outbox): behind a reader holding the outbox, a de
     assert.equal(blocked.blocker?.applicationName, 'test:report');
     assert.ok(Number(blocked.blocker?.transactionAgeSeconds) > 0);
     assert.deepEqual(blocked.dropped, []);
+    assert.equal(await detachPendingGauge(db.databaseUrl, schema), 1, 'outbox_relay_partitions_detach_pending');
 
     // Writers move on meanwhile; the next pass creates what they need, the reader still open
     // and outbox_p0's detach pending.
@@ -71,6 +73,7 @@ test('integration (partitioned outbox): behind a reader holding the outbox, a de
     assert.deepEqual(done.kept.filter((k) => k.reason === 'blocked'), []);
     const left = await listPartitions(pool, schema);
     assert.deepEqual(left.filter((p) => p.detachPending), [], 'no detach left pending');
+    assert.equal(await detachPendingGauge(db.databaseUrl, schema), 0);
     const { rows } = await db.pool.query<{ n: number; low: number }>(`SELECT count(*)::int AS n, min(id)::int AS low FROM "${schema}".outbox`);
     assert.deepEqual(rows[0], { n: 501, low: 2_000 }, 'the rows of the dropped partitions only are gone');
   } finally {
@@ -79,3 +82,26 @@ test('integration (partitioned outbox): behind a reader holding the outbox, a de
     await pool.end();
   }
 });
+
+/** outbox_relay_partitions_detach_pending after one sample of the metrics sampler on `schema`. */
+async function detachPendingGauge(databaseUrl: string, schema: string): Promise<number> {
+  const { instrumentRelay } = await import('../src/metrics/relayMetrics.js');
+  const { Registry } = await import('prom-client');
+  const sampled = new EventEmitter();
+  const source = {
+    options: { schema, databaseUrl, clientId: 'partitions-blocked-test', kafka: undefined, kafkaBrokers: [], kafkaSecurity: {} },
+    get ownedShards() {
+      sampled.emit('sample'); // read after each sample (afterSample)
+      return [];
+    },
+    on: () => undefined,
+    off: () => undefined,
+  };
+  const inst = instrumentRelay(source, { registry: new Registry(), sampleIntervalMs: 60_000 });
+  try {
+    await once(sampled, 'sample');
+    return (await inst.metrics.partitionsDetachPending.get()).values[0]?.value ?? -1;
+  } finally {
+    await inst.close();
+  }
+}

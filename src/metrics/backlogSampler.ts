@@ -40,7 +40,7 @@ export interface BacklogSamplerOptions {
   /** The outbox's schema, quoted (quoteIdentifier). */
   quotedSchema: string;
   /** Where the samples go: pending rows, oldest age, enqueued rows, parked keys, and the sampler's own query durations and errors. */
-  metrics: Pick<RelayMetrics, 'pendingRows' | 'oldestPendingAge' | 'enqueuedRows' | 'parkedKeys' | 'rowsAboveSequence' | 'partitionHeadroom' | 'samplerQueryDuration' | 'samplerErrors'>;
+  metrics: Pick<RelayMetrics, 'pendingRows' | 'oldestPendingAge' | 'enqueuedRows' | 'parkedKeys' | 'rowsAboveSequence' | 'partitionHeadroom' | 'partitionsDetachPending' | 'samplerQueryDuration' | 'samplerErrors'>;
   intervalMs: number;
   /** Unsent rows are counted exactly up to this many, estimated above. */
   countCap: number;
@@ -97,8 +97,11 @@ export function startBacklogSampler(options: BacklogSamplerOptions): BacklogSamp
     const rowsAboveSequence = Number(above?.rows_above ?? 0);
     m.rowsAboveSequence.set(rowsAboveSequence);
     // A row only for a partitioned outbox; a plain one has no such limit and no series.
-    const [headroom] = await timed<{ headroom: string }>(partitionHeadroomSql(quoted));
-    if (headroom) m.partitionHeadroom.set(Number(headroom.headroom));
+    const [headroom] = await timed<{ headroom: string; detach_pending: number }>(partitionHeadroomSql(quoted));
+    if (headroom) {
+      m.partitionHeadroom.set(Number(headroom.headroom));
+      m.partitionsDetachPending.set(headroom.detach_pending);
+    }
     const id = Number(seq?.last_id ?? 0);
     if (lastId !== undefined && id > lastId) m.enqueuedRows.inc(id - lastId);
     lastId = id;

@@ -29,6 +29,7 @@ export interface RelayMetrics {
   partitionHeadroom: Gauge<'outbox'>;
   horizonForced: Counter<'outbox'>;
   horizonWait: Gauge<'outbox'>;
+  partitionsDetachPending: Gauge<'outbox'>;
   running: Gauge<'outbox'>;
   claimDuration: Histogram<'outbox'>;
   markSentDuration: Histogram<'outbox'>;
@@ -130,6 +131,12 @@ export const RELAY_METRICS: MetricTable<RelayMetrics> = {
     type: 'counter',
     name: 'outbox_relay_horizon_forced_total',
     help: 'Times the visibility horizon was advanced past a transaction still open (after horizon-max-wait-ms).',
+    labelNames: ['outbox'],
+  },
+  partitionsDetachPending: {
+    type: 'gauge',
+    name: 'outbox_relay_partitions_detach_pending',
+    help: 'Partitioned outbox: partitions whose DETACH ... CONCURRENTLY is left pending (it gave up waiting for a transaction using the outbox, or crashed); finished by a later maintenance pass. Staying above 0: maintenance is blocked (docs/runbook.md).',
     labelNames: ['outbox'],
   },
   horizonWait: {

@@ -90,7 +90,8 @@ export function headroomIds(parts: readonly OutboxPartition[], lastId: number): 
 
 /**
  * Ids left before the last partition is full, {@link headroomIds} in one catalog query
- * for the metrics sampler (no row for a plain outbox). Anyone may read the catalog: the
+ * for the metrics sampler (no row for a plain outbox), and how many partitions a detach
+ * left pending (one that gave up waiting, or a crash). Anyone may read the catalog: the
  * relay role needs no more than it has.
  */
 export function partitionHeadroomSql(quotedSchema: string): string {
@@ -98,7 +99,8 @@ export function partitionHeadroomSql(quotedSchema: string): string {
 SELECT ((SELECT max((regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), 'TO \\(''?(-?\\d+)''?\\)'))[1]::bigint)
            FROM pg_catalog.pg_inherits AS i JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
           WHERE i.inhparent = o.oid AND NOT i.inhdetachpending) - 1
-        - (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM ${quotedSchema}.outbox_id_seq))::text AS headroom
+        - (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM ${quotedSchema}.outbox_id_seq))::text AS headroom,
+       (SELECT count(*) FROM pg_catalog.pg_inherits AS i WHERE i.inhparent = o.oid AND i.inhdetachpending)::int AS detach_pending
   FROM pg_catalog.pg_class AS o
  WHERE o.oid = to_regclass('${quotedSchema}.outbox') AND o.relkind = 'p'`;
 }
