@@ -289,6 +289,14 @@ test('integration: a held horizon is logged once a minute however many releases 
     assert.equal(blocker.applicationName, 'test:held-writer');
     assert.equal(blocker.state, 'idle in transaction');
     assert.ok(Number(blocker.transactionAgeSeconds) > 0, JSON.stringify(blocker));
+    // `outbox-relay status` names the same writer, and nobody once it ended.
+    const { getStatus, formatStatus } = await import('../src/commands/status.js');
+    const status = await getStatus({ databaseUrl: db.databaseUrl, schema: db.schema });
+    assert.equal(status.oldestOutboxWriter?.pid, me[0]!.pid, JSON.stringify(status.oldestOutboxWriter));
+    assert.equal(status.oldestOutboxWriter?.applicationName, 'test:held-writer');
+    assert.match(formatStatus(status), new RegExp(`^open outbox writer: pid ${me[0]!.pid} \\(test:held-writer, idle in transaction\\), transaction open \\d+ s`, 'm'));
+    await writer.query('ROLLBACK');
+    assert.equal((await getStatus({ databaseUrl: db.databaseUrl, schema: db.schema })).oldestOutboxWriter, null);
   } finally {
     await writer.query('ROLLBACK').catch(() => undefined);
     await writer.end();

@@ -2,6 +2,7 @@ import type { DatabaseOptions } from '../shared/database.js';
 import { DEFAULT_SCHEMA, quoteSchema } from '../shared/identifiers.js';
 import { openDatabase } from './openDatabase.js';
 import { idsAboveSequenceSql } from '../relay/idAudit.js';
+import { horizonBlockerSql, type HorizonBlockerRow } from '../relay/sql/horizon.js';
 import { backlogSql, deadLettersByReasonSql, deadLetterTotalsSql, inFlightSql, leasesSql, parkedKeysOutOfStepSql, parkedKeysSql, relaysSql } from './sql/status.js';
 
 /** Where to read the status from: a client, a pool or a URL, and the schema. */
@@ -28,6 +29,12 @@ export interface OutboxStatus {
    * their ids again. null when there are none.
    */
   idsAboveSequence: { rows: number; maxUnsentId: number; sequenceLastValue: number } | null;
+  /**
+   * The oldest open transaction that wrote the outbox (holds a write lock on it), other than
+   * a relay's batch: rows with higher ids wait for it (the visibility horizon), up to the
+   * relay's horizon-max-wait-ms. null when none is open. No query text.
+   */
+  oldestOutboxWriter: { pid: number; applicationName: string | null; state: string | null; transactionAgeSeconds: number | null } | null;
   deadLetters: {
     total: number;
     /** Seconds since the newest dead letter; null when there are none. */
@@ -80,6 +87,7 @@ export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
       (await client.query<{ relay_id: string; batches: number }>(inFlightSql(s))).rows.map((r) => [r.relay_id, Number(r.batches)]),
     );
     const above = (await client.query<{ max_unsent_id: number | null; last_id: number; rows_above: number }>(idsAboveSequenceSql(s))).rows[0];
+    const writer = (await client.query<HorizonBlockerRow>(horizonBlockerSql(s))).rows[0];
     const dlTotals = (await client.query<{ total: number; newest_seconds: number | null }>(deadLetterTotalsSql(s))).rows[0]!;
     const byReason = (
       await client.query<{ error_name: string; reason: string; count: number; parked: number; first_at: Date; last_at: Date }>(deadLettersByReasonSql(s), [REASON_GROUPS])
@@ -101,6 +109,9 @@ export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
         above && Number(above.rows_above) > 0
           ? { rows: Number(above.rows_above), maxUnsentId: Number(above.max_unsent_id), sequenceLastValue: Number(above.last_id) }
           : null,
+      oldestOutboxWriter: writer
+        ? { pid: writer.pid, applicationName: writer.application_name, state: writer.state, transactionAgeSeconds: writer.transaction_age_seconds }
+        : null,
       deadLetters: {
         total: Number(dlTotals.total),
         newestSeconds: dlTotals.newest_seconds === null ? null : Number(dlTotals.newest_seconds),
@@ -184,6 +195,13 @@ export function formatStatus(status: OutboxStatus): string {
   table(lines, [['relay', 'state', 'heartbeat', 'shards', 'owned', 'in flight'], ...status.relays.map((r) => [r.relayId, r.live ? 'live' : 'dead', `${r.heartbeatAgeSeconds.toFixed(1)} s ago`, String(r.shardCount), r.shards || '-', String(r.inFlightBatches)])]);
   if (status.relays.length === 0) lines.push('(no relay has run against this schema)');
   if (status.unownedShards) lines.push('', `unowned shards: ${status.unownedShards}`);
+  const writer = status.oldestOutboxWriter;
+  if (writer && (writer.transactionAgeSeconds ?? 0) >= 1) {
+    lines.push(
+      '',
+      `open outbox writer: pid ${writer.pid} (${writer.applicationName || 'no application name'}, ${writer.state ?? 'state hidden'}), transaction open ${age(writer.transactionAgeSeconds ?? 0)}: newer rows wait for it, up to the relay's --horizon-max-wait-ms (docs/runbook.md, "Horizon held")`,
+    );
+  }
   const above = status.idsAboveSequence;
   if (above) {
     lines.push(
