@@ -281,3 +281,30 @@ test('integration: a relay records what it published per minute (on stop) and it
   // What the flow shows comes from the table alone, with no relay running.
   assert.equal((await readFlow(other.pool, `"${other.schema}"`)).length, 60);
 });
+
+test('integration: readOverview names the oldest open outbox writer, and the overview page shows it, escaped; none once it ended', async () => {
+  const { overviewPage } = await import('../src/console/web/overviewPage.js');
+  const pg = (await import('pg')).default;
+  const db = await schema('consolewriter');
+  const writer = new pg.Client({ connectionString: db.databaseUrl, application_name: '<b>app</b>' });
+  await writer.connect();
+  try {
+    const { rows: me } = await writer.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    await writer.query('BEGIN');
+    await writer.query(`INSERT INTO "${db.schema}".outbox (topic, key) VALUES ('t', 'open')`);
+    await writer.query('SELECT pg_sleep(1.1)'); // the page names a writer open a second or more
+    const o = await readOverview(db.pool, { name: 'main', schema: db.schema });
+    assert.equal(o.oldestOutboxWriter?.pid, me[0]!.pid, JSON.stringify(o.oldestOutboxWriter));
+    assert.equal(o.oldestOutboxWriter?.applicationName, '<b>app</b>');
+    const page = String(overviewPage({ prefix: '', session: undefined, outboxCount: 1, outbox: 'main' }, o));
+    assert.match(page, new RegExp(`An open transaction wrote the outbox and has not ended: pid ${me[0]!.pid} \\(&lt;b&gt;app&lt;/b&gt;, idle in transaction\\), open \\d+ s\\.`));
+    assert.doesNotMatch(page, /<b>app<\/b>/);
+    await writer.query('ROLLBACK');
+    const after = await readOverview(db.pool, { name: 'main', schema: db.schema });
+    assert.equal(after.oldestOutboxWriter, null);
+    assert.doesNotMatch(String(overviewPage({ prefix: '', session: undefined, outboxCount: 1, outbox: 'main' }, after)), /An open transaction wrote the outbox/);
+  } finally {
+    await writer.query('ROLLBACK').catch(() => undefined);
+    await writer.end();
+  }
+});

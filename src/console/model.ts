@@ -62,6 +62,8 @@ export interface OutboxOverview {
   backlog: CappedCount;
   /** Age of the oldest unsent row in seconds; null when nothing is pending. */
   oldestPendingSeconds: number | null;
+  /** The oldest open transaction that wrote the outbox (newer rows wait for it); null when none. */
+  oldestOutboxWriter?: { pid: number; applicationName: string | null; state: string | null; transactionAgeSeconds: number | null } | null;
   /** The last 60 minutes, oldest first, one entry per minute (zeros where nothing happened). */
   flow: MinuteFlow[];
   parkedKeys: CappedCount;

@@ -34,6 +34,9 @@ export function overviewPage(ctx: PageContext, o: OutboxOverview, notices: Notic
     <div><dt>Relays live</dt><dd>${formatNumber(liveRelays)} of ${formatNumber(o.relays.length)}</dd></div>
   </dl>
 </section>
+${o.oldestOutboxWriter && (o.oldestOutboxWriter.transactionAgeSeconds ?? 0) >= 1
+  ? html`<div class="notice warn" role="status">An open transaction wrote the outbox and has not ended: pid ${String(o.oldestOutboxWriter.pid)} (${o.oldestOutboxWriter.applicationName || 'no application name'}, ${o.oldestOutboxWriter.state ?? 'state hidden'}), open ${formatAge(o.oldestOutboxWriter.transactionAgeSeconds ?? 0)}. Newer rows wait for it, up to the relay's horizon wait.</div>`
+  : ''}
 <section aria-labelledby="flow-heading">
   <h2 id="flow-heading">Ingress and egress, last hour</h2>
   ${flowChart('flow', o.flow)}
