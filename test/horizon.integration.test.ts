@@ -330,3 +330,18 @@ test('integration: outbox_relay_horizon_wait_seconds rises while an open outbox 
     await relay.stop();
   }
 });
+
+test('integration: a probe connection whose TimeZone changed (a reconnect after ALTER DATABASE SET timezone, say) does not make the horizon start over', async () => {
+  const probe = await probeClient();
+  try {
+    const h = new Horizon(`"${db.schema}"`, 60_000);
+    await h.probe(probe);
+    const before = h.incarnation;
+    await probe.query(`SET TimeZone = 'Asia/Tokyo'`);
+    await h.probe(probe);
+    assert.notEqual(h.incarnation, before, 'the start time reads differently in the new zone');
+    assert.equal(h.resets, 0, `no reset: ${JSON.stringify(h.lastReset)}`);
+  } finally {
+    await probe.end();
+  }
+});

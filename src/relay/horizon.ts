@@ -130,6 +130,8 @@ export class Horizon {
   lastReset: HorizonReset | undefined;
   /** Start time of the server the watermark holds for (pg_postmaster_start_time, as text). */
   incarnation: string | undefined;
+  /** The same start time in seconds since the epoch, as text: what probes compare (the text form follows the session's TimeZone). */
+  private startedEpoch: string | undefined;
   /** Highest outbox id already paired (or released). */
   pairedUpTo = 0;
   /**
@@ -172,10 +174,11 @@ export class Horizon {
     });
     const row = rows[0];
     if (!row) return false;
-    if (this.incarnation !== undefined && row.started !== this.incarnation) {
+    if (this.startedEpoch !== undefined && row.started_epoch !== this.startedEpoch) {
       this.reset({ reason: 'the server start time changed (Postgres restarted)', startedBefore: this.incarnation, startedNow: row.started });
     }
     this.incarnation = row.started;
+    this.startedEpoch = row.started_epoch;
     if (this.floorGeneration !== undefined && row.floor_generation !== this.floorGeneration) this.rowsReturned++;
     this.floorGeneration = row.floor_generation;
     return this.advance(

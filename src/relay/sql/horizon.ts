@@ -24,7 +24,10 @@
  *            out, larger than that of any transaction that took an outbox id <= last_id;
  *            and the WAL insert position, at or past the sequence's WAL record covering
  *            last_id;
- *   started  when the server started;
+ *   started  when the server started, as text (claims pass it back as a timestamptz), and
+ *            started_epoch, the same instant in seconds: the text follows the session's
+ *            TimeZone and DateStyle (a pooled server connection may carry another
+ *            client's), so only the epoch is compared;
  *   floor_generation  outbox_claim_floors.generation (sql/005_claim_floors.sql): it moves
  *            when rows may have come back below the horizon (a dead letter replayed, a
  *            parked key released), which moves neither the sequence nor the watermark.
@@ -76,6 +79,7 @@ SELECT snap.xmin::text AS xmin,
        END AS xid,
        CASE WHEN seq.last_id > $1 THEN pg_current_wal_insert_lsn()::text END AS lsn,
        pg_postmaster_start_time()::text AS started,
+       extract(epoch FROM pg_postmaster_start_time())::text AS started_epoch,
        (SELECT generation FROM ${quotedSchema}.outbox_claim_floors)::text AS floor_generation
   FROM (SELECT pg_snapshot_xmin(s) AS xmin, s FROM pg_current_snapshot() AS s) AS snap,
        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last_id
@@ -121,6 +125,7 @@ export interface HorizonProbeRow {
   xid: string | null;
   lsn: string | null;
   started: string;
+  started_epoch: string;
   floor_generation: string | null;
 }
 
