@@ -84,3 +84,52 @@ test('integration: ids the horizon released stay taken after a crash: a pair is 
     await server.destroy();
   }
 });
+
+// A prepared transaction (two-phase commit) that wrote the outbox has no backend: its locks
+// stay in pg_locks with no pid, under its virtual transaction. The horizon must still count
+// it as a writer (src/relay/horizon.ts). The shared server runs with
+// max_prepared_transactions = 0, so this runs a Postgres of its own.
+test('integration: a prepared transaction that wrote the outbox holds later rows back until it is committed or rolled back', async () => {
+  const { startLocalPostgres } = await import('../scripts/localPostgres.js');
+  const { migrate } = await import('../src/commands/migrate.js');
+  const { Horizon, openProbeConnection } = await import('../src/relay/horizon.js');
+  const pg = (await import('pg')).default;
+  const server = await startLocalPostgres({ settings: { max_prepared_transactions: '5' } });
+  try {
+    await migrate({ databaseUrl: server.url, schema: 's' });
+    const writer = new pg.Client({ connectionString: server.url });
+    await writer.connect();
+    await writer.query('BEGIN');
+    const held = Number((await writer.query<{ id: number }>(`INSERT INTO s.outbox (topic, key) VALUES ('t', 'k') RETURNING id`)).rows[0]!.id);
+    await writer.query(`PREPARE TRANSACTION 'outbox_writer'`);
+    await writer.end(); // the prepared transaction outlives its session
+    const app = new pg.Client({ connectionString: server.url });
+    await app.connect();
+    const later = Number((await app.query<{ id: number }>(`INSERT INTO s.outbox (topic, key) VALUES ('t', 'k') RETURNING id`)).rows[0]!.id);
+    const { rows: locks } = await app.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_locks WHERE pid IS NULL AND locktype = 'relation' AND relation = 's.outbox'::regclass`);
+    assert.equal(locks[0]!.n, 1, 'the prepared transaction holds its lock on the outbox without a backend');
+    const probe = await openProbeConnection(server.url, 'test:horizon-prepared');
+    const horizon = new Horizon('"s"', 300_000);
+    await waitFor('the later row paired', async () => {
+      await horizon.probe(probe);
+      return horizon.pairedUpTo >= later;
+    });
+    // Commits after the pair flush the WAL past it and move xmax: only the writer rule can hold it.
+    await app.query('CREATE TABLE s.flush (n int)');
+    for (let i = 0; i < 5; i++) {
+      await app.query('INSERT INTO s.flush VALUES (1)');
+      await horizon.probe(probe);
+    }
+    assert.ok(horizon.watermark < held, `watermark ${horizon.watermark} stays below ${held} while the prepared writer is open`);
+    await app.query(`COMMIT PREPARED 'outbox_writer'`);
+    await waitFor('both released once it committed', async () => {
+      await horizon.probe(probe);
+      return horizon.watermark >= later;
+    });
+    assert.equal(horizon.forcedAdvances, 0);
+    await probe.end();
+    await app.end();
+  } finally {
+    await server.destroy();
+  }
+});
