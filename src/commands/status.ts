@@ -2,7 +2,7 @@ import type { DatabaseOptions } from '../shared/database.js';
 import { DEFAULT_SCHEMA, quoteSchema } from '../shared/identifiers.js';
 import { openDatabase } from './openDatabase.js';
 import { idsAboveSequenceSql } from '../relay/idAudit.js';
-import { horizonBlockerSql, type HorizonBlockerRow } from '../relay/sql/horizon.js';
+import { oldestLockHolder, type OutboxLockHolder } from '../relay/lockHolder.js';
 import { backlogSql, deadLettersByReasonSql, deadLetterTotalsSql, inFlightSql, leasesSql, parkedKeysOutOfStepSql, parkedKeysSql, relaysSql } from './sql/status.js';
 
 /** Where to read the status from: a client, a pool or a URL, and the schema. */
@@ -34,7 +34,7 @@ export interface OutboxStatus {
    * a relay's batch: rows with higher ids wait for it (the visibility horizon), up to the
    * relay's horizon-max-wait-ms. null when none is open. No query text.
    */
-  oldestOutboxWriter: { pid: number; applicationName: string | null; state: string | null; transactionAgeSeconds: number | null } | null;
+  oldestOutboxWriter: OutboxLockHolder | null;
   deadLetters: {
     total: number;
     /** Seconds since the newest dead letter; null when there are none. */
@@ -87,7 +87,7 @@ export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
       (await client.query<{ relay_id: string; batches: number }>(inFlightSql(s))).rows.map((r) => [r.relay_id, Number(r.batches)]),
     );
     const above = (await client.query<{ max_unsent_id: number | null; last_id: number; rows_above: number }>(idsAboveSequenceSql(s))).rows[0];
-    const writer = (await client.query<HorizonBlockerRow>(horizonBlockerSql(s))).rows[0];
+    const writer = await oldestLockHolder(client, s, true);
     const dlTotals = (await client.query<{ total: number; newest_seconds: number | null }>(deadLetterTotalsSql(s))).rows[0]!;
     const byReason = (
       await client.query<{ error_name: string; reason: string; count: number; parked: number; first_at: Date; last_at: Date }>(deadLettersByReasonSql(s), [REASON_GROUPS])
@@ -109,9 +109,7 @@ export async function getStatus(options: StatusOptions): Promise<OutboxStatus> {
         above && Number(above.rows_above) > 0
           ? { rows: Number(above.rows_above), maxUnsentId: Number(above.max_unsent_id), sequenceLastValue: Number(above.last_id) }
           : null,
-      oldestOutboxWriter: writer
-        ? { pid: writer.pid, applicationName: writer.application_name, state: writer.state, transactionAgeSeconds: writer.transaction_age_seconds }
-        : null,
+      oldestOutboxWriter: writer,
       deadLetters: {
         total: Number(dlTotals.total),
         newestSeconds: dlTotals.newest_seconds === null ? null : Number(dlTotals.newest_seconds),

@@ -1,3 +1,4 @@
+import type { OutboxLockHolder } from '../relay/lockHolder.js';
 import type { DeadLetter, DeadLetterFilter } from '../commands/deadLetterSelection.js';
 
 // What the operator console reads about one outbox: plain data, no HTML. The data layer
@@ -63,7 +64,7 @@ export interface OutboxOverview {
   /** Age of the oldest unsent row in seconds; null when nothing is pending. */
   oldestPendingSeconds: number | null;
   /** The oldest open transaction that wrote the outbox (newer rows wait for it); null when none. */
-  oldestOutboxWriter?: { pid: number; applicationName: string | null; state: string | null; transactionAgeSeconds: number | null } | null;
+  oldestOutboxWriter?: OutboxLockHolder | null;
   /** The last 60 minutes, oldest first, one entry per minute (zeros where nothing happened). */
   flow: MinuteFlow[];
   parkedKeys: CappedCount;

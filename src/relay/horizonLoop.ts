@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { describeError } from '../shared/errors.js';
 import { openProbeConnection } from './horizon.js';
 import { preparedStatementsLost } from './poolerProbe.js';
-import { horizonBlockerSql, type HorizonBlockerRow } from './sql/horizon.js';
+import { oldestLockHolder } from './lockHolder.js';
 import { quoteIdentifier } from '../shared/identifiers.js';
 import { LogEvery } from '../shared/logEvery.js';
 import type { RelayRuntime } from './relayRuntime.js';
@@ -146,10 +146,8 @@ export async function runHorizonLoop(rt: RelayRuntime): Promise<void> {
  */
 async function findBlocker(client: pg.Client, schema: string): Promise<Record<string, unknown>> {
   try {
-    const { rows } = await client.query<HorizonBlockerRow>(horizonBlockerSql(quoteIdentifier(schema, 'schema')));
-    const b = rows[0];
-    if (!b) return { found: false, hint: 'none open now; a prepared transaction is in pg_prepared_xacts' };
-    return { pid: b.pid, applicationName: b.application_name, state: b.state, backendType: b.backend_type, transactionAgeSeconds: b.transaction_age_seconds };
+    const holder = await oldestLockHolder(client, quoteIdentifier(schema, 'schema'), true);
+    return holder ? { ...holder } : { found: false, hint: 'none open now; a prepared transaction is in pg_prepared_xacts' };
   } catch (error) {
     return { found: false, err: describeError(error) };
   }

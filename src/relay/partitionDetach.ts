@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
+import { DETACH_MARKER } from './sql/lockHolders.js';
 
 // A detach of an outbox partition that cannot finish must not hold partition maintenance
 // up. DETACH ... CONCURRENTLY waits for every transaction that uses the outbox to end,
@@ -15,8 +16,6 @@ export const DETACH_MAX_WAIT_MS = 30_000;
 
 /** SQLSTATE query_canceled. */
 const QUERY_CANCELED = '57014';
-/** Starts every detach statement, so the canceller finds its backend (also behind a transaction pooler). */
-const DETACH_MARKER = '/* outbox-relay detach ';
 
 /**
  * Run `statement` (a DETACH ... CONCURRENTLY or FINALIZE) on `runner`; once it has run
@@ -55,29 +54,4 @@ export async function detachWithin(runner: Queryable, canceller: Queryable | und
     // waiting for it here keeps it off the runner's next statement.
     await cancelling;
   }
-}
-
-/** What a detach that gave up waited for: the oldest other transaction holding a lock on the outbox. */
-export interface DetachBlocker {
-  pid: number;
-  applicationName: string | null;
-  state: string | null;
-  transactionAgeSeconds: number | null;
-}
-
-/** The oldest transaction holding any lock on the outbox (a reader's too), other than a detach. No query text. */
-export async function findDetachBlocker(db: Queryable, quotedSchema: string): Promise<DetachBlocker | undefined> {
-  const { rows } = await db.query<{ pid: number; application_name: string | null; state: string | null; age: number | null }>(
-    `SELECT a.pid, a.application_name, a.state, extract(epoch FROM now() - a.xact_start)::float8 AS age
-       FROM pg_catalog.pg_locks AS l
-       JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
-      WHERE l.locktype = 'relation' AND l.relation = '${quotedSchema}.outbox'::regclass
-        AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-        AND a.pid <> pg_catalog.pg_backend_pid()
-        AND NOT starts_with(coalesce(a.query, ''), '${DETACH_MARKER}')
-      ORDER BY a.xact_start NULLS LAST
-      LIMIT 1`,
-  );
-  const b = rows[0];
-  return b ? { pid: b.pid, applicationName: b.application_name, state: b.state, transactionAgeSeconds: b.age } : undefined;
 }

@@ -1,5 +1,6 @@
 import pg from 'pg';
-import { DETACH_MAX_WAIT_MS, detachWithin, findDetachBlocker, type DetachBlocker } from './partitionDetach.js';
+import { DETACH_MAX_WAIT_MS, detachWithin } from './partitionDetach.js';
+import { oldestLockHolder, type OutboxLockHolder } from './lockHolder.js';
 import { quoteIdentifier } from '../shared/identifiers.js';
 import { ConfigError, OutboxError, SchemaError } from '../shared/errors.js';
 
@@ -154,7 +155,7 @@ export interface PartitionMaintenance {
   /** True when another maintainer was at work (on a pool only): this pass did nothing (but finish a crashed detach). */
   skipped?: boolean;
   /** `blocked`: a detach gave up after `detachMaxWaitMs`; the oldest transaction holding a lock on the outbox then. */
-  blocker?: DetachBlocker;
+  blocker?: OutboxLockHolder;
 }
 
 /** Settings of one {@link maintain} pass (checked by the caller). */
@@ -187,7 +188,7 @@ export async function maintain(db: Queryable, schema: string, settings: Maintain
   if (!(await isPartitioned(db, schema))) {
     throw new SchemaError(`the outbox of schema ${quoted} is not partitioned: run \`outbox-relay partition-outbox\` first`, { schema });
   }
-  if (!(db instanceof pg.Pool)) return await maintainLocked(db, schema, quoted, settings, undefined);
+  if (!(db instanceof pg.Pool)) return await maintainLocked(db, schema, quoted, settings, undefined, true);
   const waitMs = settings.detachMaxWaitMs ?? DETACH_MAX_WAIT_MS;
   // The lock's transaction holds one connection while the pass needs another.
   if ((db.options.max ?? 10) < 2) throw new ConfigError('pool', 'partition maintenance needs a pool of at least 2 connections (one holds the maintainers\' lock)');
@@ -223,7 +224,8 @@ export async function maintain(db: Queryable, schema: string, settings: Maintain
       const again = await holder.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock(hashtext($1)) AS locked', [`outbox-relay:partitions:${schema}`]);
       if (!again.rows[0]!.locked) return await skipped(finished);
     }
-    const result = await maintainLocked(db, schema, quoted, settings, holder);
+    // Partitions were created above, before the FINALIZE: not again.
+    const result = await maintainLocked(db, schema, quoted, settings, holder, false);
     return { ...result, created: [...finished.created, ...result.created], dropped: [...finished.dropped, ...result.dropped], kept: [...finished.kept, ...result.kept] };
   } finally {
     await holder.query('COMMIT').catch(() => undefined);
@@ -234,10 +236,12 @@ export async function maintain(db: Queryable, schema: string, settings: Maintain
 /**
  * The pass under the maintainers' lock. `canceller`: a connection other than `db`'s from
  * which a detach that waits too long is cancelled (none: detaches wait unbounded).
+ * `create`: create partitions ahead first (false when the caller just did).
  */
-async function maintainLocked(db: Queryable, schema: string, quoted: string, settings: MaintainSettings, canceller: Queryable | undefined): Promise<PartitionMaintenance> {
+async function maintainLocked(db: Queryable, schema: string, quoted: string, settings: MaintainSettings, canceller: Queryable | undefined, create: boolean): Promise<PartitionMaintenance> {
   const waitMs = settings.detachMaxWaitMs ?? DETACH_MAX_WAIT_MS;
-  const result: PartitionMaintenance = { created: await createAhead(db, schema, quoted, settings.partitionsAhead), dropped: [], kept: [], headroomIds: 0 };
+  const created = create ? await createAhead(db, schema, quoted, settings.partitionsAhead) : [];
+  const result: PartitionMaintenance = { created, dropped: [], kept: [], headroomIds: 0 };
   let parts = await listPartitions(db, schema);
   for (const p of parts.filter((x) => x.detachPending)) {
     const statement = `ALTER TABLE ${quoted}.outbox DETACH PARTITION ${quoted}.${quoteIdentifier(p.name)} FINALIZE`;
@@ -332,7 +336,7 @@ async function createAhead(db: Queryable, schema: string, quoted: string, ahead:
 /** A detach gave up: the pass ends here, naming what it waited for. */
 async function blocked(db: Queryable, schema: string, quoted: string, result: PartitionMaintenance, partition: string): Promise<PartitionMaintenance> {
   result.kept.push({ partition, reason: 'blocked' });
-  const blocker = await findDetachBlocker(db, quoted);
+  const blocker = await oldestLockHolder(db, quoted, false);
   const after = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
   return { ...result, ...(blocker ? { blocker } : {}), headroomIds: headroomIds(after, await sequenceLastId(db, quoted)) };
 }

@@ -4,7 +4,7 @@ import { ranges, shardsByOwner } from '../../commands/status.js';
 import { leasesSql, relaysSql } from '../../commands/sql/status.js';
 import type { CappedCount, OutboxOverview, RelayView } from '../model.js';
 import { backlogCountSql, backlogEstimateSql } from '../../metrics/sql/metrics.js';
-import { horizonBlockerSql, type HorizonBlockerRow } from '../../relay/sql/horizon.js';
+import { oldestLockHolder } from '../../relay/lockHolder.js';
 import { deadLetterCountSql, deadLetterGroupsSql, oldestPendingSql, parkedKeyCountSql } from '../sql/overview.js';
 import { capped } from './capped.js';
 import { readFlow } from './flow.js';
@@ -56,9 +56,8 @@ export async function readOverview(pool: pg.Pool, outbox: { name: string; schema
     pool.query<{ relay_id: string; started_at: Date; breaker_opened_at: Date | null; heartbeat_age_seconds: number; live: boolean }>(relaysSql(s)),
     pool.query<{ shard: number; owner: string | null; valid: boolean | null }>(leasesSql(s)),
     readFlow(pool, s),
-    pool.query<HorizonBlockerRow>(horizonBlockerSql(s)),
+    oldestLockHolder(pool, s, true),
   ]);
-  const w = writer.rows[0];
 
   const { byOwner, unowned } = shardsByOwner(leases.rows);
   const relayViews: RelayView[] = relays.rows.map((r) => ({
@@ -87,7 +86,7 @@ export async function readOverview(pool: pg.Pool, outbox: { name: string; schema
     schema: outbox.schema,
     backlog,
     oldestPendingSeconds: oldest.rows[0] ? Number(oldest.rows[0].seconds) : null,
-    oldestOutboxWriter: w ? { pid: w.pid, applicationName: w.application_name, state: w.state, transactionAgeSeconds: w.transaction_age_seconds } : null,
+    oldestOutboxWriter: writer,
     flow,
     parkedKeys: capped(parked, PARKED_KEY_CAP),
     relays: relayViews,

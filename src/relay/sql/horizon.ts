@@ -1,3 +1,5 @@
+import { OUTBOX_WRITE_LOCK_MODES, onOutboxSql } from './lockHolders.js';
+
 /**
  * Probe for the visibility horizon (src/horizon.ts explains how the answers are used).
  *
@@ -50,12 +52,8 @@ SELECT snap.xmin::text AS xmin,
                    FROM locks AS t
                    JOIN locks AS w ON w.virtualtransaction = t.virtualtransaction
                   WHERE t.locktype = 'transactionid' AND t.mode = 'ExclusiveLock' AND t.granted
-                    AND w.locktype = 'relation' AND w.granted
-                    AND w.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
-                    AND w.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-                    -- pg_partition_tree lists nothing for a table that is not partitioned.
-                    AND (w.relation = '${quotedSchema}.outbox'::regclass
-                         OR w.relation IN (SELECT relid FROM pg_catalog.pg_partition_tree('${quotedSchema}.outbox'::regclass))))
+                    AND w.mode IN ${OUTBOX_WRITE_LOCK_MODES}
+                    AND ${onOutboxSql('w', quotedSchema)})
           -- Cheapest test first: running xids below the newest one a pair waits for, not a
           -- relay's batch (OFFSET 0 keeps this apart); pg_locks is read only when one is left.
           SELECT coalesce(min(c.x), pg_snapshot_xmax(snap.s))::text
@@ -84,37 +82,6 @@ SELECT snap.xmin::text AS xmin,
   FROM (SELECT pg_snapshot_xmin(s) AS xmin, s FROM pg_current_snapshot() AS s) AS snap,
        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last_id
           FROM ${quotedSchema}.outbox_id_seq) AS seq`;
-}
-
-/**
- * The oldest open transaction that holds a write lock on the outbox (or one of its
- * partitions), other than this connection and the relays' batches: what a held horizon
- * waits for, named in the relay's warning. No query text: it may carry an application's
- * data. A prepared transaction has no backend and is not found here (pg_prepared_xacts).
- */
-export function horizonBlockerSql(quotedSchema: string): string {
-  return `
-SELECT a.pid, a.application_name, a.state, a.backend_type,
-       extract(epoch FROM now() - a.xact_start)::float8 AS transaction_age_seconds
-  FROM pg_catalog.pg_locks AS l
-  JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
- WHERE l.locktype = 'relation' AND l.granted
-   AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
-   AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-   AND (l.relation = '${quotedSchema}.outbox'::regclass
-        OR l.relation IN (SELECT relid FROM pg_catalog.pg_partition_tree('${quotedSchema}.outbox'::regclass)))
-   AND a.pid <> pg_backend_pid()
-   AND NOT starts_with(coalesce(a.query, ''), '/* outbox-relay batch ')
- ORDER BY a.xact_start NULLS LAST
- LIMIT 1`;
-}
-
-export interface HorizonBlockerRow {
-  pid: number;
-  application_name: string | null;
-  state: string | null;
-  backend_type: string | null;
-  transaction_age_seconds: number | null;
 }
 
 export interface HorizonProbeRow {
