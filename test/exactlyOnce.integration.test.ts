@@ -90,15 +90,19 @@ test('integration: exactly-once: every row reaches a read_committed reader once,
  * batch), then a second relay on the same outbox. `plant` empties the ids the second
  * relay's units read from their progress: what the relay would do without the progress.
  */
-async function crashAfterKafkaCommit(plant: boolean): Promise<{ rows: number[]; count: Map<number, number>; outOfOrder: string[]; markedAtStart: number }> {
+async function crashAfterKafkaCommit(
+  plant: boolean,
+  extra: Record<string, unknown> = {},
+): Promise<{ rows: number[]; count: Map<number, number>; outOfOrder: string[]; markedAtStart: number; firstCommitIds: number }> {
   const topic = await createTopic(2);
   const prefix = uniqueName('eos-crash');
   const rows = await writeCommitted(db, Array.from({ length: 200 }, (_, i) => ({ topic, key: `c${i % 11}`, payload: { i } })));
   // A short lease: the second relay takes the first one's units over when it expires.
-  const first = createRelay(relayOptions(prefix, { leaseTtlMs: 1_500 }));
+  const first = createRelay(relayOptions(prefix, { leaseTtlMs: 1_500, ...extra }));
   let committedInKafka = 0;
-  const onCommit = (): void => {
-    committedInKafka++;
+  let firstCommitIds = 0;
+  const onCommit = (message: unknown): void => {
+    if (committedInKafka++ === 0) firstCommitIds = (message as { ids: number[] }).ids.length;
     void first.abort();
   };
   diagnosticsChannel.subscribe(KAFKA_COMMITTED_CHANNEL, onCommit);
@@ -117,7 +121,7 @@ async function crashAfterKafkaCommit(plant: boolean): Promise<{ rows: number[]; 
     if (plant) m.ids = [];
   };
   diagnosticsChannel.subscribe(PROGRESS_READ_CHANNEL, onProgress);
-  const second = createRelay(relayOptions(prefix, { leaseTtlMs: 1_500, logger: countingLogger((n) => (markedAtStart += n)) }));
+  const second = createRelay(relayOptions(prefix, { leaseTtlMs: 1_500, ...extra, logger: countingLogger((n) => (markedAtStart += n)) }));
   try {
     await second.start();
     await waitFor('every row sent', async () => (await sentCount(db, topic)) === rows.length);
@@ -125,8 +129,50 @@ async function crashAfterKafkaCommit(plant: boolean): Promise<{ rows: number[]; 
     diagnosticsChannel.unsubscribe(PROGRESS_READ_CHANNEL, onProgress);
     await second.stop();
   }
-  return { rows, ...tally(await readCommittedWithKafka(topic)), markedAtStart };
+  return { rows, ...tally(await readCommittedWithKafka(topic)), markedAtStart, firstCommitIds };
 }
+
+test("integration: exactly-once: the same crash after a transaction of several claims (batch size 5, a 5 s interval): the rows of every claim in it are marked from the progress, none published again", async () => {
+  const { rows, count, outOfOrder, markedAtStart, firstCommitIds } = await crashAfterKafkaCommit(false, { batchSize: 5, transactionIntervalMs: 5_000 });
+  assert.ok(firstCommitIds > 5, `the Kafka transaction the relay died after held ${firstCommitIds} rows, more than one claim's 5`);
+  assert.ok(markedAtStart >= firstCommitIds, `the second relay marked ${markedAtStart} rows from the progress`);
+  assert.deepEqual([...count.keys()].sort((a, b) => a - b), rows, 'every row delivered');
+  assert.deepEqual([...count.entries()].filter(([, n]) => n > 1), [], 'none twice');
+  assert.deepEqual(outOfOrder, [], 'each key in id order');
+});
+
+/** Drain `rows` rows under `extra`; the rows each Kafka transaction committed, and the read_committed tally. */
+async function drainCountingTransactions(rows: number, extra: Record<string, unknown>): Promise<{ ids: number[]; perTransaction: number[]; count: Map<number, number>; outOfOrder: string[] }> {
+  const topic = await createTopic(3);
+  const ids = await writeCommitted(db, Array.from({ length: rows }, (_, i) => ({ topic, key: `t${i % 23}`, payload: { i } })));
+  const perTransaction: number[] = [];
+  const onCommit = (message: unknown): void => {
+    perTransaction.push((message as { ids: number[] }).ids.length);
+  };
+  diagnosticsChannel.subscribe(KAFKA_COMMITTED_CHANNEL, onCommit);
+  const relay = createRelay(relayOptions(uniqueName('eos-interval'), extra));
+  try {
+    await relay.start();
+    await waitFor('every row sent', async () => (await sentCount(db, topic)) === ids.length);
+  } finally {
+    diagnosticsChannel.unsubscribe(KAFKA_COMMITTED_CHANNEL, onCommit);
+    await relay.stop();
+  }
+  return { ids, perTransaction, ...tally(await readCommittedWithKafka(topic)) };
+}
+
+test('integration: exactly-once: a backlog goes out in transactions of several full claims while the interval lasts (batch size 10, 400 rows, 5 s), in one claim each at --transaction-interval-ms 0; every row once and in order either way', async () => {
+  for (const transactionIntervalMs of [5_000, 0]) {
+    const { ids, perTransaction, count, outOfOrder } = await drainCountingTransactions(400, { batchSize: 10, transactionIntervalMs });
+    assert.equal(perTransaction.reduce((a, b) => a + b, 0), ids.length, `interval ${transactionIntervalMs}: the transactions committed each row once`);
+    const largest = Math.max(...perTransaction);
+    if (transactionIntervalMs > 0) assert.ok(largest > 10, `interval ${transactionIntervalMs}: the largest transaction held ${largest} rows, more than one claim`);
+    else assert.ok(largest <= 10, `interval 0: the largest transaction held ${largest} rows, one claim at most`);
+    assert.deepEqual([...count.keys()].sort((a, b) => a - b), ids, 'every row delivered');
+    assert.deepEqual([...count.values()].filter((n) => n > 1), [], 'none twice');
+    assert.deepEqual(outOfOrder, [], 'each key in id order');
+  }
+});
 
 /** A logger that passes on the markedSent counts of its "exactly-once unit started" lines. */
 function countingLogger(marked: (n: number) => void) {
@@ -165,6 +211,7 @@ test("integration: exactly-once: a unit started by another relay fences this one
     await stale.start();
     stale.beginBatch();
     assert.deepEqual(await stale.send([message(1)]), [{ acknowledged: true }], 'the first owner publishes');
+    await stale.commit();
     // The unit moves: its new owner starts the producer under the same transactional id.
     const fresh = b.units[3]!;
     assert.deepEqual(await fresh.start(), [1], "the new owner reads the old owner's progress");
@@ -172,9 +219,17 @@ test("integration: exactly-once: a unit started by another relay fences this one
     // Kafka's error inside either client's wrapper (kafkajs: the error's type; platformatic: an AggregateError's inner ones).
     const fenced = (error: unknown): boolean =>
       [error, ...innermost(error)].some((e) => /fenced|epoch|PRODUCER_FENCED|INVALID_PRODUCER_EPOCH/i.test(`${(e as Error)?.message} ${kafkaErrorType(e) ?? ''}`));
-    await assert.rejects(stale.send([message(2)]), fenced, 'the fenced producer cannot commit');
+    await assert.rejects(
+      (async () => {
+        await stale.send([message(2)]);
+        await stale.commit();
+      })(),
+      fenced,
+      'the fenced producer cannot commit',
+    );
     fresh.beginBatch();
     assert.deepEqual(await fresh.send([message(3)]), [{ acknowledged: true }], 'the new owner publishes');
+    await fresh.commit();
   } finally {
     await a.close();
     await b.close();

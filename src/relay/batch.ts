@@ -8,6 +8,7 @@ import type { RelayMessage } from './message.js';
 import type { SendResult } from './producer.js';
 import type { ResolvedRelayOptions } from './options.js';
 import { shardsOf } from './shards.js';
+import { publishClaims, type ClaimsWithin } from './claimsInTransaction.js';
 
 // One batch of one worker, as one Postgres transaction:
 //   BEGIN → claim (FOR UPDATE SKIP LOCKED, below the horizon, on owned shards)
@@ -107,8 +108,12 @@ export interface BatchContext {
   options: Pick<ResolvedRelayOptions, 'batchSize' | 'maxMessageBytes' | 'missingTopicTimeoutMs' | 'deadLetterPolicy' | 'deadLetterPolicyByTopic' | 'onPublish'>;
   /** Publish messages; one result per message, in order (the producer port, ./producer.ts). */
   send(messages: RelayMessage[]): Promise<SendResult[]>;
-  /** Called before a batch's first send (exactly-once mode: its progress starts empty). */
+  /** Called before a batch's first send (exactly-once mode: its transaction starts empty). */
   beginPublish?(): void;
+  /** Called after a batch's sends, before anything is marked (exactly-once mode: Kafka's commit). */
+  commitPublish?(): Promise<void>;
+  /** Exactly-once mode: whether and what the batch claims again inside its transaction (./claimsInTransaction.ts). */
+  claimsWithin?: ClaimsWithin;
   /** True once a hard stop began: a batch acknowledged by Kafka is then not marked. */
   aborted(): boolean;
   /**
@@ -153,6 +158,10 @@ export interface BatchResult {
   unsent: ClaimedRow[];
   /** Why the first of `unsent` was not sent. */
   unsentError: Error | undefined;
+  /** The claimed rows the claim floor may rise over, in id order (floor.ts; more than one claim's in exactly-once mode's interval). */
+  floorRows: ClaimedRow[];
+  /** Claims in the batch's transaction (more than one only in exactly-once mode's interval). */
+  claims: number;
   startedAtMs: number;
   ackedAtMs: number;
   claimMs: number;
@@ -236,32 +245,38 @@ export async function finishBatch(ctx: BatchContext, open: OpenBatch): Promise<B
     if (rows.length === 0) {
       await client.query('COMMIT');
       await endBatch(open, undefined, undefined);
-      return { claimed: 0, published: [], deadLetters: [], unsent: [], unsentError: undefined, startedAtMs, ackedAtMs: 0, claimMs: 0, publishMs: 0, markMs: 0 };
+      return { claimed: 0, published: [], deadLetters: [], unsent: [], unsentError: undefined, floorRows: [], claims: 1, startedAtMs, ackedAtMs: 0, claimMs: 0, publishMs: 0, markMs: 0 };
     }
     const publishStarted = Date.now();
     ctx.beginPublish?.();
     let outcome;
+    let claimed: ClaimedRow[] = rows;
     try {
-      outcome = await publishBatch(rows, {
-        maxMessageBytes: ctx.options.maxMessageBytes,
-        missingTopicTimeoutMs: ctx.options.missingTopicTimeoutMs,
-        policyOf: (topic) => ctx.options.deadLetterPolicyByTopic[topic] ?? ctx.options.deadLetterPolicy,
-        send: (batch) => ctx.send(batch),
-      });
+      const publish = (batch: ClaimedRow[]) => {
+        claimed = batch;
+        return publishBatch(batch, {
+          maxMessageBytes: ctx.options.maxMessageBytes,
+          missingTopicTimeoutMs: ctx.options.missingTopicTimeoutMs,
+          policyOf: (topic) => ctx.options.deadLetterPolicyByTopic[topic] ?? ctx.options.deadLetterPolicy,
+          send: (messages) => ctx.send(messages),
+        });
+      };
+      outcome = await publishClaims(client, open.inline, ctx.instanceId, rows, startedAtMs, publish, ctx.claimsWithin);
     } catch (error) {
-      if (error instanceof PublishError || error instanceof TopicWaitError) failedIds = rows.map((r) => r.id);
+      if (error instanceof PublishError || error instanceof TopicWaitError) failedIds = claimed.map((r) => r.id);
       throw error;
     }
     const ackedAtMs = Date.now();
     const publishMs = ackedAtMs - publishStarted;
     if (ctx.aborted()) throw new OutboxError('relay aborted before marking the batch sent', { retriable: true });
-    const { published, deadLetters, held, unsent } = outcome;
+    const { published, deadLetters, held, unsent, marked } = outcome;
     if (published.length === 0 && deadLetters.length === 0 && held.length === 0 && unsent.length > 0) {
       // Nothing moved: roll back and let the relay back off (a batch of nothing but
       // waiting rows would otherwise be claimed again at once).
       failedIds = unsent.map((r) => r.id);
       throw outcome.unsentError ?? new OutboxError('no row of the batch was acknowledged', { retriable: true });
     }
+    await ctx.commitPublish?.();
     if (deadLetters.length > 0) {
       const { rows: moved } = await client.query<{ moved: number }>(`${batchMarker(ctx.instanceId)} ${deadLetterSql(ctx.quotedSchema)}`, [
         deadLetters.map((d) => d.row.id),
@@ -272,9 +287,10 @@ export async function finishBatch(ctx: BatchContext, open: OpenBatch): Promise<B
       ]);
       if (moved[0]!.moved !== deadLetters.length) throw leaseLost(deadLetters.length, moved[0]!.moved);
     }
-    if (published.length > 0) {
+    const toMark = published.filter((r) => !marked.has(r.id));
+    if (toMark.length > 0) {
       try {
-        const ids = published.map((r) => r.id);
+        const ids = toMark.map((r) => r.id);
         await client.query(open.inline ? markAndCommitInlineSql(ctx.quotedSchema, ctx.options.onPublish, ids, ctx.instanceId) : markAndCommitSql(ids, ctx.instanceId));
       } catch (error) {
         const lost = leaseLostCounts(error);
@@ -291,7 +307,20 @@ export async function finishBatch(ctx: BatchContext, open: OpenBatch): Promise<B
       await ctx.pool.query(recordAttemptSql(ctx.quotedSchema), [unsent.map((r) => r.id), error]).catch(() => undefined);
     }
     // Held rows (behind a key parked just now) count as handled: the claim skips them now.
-    return { claimed: rows.length, published, deadLetters, unsent, unsentError: outcome.unsentError, startedAtMs, ackedAtMs, claimMs, publishMs, markMs };
+    return {
+      claimed: outcome.claimed + unsent.length,
+      published,
+      deadLetters,
+      unsent,
+      unsentError: outcome.unsentError,
+      floorRows: outcome.floorRows,
+      claims: outcome.claims,
+      startedAtMs,
+      ackedAtMs,
+      claimMs,
+      publishMs,
+      markMs,
+    };
   } catch (error) {
     await endBatch(open, error as Error, failedIds && !ctx.aborted() ? { ctx, failedIds } : undefined);
     throw error;

@@ -49,8 +49,23 @@ export const transactionTimeoutMs = settings.integer({
   max: 3_600_000,
 });
 
+export const transactionIntervalMs = settings.integer({
+  option: 'transactionIntervalMs',
+  flag: '--transaction-interval-ms',
+  env: 'OUTBOX_TRANSACTION_INTERVAL_MS',
+  description:
+    "Exactly-once mode: while a backlog drains, a unit's Kafka transaction keeps taking full batches for up to this long before it commits, so its fixed cost is paid once per interval; a row waits at most about this much longer for its commit. 0: one claim per transaction (milliseconds).",
+  defaultValue: 100,
+  min: 0,
+  max: 10_000,
+});
+
 /** What exactly-once delivery needs of the other options (docs/exactly-once.md). */
-export function checkExactlyOnce(o: { transactionalIdPrefix: string }): void {
+export function checkExactlyOnce(o: { transactionalIdPrefix: string; transactionIntervalMs: number; transactionTimeoutMs: number }): void {
+  if (o.transactionIntervalMs * 2 > o.transactionTimeoutMs) {
+    // Kafka aborts a transaction open longer than its timeout; the interval must leave it room.
+    throw new ConfigError('transactionIntervalMs', `(${o.transactionIntervalMs}) must be at most half of --transaction-timeout-ms (${o.transactionTimeoutMs})`);
+  }
   if (o.transactionalIdPrefix === '') {
     throw new ConfigError(
       'transactionalIdPrefix',

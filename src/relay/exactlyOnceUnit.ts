@@ -39,13 +39,14 @@ export function announceProgressRead(unit: number, ids: number[]): number[] {
 
 /**
  * One unit's Kafka side in exactly-once mode: a producer under the unit's transactional
- * id. Every send is one Kafka transaction holding the messages and the unit's progress
- * (./progress.ts: the ids published so far by the Postgres batch the send belongs to), so
- * a read_committed reader sees the messages if and only if the progress says they are out.
- * The worker (workerLoop.ts) publishes a unit's batches one after the other, and begins a
- * Kafka transaction only after the previous batch's Postgres COMMIT, or after start(): so
- * at most one batch is in Kafka and not yet marked sent, and the progress names exactly
- * its rows. ./transactionalUnit.ts (kafkajs) and ./platformaticUnit.ts implement it.
+ * id. A Postgres batch is one Kafka transaction: its sends (several when it claims more
+ * rows within the transaction interval, or publishBatch isolates a refused record) go into
+ * it, and {@link ExactlyOnceUnit.commit} ends it with the unit's progress (./progress.ts:
+ * the ids of every row in it), so a read_committed reader sees the messages if and only if
+ * the progress says they are out. The worker (workerLoop.ts) runs a unit's batches one
+ * after the other and marks a batch's rows sent in Postgres only after its Kafka commit:
+ * at most one batch of a unit is in Kafka and not yet marked sent, and the progress names
+ * exactly its rows. ./transactionalUnit.ts (kafkajs) and ./platformaticUnit.ts implement it.
  */
 export interface ExactlyOnceUnit {
   readonly unit: number;
@@ -57,25 +58,32 @@ export interface ExactlyOnceUnit {
    * transaction published: the caller marks them sent before it claims anything.
    */
   start(): Promise<number[]>;
-  /** A new Postgres batch begins: its sends' progress starts empty. */
+  /** A new Postgres batch begins: its transaction starts empty (nothing may be open). */
   beginBatch(): void;
   /**
-   * Publish `messages` in one Kafka transaction with the batch's progress. Answers per
-   * message as {@link MessageProducer.send} does: a message Kafka refuses for good (too
-   * large, say) refuses the whole transaction, reported on every message of it, and
-   * publishBatch then sends them one at a time. Anything else that fails (the
-   * transaction, its commit, fencing) rejects: the batch rolls back, and the worker
-   * starts the unit again before its next claim, since the commit may have happened.
+   * Publish `messages` into the batch's Kafka transaction (begun by the first send), not
+   * yet committed. Answers per message as {@link MessageProducer.send} does: a message
+   * Kafka refuses for good (too large, say) refuses the whole send, reported on every
+   * message of it, and publishBatch then sends them one at a time. Kafka aborts the
+   * transaction with it, so the unit produces the batch's earlier sends again in a new
+   * one before it answers. Anything else that fails (a send, fencing) rejects: the batch
+   * rolls back, and the worker starts the unit again before its next claim.
    */
   send(messages: readonly RelayMessage[]): Promise<SendResult[]>;
+  /**
+   * Commit the batch's Kafka transaction with its progress (nothing to do when no send
+   * got through). Rejects when the commit failed or may not have happened: the batch
+   * rolls back and the unit is started again, which settles the transaction either way.
+   */
+  commit(): Promise<void>;
   /** Disconnect for good (the relay stops): a later start() refuses. */
   close(): Promise<void>;
 }
 
-/** A send's messages did not all fit one progress record: the rest wait for the next send. */
+/** A send's messages did not all fit the transaction's progress record: the rest wait for the next batch. */
 export class ProgressFullError extends OutboxError {
   constructor(sent: number, left: number) {
-    super(`the progress record of this Kafka transaction holds ${sent} ids; ${left} rows wait for the next one`, { retriable: true, context: { sent, left } });
+    super(`the progress record of this Kafka transaction takes ${sent} more ids; ${left} rows wait for the next batch`, { retriable: true, context: { sent, left } });
   }
 }
 
@@ -93,22 +101,37 @@ export interface PlannedSend {
 }
 
 /**
- * The ids a unit's current Postgres batch has in committed Kafka transactions, and which
- * messages of the next send its progress record can name within `maxChars`
- * (offset.metadata.max.bytes).
+ * The ids a unit's open Kafka transaction holds, the sends that put them there (produced
+ * again when Kafka aborts the transaction over a refused record), and which messages of
+ * the next send its progress record can name within `maxChars` (offset.metadata.max.bytes).
  */
 export class BatchProgress {
   private ids: number[] = [];
+  private sends: Array<{ batch: RelayMessage[]; groups: PartitionGroup[] }> = [];
 
   constructor(private readonly maxChars: number) {}
 
   reset(): void {
     this.ids = [];
+    this.sends = [];
   }
 
-  /** After a commit: the progress it carried is the batch's. */
-  committed(progress: number[]): void {
-    this.ids = progress;
+  /** The ids the transaction's progress names, sorted. */
+  get progress(): readonly number[] {
+    return this.ids;
+  }
+
+  /** After a send got through: its messages are in the transaction, and the progress names them. */
+  added(send: { batch: RelayMessage[]; groups: PartitionGroup[] }): void {
+    this.ids = mergeSorted(this.ids, send.batch.map((m) => m.id).sort((a, b) => a - b));
+    this.sends.push({ batch: send.batch, groups: send.groups });
+  }
+
+  /** The transaction was aborted: what it held, to produce again in the next one, and nothing held now. */
+  takeSends(): Array<{ batch: RelayMessage[]; groups: PartitionGroup[] }> {
+    const sends = this.sends;
+    this.reset();
+    return sends;
   }
 
   /** Which of `messages` one transaction carries, given the topics' partition counts. */

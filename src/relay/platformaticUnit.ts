@@ -2,6 +2,7 @@ import { OutboxError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { guardLibraryCall } from '../shared/libraryGuard.js';
 import { BatchProgress, announceCommitted, announceProgressRead, type ExactlyOnceUnit } from './exactlyOnceUnit.js';
+import type { PartitionGroup } from './partitioner.js';
 import type { RelayMessage } from './message.js';
 import type { SendResult } from './messageProducer.js';
 import { logClientEvents, platformaticClientOptions, platformaticTopicMetadata, refusal, requirePlatformatic, timestampRuns, toPlatformatic, type Client } from './platformaticProducer.js';
@@ -16,6 +17,8 @@ import type { TopicMetadata } from './topicMetadata.js';
 // says what a unit does): a transactional producer under the unit's id. The progress goes
 // as the metadata of a transactional offset commit, as with kafkajs, sent by
 // ./progressCommit.ts.
+
+type Transaction = Awaited<ReturnType<Client['beginTransaction']>>;
 
 const guarded = <T>(call: string, fn: () => Promise<T>): Promise<T> => guardLibraryCall('@platformatic/kafka', call, fn);
 
@@ -77,6 +80,8 @@ export function transactionRetryDelayMs(_client: unknown, _operationId: string, 
 /** One exactly-once unit's transactional producer, on @platformatic/kafka. */
 export class PlatformaticUnit implements ExactlyOnceUnit {
   private producer: Client | undefined;
+  /** The batch's Kafka transaction, begun by its first send that got through to Kafka. */
+  private transaction: Transaction | undefined;
   /** Partition counts from this unit's producer's own metadata (see PlatformaticProducer). */
   private metadata: TopicMetadata | undefined;
   private readonly batch: BatchProgress;
@@ -146,38 +151,63 @@ export class PlatformaticUnit implements ExactlyOnceUnit {
     if (!producer || !metadata) throw new OutboxError(`exactly-once unit ${this.o.unit} is not started`, { retriable: true });
     const counts = await metadata.partitions(messages.map((m) => m.topic));
     this.assertOpen();
-    const { results, sending, batch, groups, progress } = this.batch.plan(messages, counts);
+    const planned = this.batch.plan(messages, counts);
+    const { results, sending, batch, groups } = planned;
     if (sending.length === 0) return results;
+    try {
+      await this.produce(producer, batch, groups);
+    } catch (error) {
+      // Kafka aborts the whole transaction: the batch's earlier sends are gone with it.
+      const earlier = this.batch.takeSends();
+      await this.abort();
+      for (const g of groups) metadata.forget(g.topic);
+      const refused = refusal(error);
+      // The records' own fault: publishBatch isolates them. Anything else fails the batch.
+      if (classifyPublishError(refused).class !== 'permanent') throw refused;
+      for (const send of earlier) {
+        await this.produce(producer, send.batch, send.groups).catch((e: unknown) => {
+          throw refusal(e);
+        });
+        this.batch.added(send);
+      }
+      for (const i of sending) results[i] = { acknowledged: false, error: refused };
+      return results;
+    }
+    this.batch.added(planned);
+    for (const i of sending) results[i] = { acknowledged: true };
+    return results;
+  }
 
-    // The transaction is all or nothing, so its messages go together: the client sends one
-    // produce request per broker. A partition whose timestamps lie more than 24.8 days apart
-    // goes in several requests (timestampRuns), its runs one after another.
+  /** Produce one send's messages into the transaction, begun if none is open; rejects on any failure. */
+  private async produce(producer: Client, batch: RelayMessage[], groups: PartitionGroup[]): Promise<void> {
+    this.assertOpen();
+    // The transaction is all or nothing, so a send's messages go together: the client sends
+    // one produce request per broker. A partition whose timestamps lie more than 24.8 days
+    // apart goes in several requests (timestampRuns), its runs one after another.
     const rounds: ReturnType<typeof toPlatformatic>[][] = [];
     for (const g of groups) {
       const records = g.indexes.map((i) => toPlatformatic(batch[i]!, g.partition));
       timestampRuns(records.map((r) => r.timestamp!)).forEach((run, k) => (rounds[k] ??= []).push(...run.map((j) => records[j]!)));
     }
-    const transaction = await guarded('producer.beginTransaction', () => producer.beginTransaction());
-    try {
-      for (const round of rounds) {
-        const answer = await guarded('transaction.send', () => transaction.send({ messages: round, acks: -1 }));
-        // Each partition must be in the answer, else the transaction aborts.
-        for (const r of round) {
-          if (!answer.offsets?.some((o) => o.topic === r.topic && o.partition === r.partition)) {
-            throw new OutboxError(`Kafka's answer did not name partition ${r.partition} of ${JSON.stringify(r.topic)}: not sent`, { retriable: true });
-          }
+    this.transaction ??= await guarded('producer.beginTransaction', () => producer.beginTransaction());
+    const transaction = this.transaction;
+    for (const round of rounds) {
+      const answer = await guarded('transaction.send', () => transaction.send({ messages: round, acks: -1 }));
+      // Each partition must be in the answer, else the transaction aborts.
+      for (const r of round) {
+        if (!answer.offsets?.some((o) => o.topic === r.topic && o.partition === r.partition)) {
+          throw new OutboxError(`Kafka's answer did not name partition ${r.partition} of ${JSON.stringify(r.topic)}: not sent`, { retriable: true });
         }
       }
-    } catch (error) {
-      await guarded('transaction.abort', () => transaction.abort()).catch(() => undefined);
-      for (const g of groups) metadata.forget(g.topic);
-      const refused = refusal(error);
-      // The records' own fault: publishBatch isolates them. Anything else fails the batch.
-      if (classifyPublishError(refused).class !== 'permanent') throw refused;
-      for (const i of sending) results[i] = { acknowledged: false, error: refused };
-      return results;
     }
+  }
+
+  async commit(): Promise<void> {
+    const producer = this.producer;
+    const transaction = this.transaction;
+    if (!transaction || !producer) return;
     this.assertOpen();
+    const progress = [...this.batch.progress];
     try {
       await guarded('transaction.addConsumer', () => transaction.addConsumer({ groupId: this.o.progressGroup } as Parameters<typeof transaction.addConsumer>[0]));
       const owner = { transactionalId: this.o.transactionalId, producerId: producer.producerId!, producerEpoch: producer.producerEpoch! };
@@ -187,11 +217,17 @@ export class PlatformaticUnit implements ExactlyOnceUnit {
       // The worker starts the unit again, which settles the transaction either way.
       throw refusal(error);
     }
-    this.batch.committed(progress);
+    this.transaction = undefined;
+    this.batch.reset();
     this.o.onCommitted();
-    for (const i of sending) results[i] = { acknowledged: true };
-    announceCommitted(this.o.unit, sending.length, progress);
-    return results;
+    announceCommitted(this.o.unit, progress.length, progress);
+  }
+
+  /** Abort the open transaction, if any (a failed abort is settled by the unit's next start). */
+  private async abort(): Promise<void> {
+    const transaction = this.transaction;
+    this.transaction = undefined;
+    if (transaction) await guarded('transaction.abort', () => transaction.abort()).catch(() => undefined);
   }
 
   /** A relay that stopped (hard) while this unit's batch was on its way: the batch goes no further. */
@@ -209,6 +245,8 @@ export class PlatformaticUnit implements ExactlyOnceUnit {
     const metadata = this.metadata;
     this.producer = undefined;
     this.metadata = undefined;
+    this.transaction = undefined;
+    this.batch.reset();
     await metadata?.close().catch(() => undefined);
     await (producer?.close(true) as Promise<void> | undefined)?.catch(() => undefined);
   }

@@ -1,4 +1,4 @@
-import { Partitioners, type Kafka, type Producer } from 'kafkajs';
+import { Partitioners, type Kafka, type Producer, type Transaction } from 'kafkajs';
 import type { ProgressReader } from './progressReader.js';
 import { OutboxError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
@@ -10,6 +10,7 @@ import { decodeProgress, encodeProgress } from './progress.js';
 import type { TopicMetadata } from './topicMetadata.js';
 import { guardLibraryCall } from '../shared/libraryGuard.js';
 import { BatchProgress, announceCommitted, announceProgressRead, type ExactlyOnceUnit } from './exactlyOnceUnit.js';
+import type { PartitionGroup } from './partitioner.js';
 
 export { KAFKA_COMMITTED_CHANNEL, PROGRESS_READ_CHANNEL, ProgressFullError } from './exactlyOnceUnit.js';
 
@@ -43,6 +44,8 @@ export interface TransactionalUnitOptions {
 /** One exactly-once unit's transactional producer, on kafkajs. */
 export class TransactionalUnit implements ExactlyOnceUnit {
   private producer: Producer | undefined;
+  /** The batch's Kafka transaction, begun by its first send that got through to Kafka. */
+  private transaction: Transaction | undefined;
   private readonly batch: BatchProgress;
   /** Closed with its relay: never started again (a restart would fence the unit's next owner). */
   private closed = false;
@@ -102,10 +105,35 @@ export class TransactionalUnit implements ExactlyOnceUnit {
     if (!producer) throw new OutboxError(`exactly-once unit ${this.o.unit} is not started`, { retriable: true });
     const counts = await this.o.metadata.partitions(messages.map((m) => m.topic));
     this.assertOpen();
-    const { results, sending, batch, groups, progress } = this.batch.plan(messages, counts);
+    const planned = this.batch.plan(messages, counts);
+    const { results, sending, batch, groups } = planned;
     if (sending.length === 0) return results;
+    try {
+      await this.produce(producer, batch, groups);
+    } catch (error) {
+      // Kafka aborts the whole transaction: the batch's earlier sends are gone with it.
+      const earlier = this.batch.takeSends();
+      await this.abort();
+      for (const g of groups) this.o.metadata.forget(g.topic);
+      // The records' own fault: publishBatch isolates them. Anything else fails the batch.
+      if (classifyPublishError(error).class !== 'permanent') throw error;
+      for (const send of earlier) {
+        await this.produce(producer, send.batch, send.groups);
+        this.batch.added(send);
+      }
+      for (const i of sending) results[i] = { acknowledged: false, error };
+      return results;
+    }
+    this.batch.added(planned);
+    for (const i of sending) results[i] = { acknowledged: true };
+    return results;
+  }
 
-    const transaction = await guarded('producer.transaction', () => producer.transaction());
+  /** Produce one send's messages into the transaction, begun if none is open; rejects on any failure. */
+  private async produce(producer: Producer, batch: RelayMessage[], groups: PartitionGroup[]): Promise<void> {
+    this.assertOpen();
+    this.transaction ??= await guarded('producer.transaction', () => producer.transaction());
+    const transaction = this.transaction;
     // One request per partition, as the kafkajs adapter sends (./producer.ts): a kafkajs
     // send to partitions on several brokers that is retried after a leader change skips
     // the partitions that moved to a broker which had already answered, and reports
@@ -113,34 +141,23 @@ export class TransactionalUnit implements ExactlyOnceUnit {
     // name its partition, else the transaction aborts.
     // One after the other: kafkajs sends AddPartitionsToTxn with each, and concurrent ones
     // of one transaction are refused (CONCURRENT_TRANSACTIONS) and retried.
-    const sent: PromiseSettledResult<void>[] = [];
     for (const g of groups) {
-      try {
-        const answer = await guarded('transaction.sendBatch', () =>
-          transaction.sendBatch({
-            topicMessages: [{ topic: g.topic, messages: g.indexes.map((i) => toKafkajs(batch[i]!, g.partition)) }],
-            acks: -1,
-            compression: COMPRESSION[this.o.compression],
-          }),
-        );
-        if (!answer.some((r) => r.topicName === g.topic && r.partition === g.partition && r.errorCode === 0)) throw unanswered(g.topic, g.partition);
-        sent.push({ status: 'fulfilled', value: undefined });
-      } catch (error) {
-        sent.push({ status: 'rejected', reason: error });
-        break;
-      }
+      const answer = await guarded('transaction.sendBatch', () =>
+        transaction.sendBatch({
+          topicMessages: [{ topic: g.topic, messages: g.indexes.map((i) => toKafkajs(batch[i]!, g.partition)) }],
+          acks: -1,
+          compression: COMPRESSION[this.o.compression],
+        }),
+      );
+      if (!answer.some((r) => r.topicName === g.topic && r.partition === g.partition && r.errorCode === 0)) throw unanswered(g.topic, g.partition);
     }
-    const failed = sent.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    if (failed) {
-      const error: unknown = failed.reason;
-      await guarded('transaction.abort', () => transaction.abort());
-      for (const g of groups) this.o.metadata.forget(g.topic);
-      // The records' own fault: publishBatch isolates them. Anything else fails the batch.
-      if (classifyPublishError(error).class !== 'permanent') throw error;
-      for (const i of sending) results[i] = { acknowledged: false, error };
-      return results;
-    }
+  }
+
+  async commit(): Promise<void> {
+    const transaction = this.transaction;
+    if (!transaction) return;
     this.assertOpen();
+    const progress = [...this.batch.progress];
     await guarded('transaction.sendOffsets', () =>
       transaction.sendOffsets({
         consumerGroupId: this.o.progressGroup,
@@ -148,13 +165,19 @@ export class TransactionalUnit implements ExactlyOnceUnit {
       }),
     );
     await guarded('transaction.commit', () => transaction.commit());
-    this.batch.committed(progress);
+    this.transaction = undefined;
+    this.batch.reset();
     this.o.onCommitted();
-    for (const i of sending) results[i] = { acknowledged: true };
-    // The ids the committed progress names (the batch's so far): the fault suite logs them to
-    // find which transaction first carried a row that later went out twice (docs/faults.md, finding 6).
-    announceCommitted(this.o.unit, sending.length, progress);
-    return results;
+    // The ids the committed progress names: the fault suite logs them to find which
+    // transaction first carried a row that later went out twice (docs/faults.md, finding 6).
+    announceCommitted(this.o.unit, progress.length, progress);
+  }
+
+  /** Abort the open transaction, if any; a failed abort leaves it to the unit's next start. */
+  private async abort(): Promise<void> {
+    const transaction = this.transaction;
+    this.transaction = undefined;
+    if (transaction) await guarded('transaction.abort', () => transaction.abort());
   }
 
   /** A relay that stopped (hard) while this unit's batch was on its way: the batch goes no further. */
@@ -170,6 +193,8 @@ export class TransactionalUnit implements ExactlyOnceUnit {
   private async dropProducer(): Promise<void> {
     const producer = this.producer;
     this.producer = undefined;
+    this.transaction = undefined;
+    this.batch.reset();
     await producer?.disconnect().catch(() => undefined);
   }
 }

@@ -10,6 +10,7 @@ import { RETRY_BASE_MS, type RelayRuntime } from './relayRuntime.js';
 import type { ExactlyOnceUnit } from './exactlyOnceUnit.js';
 import { handBack, handOverIfQuiet, holdsOthersShards, noteBatch } from './workerShards.js';
 import { startUnit } from './unitStart.js';
+import type { ClaimsWithin } from './claimsInTransaction.js';
 
 /** Idle workers look again this often even when the horizon did not move, to pick up
  *  rows that a failed batch or another transaction's lock left behind; after each recheck
@@ -49,7 +50,7 @@ export async function runWorkerLoop(rt: RelayRuntime, worker: Worker): Promise<v
 async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
   // Exactly-once mode: this worker's unit, whose shards never move to another worker.
   const unit = rt.units?.[worker.index];
-  const ctx = batchContext(rt, unit);
+  const ctx = batchContext(rt, worker, unit);
   while (!rt.stopping) {
     // Between this worker's batches: shards may move to or from worker 0 (workerShards.ts).
     // Logged at info the first time per worker (the fault suite's report counts these
@@ -117,7 +118,8 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
         const from = floorForClaim(floor, shards, resets, Date.now());
         current = { batch: await claimBatch(ctx, claimArguments(rt, watermark, incarnation, shards, from), worker.clients), settled, resets };
       }
-      const next = claimsAhead(rt, worker, current) ? claimAhead(rt, ctx, worker, current, floor) : undefined;
+      // Exactly-once mode claims again inside the batch's transaction instead (claimsInTransaction.ts).
+      const next = !unit && claimsAhead(rt, worker, current) ? claimAhead(rt, ctx, worker, current, floor) : undefined;
       result = await finishBatch(ctx, current.batch).catch(async (error: unknown) => {
         await settleAhead(rt, worker, next, undefined);
         throw error;
@@ -147,7 +149,7 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
       continue;
     }
     worker.failures = 0;
-    const { claim, rows, generation } = current.batch;
+    const { claim, generation } = current.batch;
     advanceFloor(floor, {
       shards: claim.shards,
       horizonResets: current.resets,
@@ -155,7 +157,7 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
       watermark: claim.watermark,
       settled: current.settled,
       batchSize: rt.options.batchSize,
-      claimed: rows,
+      claimed: result.floorRows,
       done: new Set([...result.published.map((r) => r.id), ...result.deadLetters.map((d) => d.row.id)]),
       parkedKeys: new Set(result.deadLetters.filter((d) => d.policy === 'park').map((d) => `${d.row.topic}\u0000${d.row.key}`)),
     });
@@ -231,15 +233,33 @@ function claimArguments(rt: RelayRuntime, watermark: number, incarnation: string
   };
 }
 
-/** What a batch needs from the relay; in exactly-once mode it publishes through the worker's unit. */
-function batchContext(rt: RelayRuntime, unit: ExactlyOnceUnit | undefined): BatchContext {
+/**
+ * What a batch needs from the relay; in exactly-once mode it publishes through the worker's
+ * unit, one Kafka transaction per batch, which claims again while the interval lasts.
+ */
+function batchContext(rt: RelayRuntime, worker: Worker, unit: ExactlyOnceUnit | undefined): BatchContext {
+  const { batchSize, onPublish, transactionIntervalMs } = rt.options;
+  const claimsWithin: ClaimsWithin = {
+    quotedSchema: rt.quotedSchema,
+    onPublish,
+    batchSize,
+    next: (lastId, generation, startedAtMs) => {
+      const { watermark, incarnation, resets } = rt.horizon;
+      const shards = worker.shards.filter((s) => rt.membership.owned.has(s) && rt.membership.wanted.has(s));
+      // The unit whole, the horizon as at the batch's claim, time left, no stop: else commit now.
+      if (rt.stopping || rt.breaker.isOpen || shards.length < worker.shards.length || resets !== rt.floors.get(worker)?.horizonResets) return undefined;
+      if (Date.now() - startedAtMs >= transactionIntervalMs) return undefined;
+      return claimArguments(rt, watermark, incarnation, shards, { floor: lastId, generation });
+    },
+  };
   return {
     pool: rt.pool,
     quotedSchema: rt.quotedSchema,
     instanceId: rt.instanceId,
     options: rt.options,
     send: unit ? (rows) => unit.send(rows) : (rows) => rt.producer.send(rows),
-    ...(unit ? { beginPublish: () => unit.beginBatch() } : {}),
+    ...(unit ? { beginPublish: () => unit.beginBatch(), commitPublish: () => unit.commit() } : {}),
+    ...(unit && transactionIntervalMs > 0 ? { claimsWithin } : {}),
     aborted: () => rt.aborted,
     inline: () => rt.inlineStatements,
   };
@@ -263,10 +283,15 @@ function batchCommitted(rt: RelayRuntime, worker: Worker, result: BatchResult, c
     rt.emit('deadLetter', { id: d.row.id, topic: d.row.topic, errorName: d.errorName, reason: d.reason, policy: d.policy });
   }
   if (published.length === 0) return;
-  if (claimedAhead && !worker.loggedClaimAhead) {
+  if ((claimedAhead || result.claims > 1) && !worker.loggedClaimAhead) {
     // Once per worker: that the pipeline runs (the fault suite's self-check counts these lines).
     worker.loggedClaimAhead = true;
-    rt.logger.info({ worker: worker.index, count: published.length }, 'claiming ahead: this batch was claimed while the previous one was published (a backlog)');
+    rt.logger.info(
+      { worker: worker.index, count: published.length, claims: result.claims },
+      claimedAhead
+        ? 'claiming ahead: this batch was claimed while the previous one was published (a backlog)'
+        : "claiming ahead: this batch's Kafka transaction took several claims, each claimed while the previous one was published (a backlog, exactly-once mode)",
+    );
   }
   const topics: Record<string, number> = {};
   for (const r of published) topics[r.topic] = (topics[r.topic] ?? 0) + 1;

@@ -57,6 +57,18 @@ test('exactly-once delivery takes either client, the default one included, and r
   assert.equal(resolveRelayOptions({ databaseUrl: base.databaseUrl, kafkaBrokers: base.kafkaBrokers }).delivery, 'at-least-once');
 });
 
+test('the transaction interval defaults to 100 ms, takes 0 (one claim per transaction), and is refused above half the transaction timeout or below 0, naming both settings', () => {
+  const base = { databaseUrl: 'postgres://localhost/db', kafkaBrokers: ['localhost:9092'], delivery: 'exactly-once' as const, transactionalIdPrefix: 'orders' };
+  assert.equal(resolveRelayOptions(base).transactionIntervalMs, 100);
+  assert.equal(resolveRelayOptions({ ...base, transactionIntervalMs: 0 }).transactionIntervalMs, 0);
+  assert.equal(resolveRelayOptions({ ...base, transactionIntervalMs: 5_000, transactionTimeoutMs: 10_000 }).transactionIntervalMs, 5_000);
+  assert.throws(
+    () => resolveRelayOptions({ ...base, transactionIntervalMs: 6_000, transactionTimeoutMs: 10_000 }),
+    (e: Error) => e instanceof ConfigError && /transactionIntervalMs: \(6000\) must be at most half of --transaction-timeout-ms \(10000\)/.test(e.message),
+  );
+  assert.throws(() => resolveRelayOptions({ ...base, transactionIntervalMs: -1 }), ConfigError);
+});
+
 test('a relay group refuses two exactly-once outboxes in different databases with one schema name (one prefix: the same transactional ids), naming both; other schemas, or at-least-once, pass', () => {
   const group = (outboxes: Array<{ name: string; databaseUrl: string; schema: string; delivery?: 'at-least-once' | 'exactly-once' }>) =>
     createRelayGroup({ outboxes, kafkaBrokers: ['127.0.0.1:9'], producer: 'kafkajs', delivery: 'exactly-once', transactionalIdPrefix: 'shop' });

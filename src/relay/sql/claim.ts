@@ -165,6 +165,16 @@ export function beginClaimInlineSql(quotedSchema: string, a: ClaimArguments): st
 }
 
 /**
+ * Claim again inside a batch's open transaction (exactly-once mode's transaction interval,
+ * ../claimsInTransaction.ts), after `before` (the mark of what the previous claim
+ * published, ./markSent.ts): one round trip, the claimed rows the last result.
+ */
+export function claimAgainSql(quotedSchema: string, a: ClaimArguments, inline: boolean, before = ''): string {
+  const claim = inline ? bindLiterals(claimSql(quotedSchema), claimLiterals(a)) : executeClaimSql(a);
+  return `${batchMarker(a.relayId)} ${before ? `${before}; ` : ''}${claim}`;
+}
+
+/**
  * The comment every statement of a relay's batch transaction starts with. pg_stat_activity
  * shows a backend's current or last statement, so a backend inside a transaction whose
  * statement starts with it is running that relay's batch, whatever connection pooling

@@ -88,6 +88,12 @@ export function markAndCommitInlineSql(quotedSchema: string, onPublish: 'mark' |
   return `${batchMarker(relayId)} ${bindLiterals(checkedMarkSql(quotedSchema, onPublish), literals)}; COMMIT`;
 }
 
+/** The checked mark of `ids` without COMMIT, prepared or (`inline`) in full: for {@link claimAgainSql} of ./claim.ts. */
+export function markOnlySql(quotedSchema: string, onPublish: 'mark' | 'delete', ids: readonly number[], relayId: string, inline: boolean): string {
+  if (!inline) return executeMarkSql(ids, relayId);
+  return bindLiterals(checkedMarkSql(quotedSchema, onPublish), [intArrayLiteral(ids, 'bigint'), textLiteral(relayId), intLiteral(ids.length)]);
+}
+
 /** Execute the prepared mark ({@link prepareMarkSql}): every one of `ids` must change. */
 export function executeMarkSql(ids: readonly number[], relayId: string): string {
   return `EXECUTE ${MARK_STATEMENT}(${intArrayLiteral(ids, 'bigint')}, ${textLiteral(relayId)}, ${intLiteral(ids.length)})`;
