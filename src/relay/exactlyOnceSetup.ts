@@ -70,10 +70,13 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
   const admin = kafka.admin();
   const metadata = new KafkajsTopicMetadata(kafka);
   const progress = new ProgressReader(o, names.progressGroup, names.progressTopic);
-  const committer = o.producer === 'platformatic' ? new ProgressCommitter(o, progress, names.progressGroup, names.progressTopic) : undefined;
+  // One per unit, each with its own connection: a broker answers a connection's requests
+  // one at a time, and the units' progress commits queued behind each other on a shared one.
+  const committers =
+    o.producer === 'platformatic' ? Array.from({ length: UNIT_COUNT }, () => new ProgressCommitter(o, progress, names.progressGroup, names.progressTopic)) : undefined;
   const close = async (): Promise<void> => {
     await metadata.close();
-    await committer?.close();
+    await Promise.all((committers ?? []).map((c) => c.close()));
     await progress.close();
     await admin.disconnect().catch(() => undefined);
   };
@@ -91,11 +94,11 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
     };
     logger.info({ progressTopic: names.progressTopic, progressGroup: names.progressGroup, transactionalIds: names.transactionalId(0).replace(/0$/, '*'), units: UNIT_COUNT }, 'exactly-once delivery: Kafka checks passed');
     const units = Array.from({ length: UNIT_COUNT }, (_, unit): ExactlyOnceUnit =>
-      committer
+      committers
         ? new PlatformaticUnit({
             client: o,
             progress,
-            committer,
+            committer: committers[unit]!,
             unit,
             transactionalId: names.transactionalId(unit),
             progressGroup: names.progressGroup,

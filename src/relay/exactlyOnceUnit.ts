@@ -127,6 +127,11 @@ export class BatchProgress {
     this.sends.push({ batch: send.batch, groups: send.groups });
   }
 
+  /** The progress once `batch` (a send of the transaction) is in it. */
+  with(batch: readonly RelayMessage[]): number[] {
+    return mergeSorted(this.ids, batch.map((m) => m.id).sort((a, b) => a - b));
+  }
+
   /** The transaction was aborted: what it held, to produce again in the next one, and nothing held now. */
   takeSends(): Array<{ batch: RelayMessage[]; groups: PartitionGroup[] }> {
     const sends = this.sends;

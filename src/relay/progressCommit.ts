@@ -6,6 +6,13 @@ import { PLATFORMATIC_PACKAGE } from './platformaticPackage.js';
 import { platformaticClientOptions } from './platformaticProducer.js';
 import type { ProgressReader } from './progressReader.js';
 import type { ResolvedRelayOptions } from './options.js';
+import { innermost, kafkaErrorType } from './publishErrors.js';
+import { transactionRetryDelayMs } from './transactionRetry.js';
+
+/** Answers that mean "the transaction is busy, again in a moment" to a TxnOffsetCommit. */
+const BUSY = new Set(['COORDINATOR_LOAD_IN_PROGRESS', 'CONCURRENT_TRANSACTIONS']);
+/** With transactionRetryDelayMs, about 4 s in all. */
+const BUSY_RETRIES = 12;
 
 /** Which transaction a progress commit belongs to: its producer's id and epoch. */
 export interface TransactionOwner {
@@ -37,8 +44,26 @@ export class ProgressCommitter {
     private readonly topic: string,
   ) {}
 
-  /** Commit `metadata` as the progress of `unit` (partition `unit` of the progress topic) in `owner`'s transaction. */
+  /**
+   * Commit `metadata` as the progress of `unit` (partition `unit` of the progress topic) in
+   * `owner`'s transaction. Sent while the transaction's records are produced, it can reach
+   * the group coordinator while the transaction coordinator still adds their partitions:
+   * Kafka then refuses it for a few milliseconds (CONCURRENT_TRANSACTIONS, which it reports
+   * as COORDINATOR_LOAD_IN_PROGRESS to this request version), and it is sent again soon.
+   */
   async commit(owner: TransactionOwner, unit: number, offset: bigint, metadata: string): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.commitOnce(owner, unit, offset, metadata);
+      } catch (error) {
+        const busy = innermost(error).some((e) => BUSY.has(kafkaErrorType(e) ?? ''));
+        if (!busy || attempt >= BUSY_RETRIES) throw error;
+        await new Promise((resolve) => setTimeout(resolve, transactionRetryDelayMs(undefined, '', attempt)));
+      }
+    }
+  }
+
+  private async commitOnce(owner: TransactionOwner, unit: number, offset: bigint, metadata: string): Promise<void> {
     try {
       const connection = await this.connection();
       const answer = await guardLibraryCall('@platformatic/kafka', 'txnOffsetCommit', () =>

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { decodeProgress, encodeProgress, progressPrefixFitting } from '../../src/relay/progress.js';
 import { UNIT_COUNT, unitOf, unitShards, wantedUnitShards } from '../../src/relay/units.js';
-import { transactionRetryDelayMs } from '../../src/relay/platformaticUnit.js';
+import { transactionRetryDelayMs } from '../../src/relay/transactionRetry.js';
 import { SHARD_COUNT } from '../../src/relay/shards.js';
 import { resolveRelayOptions } from '../../src/relay/options.js';
 import { ConfigError } from '../../src/shared/errors.js';
