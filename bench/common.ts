@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { Kafka, Partitioners, logLevel } from 'kafkajs';
 import { HEADERS } from '../src/shared/kafka.js';
 import { migrate } from '../src/commands/migrate.js';
+import { until } from './util.js';
 
 export const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -43,8 +44,23 @@ export async function createTopic(partitions: number): Promise<string> {
   const topic = name('bench');
   const admin = kafka().admin();
   await admin.connect();
-  await admin.createTopics({ topics: [{ topic, numPartitions: partitions }], waitForLeaders: true });
-  await admin.disconnect();
+  try {
+    await admin.createTopics({ topics: [{ topic, numPartitions: partitions }], waitForLeaders: false });
+    // kafkajs' own wait retries LEADER_NOT_AVAILABLE only: on a 3-node cluster a broker that
+    // does not know the new topic yet answers UNKNOWN_TOPIC_OR_PARTITION, and it threw.
+    await until(
+      `leaders for the partitions of ${topic}`,
+      async () => {
+        const { topics } = await admin.fetchTopicMetadata({ topics: [topic] }).catch(() => ({ topics: [] as Array<{ partitions: Array<{ leader: number }> }> }));
+        const parts = topics[0]?.partitions ?? [];
+        return parts.length === partitions && parts.every((p) => p.leader >= 0);
+      },
+      30_000,
+      50,
+    );
+  } finally {
+    await admin.disconnect();
+  }
   return topic;
 }
 
