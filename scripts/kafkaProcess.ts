@@ -46,21 +46,6 @@ export interface NodeRole {
   minInsync: number;
 }
 
-/**
- * Partitions of Kafka's two coordinator topics (__consumer_offsets, __transaction_state).
- * One by default: a broker creates them at their first use, 50 each (Kafka's default) cost
- * every test and fault run's first group join and first transaction seconds. Each partition
- * appends its coordinator's writes one after the other, so with one, every transactional id
- * shares one transaction log: OUTBOX_KAFKA_COORDINATOR_PARTITIONS=50 gives a local broker
- * Kafka's default (the bench's exactly-once section runs on it, bench/sections/exactlyOnce.ts).
- */
-export function coordinatorPartitions(): number {
-  const value = process.env.OUTBOX_KAFKA_COORDINATOR_PARTITIONS;
-  if (value === undefined || value === '') return 1;
-  if (!/^[1-9][0-9]{0,2}$/.test(value)) throw new Error(`OUTBOX_KAFKA_COORDINATOR_PARTITIONS must be 1-999, not ${JSON.stringify(value)}`);
-  return Number(value);
-}
-
 export function serverProperties(dir: string, port: number, controllerPort: number, saslPort?: number, role?: NodeRole): string {
   const sasl = saslPort === undefined ? '' : `,SASL_PLAINTEXT://127.0.0.1:${saslPort}`;
   const rf = role?.replication ?? 1;
@@ -83,10 +68,10 @@ export function serverProperties(dir: string, port: number, controllerPort: numb
     `log.dirs=${join(dir, 'data')}`,
     'num.partitions=1',
     `offsets.topic.replication.factor=${rf}`,
-    `offsets.topic.num.partitions=${coordinatorPartitions()}`,
+    'offsets.topic.num.partitions=1',
     `transaction.state.log.replication.factor=${rf}`,
     `transaction.state.log.min.isr=${role?.minInsync ?? 1}`,
-    `transaction.state.log.num.partitions=${coordinatorPartitions()}`,
+    'transaction.state.log.num.partitions=1',
     `min.insync.replicas=${role?.minInsync ?? 1}`,
     ...(role ? [`default.replication.factor=${rf}`, 'unclean.leader.election.enable=false'] : []),
     'group.initial.rebalance.delay.ms=0',
