@@ -182,6 +182,7 @@ test('integration: every setting refuses a bad value from its flag and from its 
     { env: 'OUTBOX_DELIVERY', value: 'exactly_once', command: ['run'], pattern: /is not one of at-least-once, exactly-once/ },
     { env: 'OUTBOX_TRANSACTIONAL_ID_PREFIX', value: 'has space', command: ['run'] },
     { env: 'OUTBOX_TRANSACTION_TIMEOUT_MS', value: '10', command: ['run'] },
+    { env: 'OUTBOX_TRANSACTION_INTERVAL_MS', value: '-5', command: ['run'] },
     { env: 'KAFKA_SSL', value: 'maybe', command: ['run'], pattern: /is not true or false/ },
     { env: 'KAFKA_SSL_CA_FILE', value: '/nonexistent/ca.pem', command: ['run'], pattern: /cannot read/ },
     { env: 'KAFKA_SSL_CERT_FILE', value: key, command: ['run'], extra: { KAFKA_SSL_KEY_FILE: key }, pattern: /holds no PEM certificate/ },
