@@ -266,8 +266,6 @@ export async function finishBatch(ctx: BatchContext, open: OpenBatch): Promise<B
       if (error instanceof PublishError || error instanceof TopicWaitError) failedIds = claimed.map((r) => r.id);
       throw error;
     }
-    const ackedAtMs = Date.now();
-    const publishMs = ackedAtMs - publishStarted;
     if (ctx.aborted()) throw new OutboxError('relay aborted before marking the batch sent', { retriable: true });
     const { published, deadLetters, held, unsent, marked } = outcome;
     if (published.length === 0 && deadLetters.length === 0 && held.length === 0 && unsent.length > 0) {
@@ -277,6 +275,10 @@ export async function finishBatch(ctx: BatchContext, open: OpenBatch): Promise<B
       throw outcome.unsentError ?? new OutboxError('no row of the batch was acknowledged', { retriable: true });
     }
     await ctx.commitPublish?.();
+    // Acknowledged: by Kafka's answer, or in exactly-once mode by its commit (a
+    // read_committed reader sees nothing earlier).
+    const ackedAtMs = Date.now();
+    const publishMs = ackedAtMs - publishStarted;
     if (deadLetters.length > 0) {
       const { rows: moved } = await client.query<{ moved: number }>(`${batchMarker(ctx.instanceId)} ${deadLetterSql(ctx.quotedSchema)}`, [
         deadLetters.map((d) => d.row.id),

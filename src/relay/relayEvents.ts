@@ -15,7 +15,7 @@ export interface RelayEvents {
     topics: Record<string, number>;
     /** created_at of each published row (ms since epoch) a Kafka timestamp can hold, for commit-to-ack latency. */
     createdAtMs: number[];
-    /** When Kafka acknowledged the batch (ms since epoch). */
+    /** When Kafka acknowledged the batch, in exactly-once mode when its transaction committed (ms since epoch). */
     ackedAtMs: number;
     /** Time spent claiming, sending to Kafka and marking sent (ms). */
     claimMs: number;
