@@ -142,15 +142,26 @@ test("integration: exactly-once: the same crash after a transaction of several c
 });
 
 /** Drain `rows` rows under `extra`; the rows each Kafka transaction committed, and the read_committed tally. */
-async function drainCountingTransactions(rows: number, extra: Record<string, unknown>): Promise<{ ids: number[]; perTransaction: number[]; count: Map<number, number>; outOfOrder: string[] }> {
+async function drainCountingTransactions(
+  rows: number,
+  extra: Record<string, unknown>,
+): Promise<{ ids: number[]; perTransaction: number[]; count: Map<number, number>; outOfOrder: string[]; ackedBeforeCommit: number[] }> {
   const topic = await createTopic(3);
   const ids = await writeCommitted(db, Array.from({ length: rows }, (_, i) => ({ topic, key: `t${i % 23}`, payload: { i } })));
   const perTransaction: number[] = [];
+  const committedAtMs = new Map<number, number>();
   const onCommit = (message: unknown): void => {
-    perTransaction.push((message as { ids: number[] }).ids.length);
+    const { ids: inIt } = message as { ids: number[] };
+    perTransaction.push(inIt.length);
+    for (const id of inIt) committedAtMs.set(id, Date.now());
   };
+  // A batch counts as acknowledged when its transaction committed, not at its last send.
+  const ackedBeforeCommit: number[] = [];
   diagnosticsChannel.subscribe(KAFKA_COMMITTED_CHANNEL, onCommit);
   const relay = createRelay(relayOptions(uniqueName('eos-interval'), extra));
+  relay.on('batch', (e) => {
+    if (!(e.ackedAtMs >= (committedAtMs.get(e.firstId) ?? Infinity))) ackedBeforeCommit.push(e.firstId);
+  });
   try {
     await relay.start();
     await waitFor('every row sent', async () => (await sentCount(db, topic)) === ids.length);
@@ -158,12 +169,13 @@ async function drainCountingTransactions(rows: number, extra: Record<string, unk
     diagnosticsChannel.unsubscribe(KAFKA_COMMITTED_CHANNEL, onCommit);
     await relay.stop();
   }
-  return { ids, perTransaction, ...tally(await readCommittedWithKafka(topic)) };
+  return { ids, perTransaction, ...tally(await readCommittedWithKafka(topic)), ackedBeforeCommit };
 }
 
-test('integration: exactly-once: a backlog goes out in transactions of several full claims while the interval lasts (batch size 10, 400 rows, 5 s), in one claim each at --transaction-interval-ms 0; every row once and in order either way', async () => {
+test('integration: exactly-once: a backlog goes out in transactions of several full claims while the interval lasts (batch size 10, 400 rows, 5 s), in one claim each at --transaction-interval-ms 0; every row once and in order either way, each batch acknowledged at its commit', async () => {
   for (const transactionIntervalMs of [5_000, 0]) {
-    const { ids, perTransaction, count, outOfOrder } = await drainCountingTransactions(400, { batchSize: 10, transactionIntervalMs });
+    const { ids, perTransaction, count, outOfOrder, ackedBeforeCommit } = await drainCountingTransactions(400, { batchSize: 10, transactionIntervalMs });
+    assert.deepEqual(ackedBeforeCommit, [], "no batch event's ackedAtMs before its transaction's commit");
     assert.equal(perTransaction.reduce((a, b) => a + b, 0), ids.length, `interval ${transactionIntervalMs}: the transactions committed each row once`);
     const largest = Math.max(...perTransaction);
     if (transactionIntervalMs > 0) assert.ok(largest > 10, `interval ${transactionIntervalMs}: the largest transaction held ${largest} rows, more than one claim`);
