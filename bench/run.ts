@@ -110,7 +110,7 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
   // N readers of a hot key at the moment it expires: the cache helper against a naive cache-aside (needs Redis: 6379, or a private redis-server).
   { name: 'stampede', title: '8. cache stampede', run: (pool) => stampede(pool, { readers: args.quick ? 200 : 1_000, workers: 4, rounds: args.quick ? 3 : 10, loaderMs: 20 }) },
   // Drains side by side (mark, never analyzed, held snapshot, delete) with CPU per row of relay, backends and broker; an idle relay.
-  { name: 'relaycost', title: '9. cost per row', run: (pool) => relayCost(pool, { rows: P.drainRows, idleSeconds: args.quick ? 5 : 10 }) },
+  { name: 'relaycost', title: '9. cost per row', run: (pool) => relayCost(pool, { rows: P.drainRows, idleSeconds: args.quick ? 5 : 10, steadySeconds: args.quick ? 20 : 60 }) },
   // Debezium embedded (Postgres connector + outbox EventRouter) against the relay, side by side: drain, steady load, idle.
   { name: 'debezium', title: '10. vs Debezium', run: (pool) => debezium(pool, { quick: args.quick }) },
   // N outboxes drained by one relay process against N relay processes (N = 4).

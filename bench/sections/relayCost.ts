@@ -55,6 +55,8 @@ export interface RelayCostData {
   rows: number;
   arms: CostArm[];
   steady: SteadyCost;
+  /** The same steady load with a REPEATABLE READ snapshot held throughout. */
+  steadyHeld: SteadyCost;
   /** pickUp: commit → ack at 50 rows/s; afterSilence: of single rows 0.2-1.5 s apart. */
   idle: { seconds: number; relayPct: number; postgresPct: number; pickUp: Percentiles; pickUpRows: number; afterSilence: Percentiles; pickUps: number };
 }
@@ -137,10 +139,26 @@ export async function maxId(pool: pg.Pool, schema: string): Promise<number> {
   return Number(rows[0]!.m ?? 0);
 }
 
-export async function steadyArm(pool: pg.Pool, seconds: number): Promise<SteadyCost> {
+/**
+ * The steady arm; with `holdSnapshot`, a REPEATABLE READ reader of another table holds its
+ * snapshot from before the writers start to after the last row is acknowledged (a report,
+ * a pg_dump: the xmin horizon held, no transaction id, so the relay's own horizon does not
+ * wait for it). Postgres can then neither remove the versions the marks leave behind nor
+ * mark their index entries dead, and every claim that scans the unsent rows meets them
+ * (issue 36 item 3).
+ */
+export async function steadyArm(pool: pg.Pool, seconds: number, holdSnapshot = false): Promise<SteadyCost> {
   const { schema, drop } = await benchSchema(pool, 'benchsteady');
-  const clientId = 'bench-cost-steady';
+  const clientId = holdSnapshot ? 'bench-cost-steady-held' : 'bench-cost-steady';
+  const reader = new pg.Client({ connectionString: DATABASE_URL });
+  let held = false;
   try {
+    if (holdSnapshot) {
+      await reader.connect();
+      await reader.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      await reader.query('SELECT count(*) FROM pg_class');
+      held = true;
+    }
     const topic = await createTopic(PARTITIONS);
     const broker = brokerPid();
     return await withRelay(
@@ -152,7 +170,7 @@ export async function steadyArm(pool: pg.Pool, seconds: number): Promise<SteadyC
         const relayMeter = new CpuMeter(async () => (relay.process.pid ? [relay.process.pid] : []));
         const pgMeter = new CpuMeter(() => backendPids(pool, clientId));
         const brokerMeter = new CpuMeter(async () => (broker ? [broker] : []));
-        log(`9. cost, steady: ${fmt(STEADY_RATE)} rows/s for ${seconds} s`);
+        log(`9. cost, steady${holdSnapshot ? ', a snapshot held' : ''}: ${fmt(STEADY_RATE)} rows/s for ${seconds} s`);
         const started = Date.now();
         await Promise.all([relayMeter.start(), pgMeter.start(), brokerMeter.start()]);
         const script = `\\set k random(1, ${KEYS})\nINSERT INTO "${schema}".outbox (topic, key, payload, created_at) VALUES ('${topic}', 'key-' || :k, '${PAYLOAD}', clock_timestamp());\n`;
@@ -169,6 +187,11 @@ export async function steadyArm(pool: pg.Pool, seconds: number): Promise<SteadyC
         );
         const [relayCpu, postgresCpu, brokerCpu] = await Promise.all([relayMeter.stop(), pgMeter.stop(), brokerMeter.stop()]);
         const windowSeconds = (Date.now() - started) / 1000;
+        // The harness checks itself: the snapshot was still held when the last row was acknowledged.
+        if (holdSnapshot) {
+          const { rows } = await reader.query<{ open: boolean }>(`SELECT now() < clock_timestamp() - interval '${Math.floor(seconds / 2)} seconds' AS open`);
+          if (!rows[0]!.open) throw new Error(`9. cost, steady, a snapshot held: the reader's transaction is younger than ${Math.floor(seconds / 2)} s`);
+        }
         const per = 100_000 / committed.size;
         return {
           offered: STEADY_RATE,
@@ -185,6 +208,8 @@ export async function steadyArm(pool: pg.Pool, seconds: number): Promise<SteadyC
       { clientId },
     );
   } finally {
+    if (held) await reader.query('ROLLBACK').catch(() => undefined);
+    if (holdSnapshot) await reader.end().catch(() => undefined);
     await drop();
   }
 }
@@ -259,6 +284,7 @@ export async function relayCost(pool: pg.Pool, o: { rows: number; idleSeconds: n
   const arms: CostArm[] = [];
   for (const [i, s] of setups.entries()) arms.push(await drainArm(pool, o.rows, s, i));
   const steady = await steadyArm(pool, o.steadySeconds ?? 2 * o.idleSeconds);
+  const steadyHeld = await steadyArm(pool, o.steadySeconds ?? 2 * o.idleSeconds, true);
   const idle = await idleArm(pool, o.idleSeconds);
   const S = '9. cost per row';
   const ref = arms[0]!;
@@ -284,6 +310,16 @@ export async function relayCost(pool: pg.Pool, o: { rows: number; idleSeconds: n
     ),
   );
   rows.push(row(S, 'Postgres CPU-s per 100k rows, steady 1,000 rows/s', fmt(st.postgresCpu, 2), '≤ 12', st.postgresCpu <= 12));
+  const sh = steadyHeld;
+  rows.push(
+    row(
+      S,
+      `steady ${fmt(sh.offered)} rows/s offered (${fmt(sh.achieved)} achieved) for ${sh.seconds} s, a REPEATABLE READ snapshot held throughout, relay at defaults (mark)`,
+      `CPU-s per 100k rows: relay ${fmt(sh.relayCpu, 2)}, Postgres ${fmt(sh.postgresCpu, 2)} (${fmt(sh.postgresPct, 1)} % of a core); commit → ack p50 ${fmt(sh.ack.p50, 1)} / p99 ${fmt(sh.ack.p99, 1)} ms`,
+    ),
+  );
+  const heldRatio = sh.postgresCpu / st.postgresCpu;
+  rows.push(row(S, 'Postgres CPU-s per row, steady: a snapshot held / none (issue 36 item 3)', fmt(heldRatio, 2), '≤ 1.3', heldRatio <= 1.3));
   rows.push(row(S, 'commit → ack at steady 1,000 rows/s', `p50 ${fmt(st.ack.p50, 1)} / p99 ${fmt(st.ack.p99, 1)} ms`, 'p50 ≤ 8, p99 ≤ 20', st.ack.p50 <= 8 && st.ack.p99 <= 20));
   const idleTotal = idle.relayPct + idle.postgresPct;
   rows.push(
@@ -296,5 +332,5 @@ export async function relayCost(pool: pg.Pool, o: { rows: number; idleSeconds: n
     // Issue 21's target 4 is on the first row after idle, which this arm measures.
     row(S, `pick-up after silence (${idle.pickUps} single rows, 0.2-1.5 s apart): commit → ack`, `p50 ${fmt(idle.afterSilence.p50, 1)} / p95 ${fmt(idle.afterSilence.p95, 1)} ms`, 'p50 ≤ 15', idle.afterSilence.p50 <= 15),
   );
-  return { data: { rows: o.rows, arms, steady, idle }, rows };
+  return { data: { rows: o.rows, arms, steady, steadyHeld, idle }, rows };
 }
