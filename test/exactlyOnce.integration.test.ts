@@ -296,3 +296,37 @@ test('integration: exactly-once: a row Kafka refuses for good (bigger than its t
   assert.deepEqual([...count.values()].filter((n) => n > 1), [], 'none twice');
   assert.deepEqual(outOfOrder, [], 'each key in id order');
 });
+
+test('integration: exactly-once: under a steady trickle (5 rows every 10 ms, 300 commits) no batch fails, and a transaction whose claim was not full commits at once: many transactions, not one per unit per 10 s interval', async () => {
+  const topic = await createTopic(6);
+  const relay = createRelay(relayOptions(uniqueName('eos-trickle'), { batchSize: 500, transactionIntervalMs: 10_000 }));
+  // Kafka refuses a progress commit sent beside the records for a few ms while it adds their
+  // partitions to the transaction; the unit retries it (src/relay/progressCommit.ts), so
+  // no batch fails for it.
+  const batchErrors: string[] = [];
+  relay.on('batchError', (e) => batchErrors.push(e.error.message));
+  const perTransaction: number[] = [];
+  const onCommit = (message: unknown): void => {
+    perTransaction.push((message as { ids: number[] }).ids.length);
+  };
+  diagnosticsChannel.subscribe(KAFKA_COMMITTED_CHANNEL, onCommit);
+  const ids: number[] = [];
+  await relay.start();
+  try {
+    for (let i = 0; i < 300; i++) {
+      ids.push(...(await writeCommitted(db, Array.from({ length: 5 }, (_, k) => ({ topic, key: `s${(i * 5 + k) % 41}`, payload: { i, k } })))));
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    await waitFor('every row sent', async () => (await sentCount(db, topic)) === ids.length);
+  } finally {
+    diagnosticsChannel.unsubscribe(KAFKA_COMMITTED_CHANNEL, onCommit);
+    await relay.stop();
+  }
+  assert.deepEqual(batchErrors, [], 'no batch failed');
+  // Transactions held open for the interval would number about one per unit per 10 s (8 to 16 here).
+  assert.ok(perTransaction.length > 50, `${perTransaction.length} transactions committed ${ids.length} rows`);
+  const { count, outOfOrder } = tally(await readCommittedWithKafka(topic));
+  assert.deepEqual([...count.keys()].sort((a, b) => a - b), ids, 'every row delivered');
+  assert.deepEqual([...count.values()].filter((n) => n > 1), [], 'none twice');
+  assert.deepEqual(outOfOrder, [], 'each key in id order');
+});

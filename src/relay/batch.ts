@@ -8,7 +8,7 @@ import type { RelayMessage } from './message.js';
 import type { SendResult } from './producer.js';
 import type { ResolvedRelayOptions } from './options.js';
 import { shardsOf } from './shards.js';
-import { publishClaims, type ClaimsWithin } from './claimsInTransaction.js';
+import { leaseLost, publishClaims, type ClaimsWithin } from './claimsInTransaction.js';
 
 // One batch of one worker, as one Postgres transaction:
 //   BEGIN → claim (FOR UPDATE SKIP LOCKED, below the horizon, on owned shards)
@@ -353,13 +353,6 @@ async function endBatch(open: OpenBatch, failure: Error | undefined, attempt: { 
     const inDoubt = broken !== undefined && (preparedInDoubt(broken) || (open.fresh && !prepared.has(client)));
     client.release(broken && (isConnectionError(broken) || inDoubt) ? broken : undefined);
   }
-}
-
-function leaseLost(expected: number, changed: number | null): OutboxError {
-  return new OutboxError('lost the lease of a shard while publishing; rolled back, the new owner publishes these rows', {
-    retriable: true,
-    context: { expected, changed },
-  });
 }
 
 /** Connections the claim and the mark are prepared on (a connection is one session: they stay). */

@@ -117,9 +117,15 @@ async function claimAgain(client: pg.PoolClient, inline: boolean, relayId: strin
     return (Array.isArray(answer) ? answer[answer.length - 1]! : answer).rows;
   } catch (error) {
     const lost = leaseLostCounts(error);
-    if (lost) {
-      throw new OutboxError('lost the lease of a shard while publishing; rolled back, the new owner publishes these rows', { retriable: true, context: { expected: lost.expected, changed: lost.changed } });
-    }
+    if (lost) throw leaseLost(lost.expected, lost.changed);
     throw error;
   }
+}
+
+/** A mark changed fewer rows than it should: a lease was lost while the batch was out (sql/markSent.ts checks). */
+export function leaseLost(expected: number, changed: number | null): OutboxError {
+  return new OutboxError('lost the lease of a shard while publishing; rolled back, the new owner publishes these rows', {
+    retriable: true,
+    context: { expected, changed },
+  });
 }

@@ -123,7 +123,7 @@ export class BatchProgress {
 
   /** After a send got through: its messages are in the transaction, and the progress names them. */
   added(send: { batch: RelayMessage[]; groups: PartitionGroup[] }): void {
-    this.ids = mergeSorted(this.ids, send.batch.map((m) => m.id).sort((a, b) => a - b));
+    this.ids = this.with(send.batch);
     this.sends.push({ batch: send.batch, groups: send.groups });
   }
 
