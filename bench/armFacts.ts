@@ -19,13 +19,16 @@ export type Client = 'kafkajs' | 'platformatic';
 const PACKAGES: Record<Client, string> = { kafkajs: 'kafkajs', platformatic: '@platformatic/kafka' };
 
 export interface ArmFacts {
-  /** A relay, our consumer, or a client used directly (the ceilings, the raw consumer). */
-  role: 'relay' | 'consumer' | 'raw';
-  client: Client;
+  /** A relay, our consumer, a client used directly (the ceilings, the raw consumer), or Kafka's own Java client as a reference (bench/kafkaReference.ts). */
+  role: 'relay' | 'consumer' | 'raw' | 'reference';
+  /** Our clients, or `kafka-clients`: Kafka's own Java client (the reference). */
+  client: Client | 'kafka-clients';
   /** The version of the client's package as loaded. */
   clientVersion: string;
   /** Relays: `at-least-once` or `exactly-once`, as the relay announced it. */
   delivery?: string;
+  /** Exactly-once relays: their units of shards, as the relay announced them. */
+  units?: number;
   node: string;
   /** Our commit (`<hash>` or `<hash>+dirty`), or null outside a git checkout. */
   commit: string | null;
@@ -63,8 +66,8 @@ export function asClient(name: string): Client {
  * Calls `seen` with what each relay started in this process announces, until the
  * returned function is called.
  */
-export function onRelayStarted(seen: (m: { producer: string; delivery: string; schema: string }) => void): () => void {
-  const listener = (m: unknown): void => seen(m as { producer: string; delivery: string; schema: string });
+export function onRelayStarted(seen: (m: { producer: string; delivery: string; schema: string; units?: number }) => void): () => void {
+  const listener = (m: unknown): void => seen(m as { producer: string; delivery: string; schema: string; units?: number });
   diagnosticsChannel.subscribe('outbox-relay:relay-started', listener);
   return () => void diagnosticsChannel.unsubscribe('outbox-relay:relay-started', listener);
 }
@@ -77,8 +80,9 @@ export function onConsumerStarted(seen: (m: { client: string; groupId: string; h
 }
 
 /** The clients a row's label names. */
-function clientsNamed(label: string): Set<Client> {
-  const named = new Set<Client>();
+function clientsNamed(label: string): Set<ArmFacts['client']> {
+  const named = new Set<ArmFacts['client']>();
+  if (/kafka-clients/i.test(label)) named.add('kafka-clients');
   if (/\bkafkajs\b/i.test(label)) named.add('kafkajs');
   if (/platformatic/i.test(label)) named.add('platformatic');
   return named;
@@ -101,26 +105,34 @@ export function labelProblem(label: string, ran: readonly ArmFacts[]): string | 
   const exactlyOnce = ran.some((a) => a.delivery === 'exactly-once');
   if (/exactly-once/i.test(label) && !exactlyOnce) return `${what}: it says exactly-once, which no arm of it ran`;
   if (exactlyOnce && !/exactly-once/i.test(label)) return `${what}: an arm ran exactly-once, which the label does not say`;
+  // A label naming the units (exactly-once): every exactly-once arm ran that many.
+  const units = /\b(\d+) units?\b/.exec(label);
+  if (units) for (const a of ran) if (a.delivery === 'exactly-once' && a.units !== Number(units[1])) return `${what}: it names ${units[1]} units, an arm ran ${a.units ?? 'an unknown number of'}`;
   return undefined;
 }
 
 /** The arms in a few words, each distinct one once: `relay platformatic 1.35.0 at-least-once; raw kafkajs 2.2.4`. */
 export function describeRan(ran: readonly ArmFacts[]): string {
-  const parts = ran.map((a) => [a.role, a.client, a.clientVersion, a.delivery].filter(Boolean).join(' '));
+  const parts = ran.map((a) => [a.role, a.client, a.clientVersion, a.delivery, a.units !== undefined && `${a.units} units`].filter(Boolean).join(' '));
   return [...new Set(parts)].join('; ');
 }
 
 /** The arms' facts once each (the same relay settings run in several rounds). */
 export function distinctArms(ran: readonly ArmFacts[]): ArmFacts[] {
   const byKey = new Map<string, ArmFacts>();
-  for (const a of ran) byKey.set(JSON.stringify([a.role, a.client, a.clientVersion, a.delivery, a.node, a.commit]), a);
+  for (const a of ran) byKey.set(JSON.stringify([a.role, a.client, a.clientVersion, a.delivery, a.units, a.node, a.commit]), a);
   return [...byKey.values()];
 }
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 
+/** The reference arm: Kafka's own Java client at `version`, run by this bench's process. */
+export function referenceArm(version: string): ArmFacts {
+  return { role: 'reference', client: 'kafka-clients', clientVersion: version, node: process.version, commit: commitAt(benchDir) };
+}
+
 /** An arm in the bench's own process: a client it uses directly (ceilings, the raw consumer), or a relay or consumer that announced itself. */
-export function armHere(role: ArmFacts['role'], client: string, delivery?: string): ArmFacts {
+export function armHere(role: ArmFacts['role'], client: string, delivery?: string, units?: number): ArmFacts {
   const c = asClient(client);
-  return { role, client: c, clientVersion: clientVersion(c, benchDir), ...(delivery !== undefined && { delivery }), node: process.version, commit: commitAt(benchDir) };
+  return { role, client: c, clientVersion: clientVersion(c, benchDir), ...(delivery !== undefined && { delivery }), ...(units !== undefined && { units }), node: process.version, commit: commitAt(benchDir) };
 }

@@ -163,7 +163,7 @@ async function main(): Promise<void> {
     const producer = options.producer ?? 'platformatic';
     if (producer === 'platformatic') await recordPlatformaticSends();
     // What the relay itself says it runs on, not what it was given.
-    const stopObserving = onRelayStarted((m) => (ran = armHere('relay', m.producer, m.delivery)));
+    const stopObserving = onRelayStarted((m) => (ran = armHere('relay', m.producer, m.delivery, m.units)));
     const relay = createRelay({
       databaseUrl,
       kafkaBrokers: brokers,

@@ -5,7 +5,6 @@ import { createRelay } from '../src/relay/relay.js';
 import { resolveRelayOptions } from '../src/relay/options.js';
 import { setUpExactlyOnce, exactlyOnceNames } from '../src/relay/exactlyOnceSetup.js';
 import { KAFKA_COMMITTED_CHANNEL, PROGRESS_READ_CHANNEL } from '../src/relay/transactionalUnit.js';
-import { UNIT_COUNT } from '../src/relay/units.js';
 import { innermost, kafkaErrorType } from '../src/relay/publishErrors.js';
 import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
@@ -77,8 +76,8 @@ test('integration: exactly-once: every row reaches a read_committed reader once,
   try {
     const [progress] = await admin.fetchOffsets({ groupId: names.progressGroup, topics: [names.progressTopic] });
     const committed = progress!.partitions.filter((p) => p.metadata);
-    // 37 keys hash over the shards of more than one unit.
-    assert.ok(committed.length > 1 && committed.length <= UNIT_COUNT, `units with progress: ${committed.length}`);
+    // 37 keys hash over the shards of every unit (2 by default).
+    assert.equal(committed.length, resolveRelayOptions(relayOptions(prefix)).exactlyOnceUnits, `units with progress: ${committed.length}`);
   } finally {
     await admin.disconnect();
   }
@@ -219,13 +218,13 @@ test("integration: exactly-once: a unit started by another relay fences this one
   const b = await setUpExactlyOnce(testKafka(), options, 'relaybbbbbbb', silentLogger());
   const message = (id: number) => ({ id, message_id: `m${id}`, topic, key: 'k', value: `{"id":${id}}`, headers: { [HEADERS.outboxId]: String(id) } });
   try {
-    const stale = a.units[3]!;
+    const stale = a.units[1]!;
     await stale.start();
     stale.beginBatch();
     assert.deepEqual(await stale.send([message(1)]), [{ acknowledged: true }], 'the first owner publishes');
     await stale.commit();
     // The unit moves: its new owner starts the producer under the same transactional id.
-    const fresh = b.units[3]!;
+    const fresh = b.units[1]!;
     assert.deepEqual(await fresh.start(), [1], "the new owner reads the old owner's progress");
     stale.beginBatch();
     // Kafka's error inside either client's wrapper (kafkajs: the error's type; platformatic: an AggregateError's inner ones).
@@ -250,7 +249,7 @@ test("integration: exactly-once: a unit started by another relay fences this one
   assert.deepEqual(ids, [1, 3], "the fenced relay's message is not among the committed ones");
 });
 
-test('integration: exactly-once: a relay refuses to start on a progress topic of another size, and with a transaction timeout above the brokers\' transaction.max.timeout.ms', async () => {
+test('integration: exactly-once: a relay refuses to start on a progress topic of another size (another unit count), naming the setting that fits it, and starts with it; and refuses a transaction timeout above the brokers\' transaction.max.timeout.ms', async () => {
   const prefix = uniqueName('eos-refuse');
   const admin = testKafka().admin();
   await admin.connect();
@@ -259,7 +258,16 @@ test('integration: exactly-once: a relay refuses to start on a progress topic of
   } finally {
     await admin.disconnect();
   }
-  await assert.rejects(createRelay(relayOptions(prefix)).start(), /progress topic .* has 3 partitions; it needs 8/);
+  await assert.rejects(createRelay(relayOptions(prefix)).start(), /progress topic .* has 3 partitions, one per unit of shards .* --exactly-once-units is 2: .* Set --exactly-once-units 3;/);
+  const topic = await createTopic(2);
+  const ids = await writeCommitted(db, Array.from({ length: 30 }, (_, i) => ({ topic, key: `u${i}`, payload: { i } })));
+  const relay = createRelay(relayOptions(prefix, { exactlyOnceUnits: 3 }));
+  await relay.start();
+  try {
+    await waitFor('every row sent by the three units', async () => (await sentCount(db, topic)) === ids.length);
+  } finally {
+    await relay.stop();
+  }
   await assert.rejects(
     createRelay(relayOptions(uniqueName('eos-timeout'), { transactionTimeoutMs: 1_000_000 })).start(),
     /--transaction-timeout-ms 1000000 is above the brokers' transaction.max.timeout.ms \(900000\)/,
@@ -323,7 +331,7 @@ test('integration: exactly-once: under a steady trickle (5 rows every 10 ms, 300
     await relay.stop();
   }
   assert.deepEqual(batchErrors, [], 'no batch failed');
-  // Transactions held open for the interval would number about one per unit per 10 s (8 to 16 here).
+  // Transactions held open for the interval would number about one per unit per 10 s (2 to 4 here, at the default 2 units).
   assert.ok(perTransaction.length > 50, `${perTransaction.length} transactions committed ${ids.length} rows`);
   const { count, outOfOrder } = tally(await readCommittedWithKafka(topic));
   assert.deepEqual([...count.keys()].sort((a, b) => a - b), ids, 'every row delivered');

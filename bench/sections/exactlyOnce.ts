@@ -13,16 +13,24 @@
  *
  * Targets (issue 35's), each exactly-once arm against at-least-once on its own client:
  * drain rows/s at least 0.85 x, relay CPU per row at most 1.2 x, commit → ack p99 at most 2 x.
+ * A fifth arm runs the default client with 8 units (the default before 2): what the unit
+ * count does, in the same run.
+ *
+ * The reference (bench/kafkaReference.ts): Kafka's own producer doing what the units do,
+ * without Postgres, at the same offered rates: acks=all sends against a transaction per
+ * unit's waiting rows, at 2 and at 8 units. What a transaction costs on this broker with
+ * Kafka's own client, beside what it costs the relay.
  */
 import type pg from 'pg';
 import { name } from '../common.js';
 import { relayDrain } from '../relayDrain.js';
-import { distinctArms, type ArmFacts } from '../armFacts.js';
+import { distinctArms, referenceArm, type ArmFacts } from '../armFacts.js';
 import { row, type Row, type SectionResult } from '../report.js';
 import type { Series } from '../svg.js';
 import { load1 } from '../machine.js';
 import { fmt, median, percentileSeries, percentiles, type Percentiles } from '../util.js';
 import { latencyAt } from './latency.js';
+import { runReference, type ReferenceRun } from '../kafkaReference.js';
 
 const SECTION = '16. exactly-once';
 
@@ -38,8 +46,13 @@ export interface ExactlyOnceOptions {
 
 /** The exactly-once arms' --transaction-interval-ms (the default, named so the label says it). */
 const INTERVAL_MS = 100;
+/** The exactly-once arms' --exactly-once-units (the default, named so the label says it), and the comparison arm's. */
+const UNITS = 2;
+const MORE_UNITS = 8;
+/** The reference's retry.backoff.ms: Kafka's default is 100; the relay's units retry after 2, doubling (src/relay/transactionRetry.ts). */
+const REFERENCE_BACKOFF_MS = 2;
 
-type ArmKey = 'exactlyOnce' | 'kafkajs' | 'exactlyOnceDefault' | 'default';
+type ArmKey = 'exactlyOnce' | 'kafkajs' | 'exactlyOnceDefault' | 'exactlyOnceMoreUnits' | 'default';
 
 interface Arm {
   key: ArmKey;
@@ -53,17 +66,23 @@ interface Arm {
 const ARMS: Arm[] = [
   {
     key: 'exactlyOnceDefault',
-    label: `exactly-once (default, platformatic, interval ${INTERVAL_MS} ms)`,
+    label: `exactly-once (default, platformatic, ${UNITS} units, interval ${INTERVAL_MS} ms)`,
     via: 'platformatic transaction',
-    options: () => ({ producer: 'platformatic', delivery: 'exactly-once', transactionalIdPrefix: name('bench-eos'), transactionIntervalMs: INTERVAL_MS }),
+    options: () => ({ producer: 'platformatic', delivery: 'exactly-once', transactionalIdPrefix: name('bench-eos'), transactionIntervalMs: INTERVAL_MS, exactlyOnceUnits: UNITS }),
+  },
+  {
+    key: 'exactlyOnceMoreUnits',
+    label: `exactly-once (platformatic, ${MORE_UNITS} units, interval ${INTERVAL_MS} ms)`,
+    via: 'platformatic transaction',
+    options: () => ({ producer: 'platformatic', delivery: 'exactly-once', transactionalIdPrefix: name('bench-eos'), transactionIntervalMs: INTERVAL_MS, exactlyOnceUnits: MORE_UNITS }),
   },
   {
     key: 'exactlyOnce',
-    label: `exactly-once (kafkajs, interval ${INTERVAL_MS} ms)`,
+    label: `exactly-once (kafkajs, ${UNITS} units, interval ${INTERVAL_MS} ms)`,
     via: 'kafkajs transaction',
     // Fresh each run, as the mode asks one prefix per outbox database: no arm shares
     // even the progress topic of another.
-    options: () => ({ producer: 'kafkajs', delivery: 'exactly-once', transactionalIdPrefix: name('bench-eos'), transactionIntervalMs: INTERVAL_MS }),
+    options: () => ({ producer: 'kafkajs', delivery: 'exactly-once', transactionalIdPrefix: name('bench-eos'), transactionIntervalMs: INTERVAL_MS, exactlyOnceUnits: UNITS }),
   },
   { key: 'kafkajs', label: 'at-least-once (kafkajs)', via: 'kafkajs', options: () => ({ producer: 'kafkajs' }) },
   // Named: bench/child.ts hands the relay a kafkajs client, which would otherwise publish.
@@ -106,20 +125,32 @@ export interface ExactlyOnceData {
   rounds: number;
   rates: number[];
   intervalMs: number;
+  units: number;
   drain: Record<ArmKey, ArmDrain>;
   /** Per offered rate (its text), per arm; the reader's figures at the last rate only. */
   latency: Record<string, Record<ArmKey, ArmLatency>>;
+  /** Per offered rate (its text): Kafka's own producer, arrival → acknowledged or committed, the rounds' rows pooled. */
+  reference: Record<string, ReferenceLatency>;
+}
+
+export interface ReferenceLatency {
+  client: string;
+  retryBackoffMs: number;
+  acks: Percentiles & { rows: number };
+  transactions: Percentiles & { rows: number; transactions: number };
+  transactionsMoreUnits: Percentiles & { rows: number; transactions: number };
 }
 
 const f = (x: Percentiles): string => `p50 ${fmt(x.p50, 1)} / p95 ${fmt(x.p95, 1)} / p99 ${fmt(x.p99, 1)} ms`;
 
 /** Per arm, a list each, filled as the runs come in. */
-const perArm = <T>(): Record<ArmKey, T[]> => ({ exactlyOnce: [], kafkajs: [], exactlyOnceDefault: [], default: [] });
+const perArm = <T>(): Record<ArmKey, T[]> => ({ exactlyOnce: [], kafkajs: [], exactlyOnceDefault: [], exactlyOnceMoreUnits: [], default: [] });
 
-/** Each exactly-once arm and the at-least-once arm of its client. */
+/** Each exactly-once arm and the at-least-once arm of its client; the targets are the default units'. */
 const PAIRS = [
-  { eos: 'exactlyOnceDefault', base: 'default' },
-  { eos: 'exactlyOnce', base: 'kafkajs' },
+  { eos: 'exactlyOnceDefault', base: 'default', targets: true },
+  { eos: 'exactlyOnce', base: 'kafkajs', targets: true },
+  { eos: 'exactlyOnceMoreUnits', base: 'default', targets: false },
 ] as const;
 const DRAIN_TARGET = 0.85;
 const CPU_TARGET = 1.2;
@@ -155,6 +186,7 @@ export async function exactlyOnce(pool: pg.Pool, o: ExactlyOnceOptions): Promise
   // trial (so the reader gets runs of its own, one round, at the last rate: what a reader
   // sees, for context).
   const latency: Record<string, Record<ArmKey, ArmLatency>> = {};
+  const reference: Record<string, ReferenceLatency> = {};
   const readerRate = o.rates[o.rates.length - 1]!;
   let lastAcks = perArm<number>();
   let lastReads = perArm<number>();
@@ -186,6 +218,7 @@ export async function exactlyOnce(pool: pg.Pool, o: ExactlyOnceOptions): Promise
       lastAcks = acks;
       lastReads = reads;
     }
+    reference[String(rate)] = await referenceAt(rate, o);
     latency[String(rate)] = Object.fromEntries(
       ARMS.map((a) => {
         const ack = acks[a.key].sort((x, y) => x - y);
@@ -196,22 +229,30 @@ export async function exactlyOnce(pool: pg.Pool, o: ExactlyOnceOptions): Promise
   }
 
   const rows: Row[] = [];
-  const add = (arms: ArmKey[], kind: keyof typeof loads, what: string, value: string, target?: string, met?: boolean): void => {
-    const r = row(SECTION, what, value, target, met, distinctArms(arms.flatMap((a) => ran[kind][a])));
+  // Kafka's own Java client, the reference's rows' arm.
+  const javaArm = referenceArm(reference[String(o.rates[0])]!.client.replace(/^kafka-clients /, ''));
+  const add = (arms: ArmKey[], kind: keyof typeof loads | 'reference', what: string, value: string, target?: string, met?: boolean, withReference = false): void => {
+    if (kind === 'reference') {
+      rows.push(row(SECTION, what, value, target, met, [javaArm]));
+      return;
+    }
+    const r = row(SECTION, what, value, target, met, [...distinctArms(arms.flatMap((a) => ran[kind][a])), ...(withReference ? [javaArm] : [])]);
     r.load1 = Math.max(...arms.flatMap((a) => loads[kind][a]));
     rows.push(r);
   };
+  // The comparison arm's rows carry no target: the targets are the default's.
+  const target = (on: boolean, text: string, met: boolean): [string?, boolean?] => (on ? [text, met] : []);
   const labelOf = (k: ArmKey): string => ARMS.find((a) => a.key === k)!.label;
   const each = o.rounds > 1 ? `, median of ${o.rounds}` : '';
   for (const a of ARMS) {
     const d = drain[a.key];
     add([a.key], 'drain', `drain ${fmt(o.rows)} rows, ${a.label}${each}`, `${fmt(d.rowsPerSecond)} rows/s; relay process CPU-s per 100k rows ${fmt(d.processCpuPer100k, 2)}`);
   }
-  for (const { eos, base } of PAIRS) {
+  for (const { eos, base, targets } of PAIRS) {
     const ratio = drain[eos].rowsPerSecond / drain[base].rowsPerSecond;
     const cpu = drain[eos].processCpuPer100k / drain[base].processCpuPer100k;
-    add([eos, base], 'drain', `drain, ${labelOf(eos)} / ${labelOf(base)}: rows/s`, fmt(ratio, 2), `≥ ${DRAIN_TARGET}`, ratio >= DRAIN_TARGET);
-    add([eos, base], 'drain', `drain, ${labelOf(eos)} / ${labelOf(base)}: relay process CPU-s per row`, fmt(cpu, 2), `≤ ${CPU_TARGET}`, cpu <= CPU_TARGET);
+    add([eos, base], 'drain', `drain, ${labelOf(eos)} / ${labelOf(base)}: rows/s`, fmt(ratio, 2), ...target(targets, `≥ ${DRAIN_TARGET}`, ratio >= DRAIN_TARGET));
+    add([eos, base], 'drain', `drain, ${labelOf(eos)} / ${labelOf(base)}: relay process CPU-s per row`, fmt(cpu, 2), ...target(targets, `≤ ${CPU_TARGET}`, cpu <= CPU_TARGET));
   }
 
   // Exactly-once's ack is the transaction's commit answered (bench/child.ts records it
@@ -228,12 +269,22 @@ export async function exactlyOnce(pool: pg.Pool, o: ExactlyOnceOptions): Promise
       const achievedAll = l.achieved.map((x) => fmt(x)).join(', ');
       add([a.key], 'ack', `${fmt(rate)} rows/s offered (${achievedAll} achieved; ${rounds}${fmt(l.rows)} rows), relay alone, ${a.label}: commit → Kafka ack${a.via.endsWith('transaction') ? ' (transaction committed)' : ''}`, f(l.ack));
     }
-    for (const { eos, base } of PAIRS) {
+    for (const { eos, base, targets } of PAIRS) {
       const over = at[eos].ack.p50 - at[base].ack.p50;
-      add([eos, base], 'ack', `${fmt(rate)} rows/s: commit → ack p50, ${labelOf(eos)} − ${labelOf(base)}`, `${fmt(over, 1)} ms`, `≤ ${INTERVAL_MS + P50_SLACK_MS} ms (interval + ${P50_SLACK_MS})`, over <= INTERVAL_MS + P50_SLACK_MS);
+      add([eos, base], 'ack', `${fmt(rate)} rows/s: commit → ack p50, ${labelOf(eos)} − ${labelOf(base)}`, `${fmt(over, 1)} ms`, ...target(targets, `≤ ${INTERVAL_MS + P50_SLACK_MS} ms (interval + ${P50_SLACK_MS})`, over <= INTERVAL_MS + P50_SLACK_MS));
       const ratio = at[eos].ack.p99 / at[base].ack.p99;
-      add([eos, base], 'ack', `${fmt(rate)} rows/s: commit → ack p99, ${labelOf(eos)} / ${labelOf(base)}`, fmt(ratio, 2), `≤ ${P99_TARGET}`, ratio <= P99_TARGET);
+      add([eos, base], 'ack', `${fmt(rate)} rows/s: commit → ack p99, ${labelOf(eos)} / ${labelOf(base)}`, fmt(ratio, 2), ...target(targets, `≤ ${P99_TARGET}`, ratio <= P99_TARGET));
     }
+    // Kafka's own producer at the same rate: what a transaction costs on this broker without Postgres.
+    const ref = reference[String(rate)]!;
+    const kc = ref.client;
+    const refWhat = `${fmt(rate)} rows/s offered, Kafka's own producer (${kc}), no Postgres`;
+    add([], 'reference', `${refWhat}, ${UNITS} units, acks=all: arrival → acknowledged (${fmt(ref.acks.rows)} rows)`, f(ref.acks));
+    add([], 'reference', `${refWhat}, ${UNITS} units, a transaction per unit's waiting rows, retry.backoff.ms ${ref.retryBackoffMs}: arrival → commit returned (${fmt(ref.transactions.rows)} rows, ${fmt(ref.transactions.transactions)} transactions)`, f(ref.transactions));
+    add([], 'reference', `${refWhat}, ${MORE_UNITS} units, the same: arrival → commit returned (${fmt(ref.transactionsMoreUnits.rows)} rows, ${fmt(ref.transactionsMoreUnits.transactions)} transactions)`, f(ref.transactionsMoreUnits));
+    const relayAdded = at.exactlyOnceDefault.ack.p99 - at.default.ack.p99;
+    const refAdded = ref.transactions.p99 - ref.acks.p99;
+    add(['exactlyOnceDefault', 'default'], 'ack', `${fmt(rate)} rows/s: p99 that transactions add over acknowledged sends at ${UNITS} units, the relay (${labelOf('exactlyOnceDefault')} − ${labelOf('default')}) / Kafka's own producer without Postgres (${kc})`, `${fmt(relayAdded, 1)} / ${fmt(refAdded, 1)} ms`, undefined, undefined, true);
   }
   const atReader = latency[String(readerRate)]!;
   for (const a of ARMS) {
@@ -248,8 +299,26 @@ export async function exactlyOnce(pool: pg.Pool, o: ExactlyOnceOptions): Promise
     { name: `${a.label}: commit → reader`, points: percentileSeries(lastReads[a.key]) },
   ]);
   return {
-    data: { rows: o.rows, rounds: o.rounds, rates: o.rates, intervalMs: INTERVAL_MS, drain, latency },
+    data: { rows: o.rows, rounds: o.rounds, rates: o.rates, intervalMs: INTERVAL_MS, units: UNITS, drain, latency, reference },
     rows,
     plots: [{ file: 'exactly-once-latency.svg', chart: { title: `Exactly-once against at-least-once at ${fmt(readerRate)} rows/s offered`, xLabel: 'percentile', yLabel: 'ms', series } }],
   };
+}
+
+/** Kafka's own producer at `rate`, each mode once per round, the rounds' rows pooled (bench/kafkaReference.ts checks each run). */
+async function referenceAt(rate: number, o: ExactlyOnceOptions): Promise<ReferenceLatency> {
+  const runs: Record<'acks' | 'transactions' | 'transactionsMoreUnits', ReferenceRun[]> = { acks: [], transactions: [], transactionsMoreUnits: [] };
+  for (let r = 0; r < o.rounds; r++) {
+    const run = (mode: ReferenceRun['mode'], units: number): Promise<ReferenceRun> => runReference({ rate, seconds: o.latencySeconds, mode, units, retryBackoffMs: REFERENCE_BACKOFF_MS });
+    runs.acks.push(await run('acks', UNITS));
+    runs.transactions.push(await run('transactions', UNITS));
+    runs.transactionsMoreUnits.push(await run('transactions', MORE_UNITS));
+  }
+  const pooled = (list: ReferenceRun[]) => ({
+    ...percentiles(list.flatMap((x) => x.latencies).sort((a, b) => a - b)),
+    rows: list.reduce((n, x) => n + x.rows, 0),
+    transactions: list.reduce((n, x) => n + x.transactions, 0),
+  });
+  const { transactions: _, ...acks } = pooled(runs.acks);
+  return { client: runs.acks[0]!.client, retryBackoffMs: REFERENCE_BACKOFF_MS, acks, transactions: pooled(runs.transactions), transactionsMoreUnits: pooled(runs.transactionsMoreUnits) };
 }

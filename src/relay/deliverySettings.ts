@@ -60,6 +60,17 @@ export const transactionIntervalMs = settings.integer({
   max: 10_000,
 });
 
+export const exactlyOnceUnits = settings.integer({
+  option: 'exactlyOnceUnits',
+  flag: '--exactly-once-units',
+  env: 'OUTBOX_EXACTLY_ONCE_UNITS',
+  description:
+    "Exactly-once mode: units of shards, each with its own Kafka transactional id, worker and transaction at a time; at most this many relays publish at once. Fewer units, fewer concurrent transactions for Kafka to coordinate: at a steady rate each carries more rows and commits sooner (docs/exactly-once.md). Every relay of a prefix uses the same count (its progress topic has one partition per unit).",
+  defaultValue: 2,
+  min: 1,
+  max: 64,
+});
+
 /** What exactly-once delivery needs of the other options (docs/exactly-once.md). */
 export function checkExactlyOnce(o: { transactionalIdPrefix: string; transactionIntervalMs: number; transactionTimeoutMs: number }): void {
   if (o.transactionIntervalMs * 2 > o.transactionTimeoutMs) {

@@ -6,7 +6,6 @@ import { TransactionalUnit } from './transactionalUnit.js';
 import { PlatformaticUnit } from './platformaticUnit.js';
 import { ProgressCommitter } from './progressCommit.js';
 import type { ExactlyOnceUnit } from './exactlyOnceUnit.js';
-import { UNIT_COUNT } from './units.js';
 import { guardLibraryCall } from '../shared/libraryGuard.js';
 import { ProgressReader } from './progressReader.js';
 import { innermost, kafkaErrorType } from './publishErrors.js';
@@ -73,7 +72,7 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
   // One per unit, each with its own connection: a broker answers a connection's requests
   // one at a time, and the units' progress commits queued behind each other on a shared one.
   const committers =
-    o.producer === 'platformatic' ? Array.from({ length: UNIT_COUNT }, () => new ProgressCommitter(o, progress, names.progressGroup, names.progressTopic)) : undefined;
+    o.producer === 'platformatic' ? Array.from({ length: o.exactlyOnceUnits }, () => new ProgressCommitter(o, progress, names.progressGroup, names.progressTopic)) : undefined;
   const close = async (): Promise<void> => {
     await metadata.close();
     await Promise.all((committers ?? []).map((c) => c.close()));
@@ -83,7 +82,7 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
   try {
     await guarded('admin.connect', () => admin.connect());
     const maxProgressChars = await checkBrokerSettings(admin, o, logger);
-    await ensureProgressTopic(admin, names.progressTopic);
+    await ensureProgressTopic(admin, names.progressTopic, o.exactlyOnceUnits);
     await checkTransactionalIds(kafka, progress, `${o.transactionalIdPrefix}.${o.schema}.start-check.${instanceId}`, o.transactionTimeoutMs);
     await checkProgressGroup(progress, names);
     let announced = false;
@@ -92,8 +91,8 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
       announced = true;
       logger.info({ producer: o.producer, delivery: 'exactly-once' }, 'producer adapter publishing');
     };
-    logger.info({ progressTopic: names.progressTopic, progressGroup: names.progressGroup, transactionalIds: names.transactionalId(0).replace(/0$/, '*'), units: UNIT_COUNT }, 'exactly-once delivery: Kafka checks passed');
-    const units = Array.from({ length: UNIT_COUNT }, (_, unit): ExactlyOnceUnit =>
+    logger.info({ progressTopic: names.progressTopic, progressGroup: names.progressGroup, transactionalIds: names.transactionalId(0).replace(/0$/, '*'), units: o.exactlyOnceUnits }, 'exactly-once delivery: Kafka checks passed');
+    const units = Array.from({ length: o.exactlyOnceUnits }, (_, unit): ExactlyOnceUnit =>
       committers
         ? new PlatformaticUnit({
             client: o,
@@ -189,7 +188,7 @@ async function checkBrokerSettings(admin: Admin, o: ResolvedRelayOptions, logger
 }
 
 /** The progress topic, one partition per unit: created when missing, refused when of another size. */
-async function ensureProgressTopic(admin: Admin, topic: string): Promise<void> {
+async function ensureProgressTopic(admin: Admin, topic: string, units: number): Promise<void> {
   const partitions = async (): Promise<number | undefined> => {
     try {
       const { topics } = await guarded('admin.fetchTopicMetadata', () => admin.fetchTopicMetadata({ topics: [topic] }));
@@ -202,7 +201,7 @@ async function ensureProgressTopic(admin: Admin, topic: string): Promise<void> {
   let count = await partitions();
   if (count === undefined) {
     try {
-      await guarded('admin.createTopics', () => admin.createTopics({ topics: [{ topic, numPartitions: UNIT_COUNT }], waitForLeaders: true }));
+      await guarded('admin.createTopics', () => admin.createTopics({ topics: [{ topic, numPartitions: units }], waitForLeaders: true }));
     } catch (error) {
       const type = (error as { type?: string }).type;
       // Another relay created it meanwhile: fine. Refused: the operator creates it. Else
@@ -210,7 +209,7 @@ async function ensureProgressTopic(admin: Admin, topic: string): Promise<void> {
       if (type !== 'TOPIC_ALREADY_EXISTS' && !/already exists/i.test(describeError(error))) {
         if (!refusedForGood(error)) throw error;
         throw new ExactlyOnceRefused(
-          `the progress topic ${JSON.stringify(topic)} does not exist and could not be created (${describeError(error)}): create it with ${UNIT_COUNT} partitions, or allow CREATE on it`,
+          `the progress topic ${JSON.stringify(topic)} does not exist and could not be created (${describeError(error)}): create it with ${units} partitions (--exactly-once-units), or allow CREATE on it`,
           error,
         );
       }
@@ -224,8 +223,11 @@ async function ensureProgressTopic(admin: Admin, topic: string): Promise<void> {
     count = await partitions();
   }
   if (!count) throw new OutboxError(`the progress topic ${JSON.stringify(topic)} shows no partitions yet`, { retriable: true });
-  if (count !== UNIT_COUNT) {
-    throw new ExactlyOnceRefused(`the progress topic ${JSON.stringify(topic)} has ${count ?? 'no'} partitions; it needs ${UNIT_COUNT}, one per unit of shards (is the prefix another tool's?)`);
+  if (count !== units) {
+    throw new ExactlyOnceRefused(
+      `the progress topic ${JSON.stringify(topic)} has ${count} partitions, one per unit of shards of the relays that created it, and --exactly-once-units is ${units}: ` +
+        `every relay of a prefix must cut the shards into the same units. Set --exactly-once-units ${count}; or, to change the count, stop every relay of the prefix (a soft stop, which finishes its transactions) and start them all under a new --transactional-id-prefix (docs/exactly-once.md#units)`,
+    );
   }
 }
 

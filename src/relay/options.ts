@@ -6,9 +6,9 @@ import { silentLogger, type Logger } from '../shared/logger.js';
 import { kafkaSecurityConfig, type KafkaSecurityOptions } from '../shared/kafkaSecurity.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
 import { assertPlatformaticInstalled } from './platformaticPackage.js';
-import { checkExactlyOnce, delivery, producer, transactionalIdPrefix, transactionIntervalMs, transactionTimeoutMs } from './deliverySettings.js';
+import { checkExactlyOnce, delivery, exactlyOnceUnits, producer, transactionalIdPrefix, transactionIntervalMs, transactionTimeoutMs } from './deliverySettings.js';
 
-export { delivery, producer, transactionalIdPrefix, transactionIntervalMs, transactionTimeoutMs } from './deliverySettings.js';
+export { delivery, exactlyOnceUnits, producer, transactionalIdPrefix, transactionIntervalMs, transactionTimeoutMs } from './deliverySettings.js';
 
 // The relay's options: their types, the user-facing settings behind them (flag,
 // environment, default, accepted values), and their validation.
@@ -123,6 +123,13 @@ export interface RelayOptions extends KafkaSecurityOptions {
    * row waits up to about this much longer for its commit (docs/exactly-once.md).
    */
   transactionIntervalMs?: number;
+  /**
+   * Exactly-once mode: units of shards (default 2), each under its own transactional id,
+   * published by one worker, one transaction at a time; at most this many relays publish
+   * at once. Every relay of a prefix must use the same count: a relay whose count differs
+   * from the progress topic's partitions is refused at start (docs/exactly-once.md#units).
+   */
+  exactlyOnceUnits?: number;
   logger?: Logger;
   /** Use this kafkajs client instead of building one from kafkaBrokers. */
   kafka?: Kafka;
@@ -338,6 +345,7 @@ export const RELAY_SETTINGS = [
   transactionalIdPrefix,
   transactionTimeoutMs,
   transactionIntervalMs,
+  exactlyOnceUnits,
   partitionMaintenanceIntervalMs,
   partitionsAhead,
   relayPartitionRetention,
@@ -400,6 +408,7 @@ export function resolveRelayOptions(options: RelayOptions | ResolvedRelayOptions
     transactionalIdPrefix: settings.optionValue(transactionalIdPrefix, options.transactionalIdPrefix),
     transactionTimeoutMs: settings.optionValue(transactionTimeoutMs, options.transactionTimeoutMs),
     transactionIntervalMs: settings.optionValue(transactionIntervalMs, options.transactionIntervalMs),
+    exactlyOnceUnits: settings.optionValue(exactlyOnceUnits, options.exactlyOnceUnits),
     partitionMaintenanceIntervalMs: settings.optionValue(partitionMaintenanceIntervalMs, options.partitionMaintenanceIntervalMs),
     partitionsAhead: settings.optionValue(partitionsAhead, options.partitionsAhead),
     partitionRetention: settings.optionValue(relayPartitionRetention, options.partitionRetention),

@@ -30,7 +30,7 @@ import type { RelayEvents } from './relayEvents.js';
 import { publishRelayStarted } from '../shared/diagnostics.js';
 import { poolerRefused, probePooler } from './poolerProbe.js';
 import { setUpExactlyOnce, type ExactlyOnce } from './exactlyOnceSetup.js';
-import { UNIT_COUNT, wantedUnitShards } from './units.js';
+import { wantedUnitShards } from './units.js';
 import { wantedShards } from './shards.js';
 import { installLibraryGuard, runAsLibraryGuardOwner } from '../shared/libraryGuard.js';
 import { guardPoolCalls } from '../shared/guardedPool.js';
@@ -112,7 +112,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       this.options.leaseTtlMs,
       this.logger,
       () => (this.breaker.openedAtMs === undefined ? null : new Date(this.breaker.openedAtMs)),
-      this.exactlyOnceMode ? wantedUnitShards : wantedShards,
+      this.exactlyOnceMode ? wantedUnitShards(this.options.exactlyOnceUnits) : wantedShards,
     );
     this.flow = new FlowRecorder(this.quotedSchema, this.instanceId);
     // Counted from the relay's own events, after commit: the batch's path is unchanged.
@@ -127,7 +127,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
   /** Concurrent batch runners: batchesInFlight, or one per unit in exactly-once mode. */
   private get workerCount(): number {
-    return this.exactlyOnceMode ? UNIT_COUNT : this.options.batchesInFlight;
+    return this.exactlyOnceMode ? this.options.exactlyOnceUnits : this.options.batchesInFlight;
   }
 
   /** Prefix of the application_name of every connection: how a successor finds them. */
@@ -232,7 +232,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.loops = [runHorizonLoop(rt), runMembershipLoop(rt), runBreakerLoop(rt), runPartitionLoop(rt), ...this.workers.map((w) => runWorkerLoop(rt, w))];
     // Before the log line: whoever waits for the line (a test harness that then SIGKILLs
     // the process) must find the diagnostics message's subscribers done.
-    publishRelayStarted({ producer: this.producer.adapter, schema: o.schema, delivery: o.delivery });
+    publishRelayStarted({ producer: this.producer.adapter, schema: o.schema, delivery: o.delivery, ...(this.exactlyOnceMode && { units: o.exactlyOnceUnits }) });
     this.logger.info(
       {
         database: describeDatabase(o.databaseUrl),

@@ -1,4 +1,3 @@
-import { UNIT_COUNT } from './units.js';
 import type { Kafka } from 'kafkajs';
 import { createKafka } from '../shared/kafka.js';
 import { ConfigError, describeError } from '../shared/errors.js';
@@ -133,7 +132,7 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
         ...(o.delivery !== undefined ? { delivery: o.delivery } : {}),
         logger: (options.logger ?? silentLogger()).child({ outbox: o.name }),
       });
-      total += connectionsPerOutbox(resolved.delivery === 'exactly-once' ? UNIT_COUNT : resolved.batchesInFlight);
+      total += connectionsPerOutbox(resolved.delivery === 'exactly-once' ? resolved.exactlyOnceUnits : resolved.batchesInFlight);
       this.relayOptions.set(o.name, resolved);
     }
     refuseSharedTransactionalIds(outboxes, this.relayOptions);

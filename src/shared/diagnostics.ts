@@ -15,6 +15,8 @@ export interface RelayStartedMessage {
   schema: string;
   /** `at-least-once` or `exactly-once` (the relay's `delivery` option). */
   delivery: string;
+  /** Exactly-once mode: its units of shards (the `exactlyOnceUnits` option). */
+  units?: number;
 }
 
 const relayStarted = diagnosticsChannel.channel(RELAY_STARTED_CHANNEL);

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { labelProblem, type ArmFacts } from '../../bench/armFacts.js';
+import { labelProblem, referenceArm, type ArmFacts } from '../../bench/armFacts.js';
 import { problemWith, stampArms } from '../../bench/harness.js';
 import { renderBlock, RAN_NOTES } from '../../bench/tables.js';
 import type { Row } from '../../bench/report.js';
@@ -41,6 +41,21 @@ test('the delivery mode: a label saying exactly-once needs an arm that ran it, a
   assert.match(labelProblem('drain, exactly-once (kafkajs)', [relayKafkajs]) ?? '', /says exactly-once, which no arm of it ran/);
   assert.match(labelProblem('drain, at-least-once (kafkajs)', [relayExactlyOnce]) ?? '', /ran exactly-once, which the label does not say/);
   assert.equal(labelProblem('drain, exactly-once (kafkajs) / at-least-once (default, platformatic)', [relayExactlyOnce, relayPlatformatic]), undefined);
+});
+
+test('exactly-once units: a label naming N units needs every exactly-once arm of it to have run N', () => {
+  const two = { ...relayExactlyOnce, units: 2 };
+  const eight = { ...relayExactlyOnce, units: 8 };
+  assert.equal(labelProblem('drain, exactly-once (kafkajs, 2 units, interval 100 ms) / at-least-once (kafkajs)', [two, relayKafkajs]), undefined);
+  assert.match(labelProblem('drain, exactly-once (kafkajs, 2 units, interval 100 ms)', [eight]) ?? '', /names 2 units, an arm ran 8/);
+  assert.match(labelProblem('drain, exactly-once (kafkajs, 2 units, interval 100 ms)', [two, relayExactlyOnce]) ?? '', /names 2 units, an arm ran an unknown number of/);
+});
+
+test("the reference: a label naming Kafka's own client (kafka-clients) needs its arm, and the arm a label naming it", () => {
+  const java = referenceArm('3.9.1');
+  assert.equal(labelProblem("1,000 rows/s offered, Kafka's own producer (kafka-clients 3.9.1), 2 units", [java]), undefined);
+  assert.match(labelProblem("1,000 rows/s offered, Kafka's own producer (kafka-clients 3.9.1), 2 units", [relayKafkajs]) ?? '', /names kafka-clients, which no arm of it ran/);
+  assert.match(labelProblem('drain, at-least-once (kafkajs)', [relayKafkajs, java]) ?? '', /kafka-clients ran but the label names only kafkajs/);
 });
 
 test("the harness: a section with a mislabelled row is a problem (the run exits 1); rows without arms of their own get the section's", () => {

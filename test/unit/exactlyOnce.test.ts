@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { decodeProgress, encodeProgress, progressPrefixFitting } from '../../src/relay/progress.js';
-import { UNIT_COUNT, unitOf, unitShards, wantedUnitShards } from '../../src/relay/units.js';
+import { unitShards, wantedUnitShards } from '../../src/relay/units.js';
 import { transactionRetryDelayMs } from '../../src/relay/transactionRetry.js';
 import { SHARD_COUNT } from '../../src/relay/shards.js';
 import { resolveRelayOptions } from '../../src/relay/options.js';
@@ -19,8 +19,8 @@ test('a progress record gives back the ids it was made of, small and huge, and s
   assert.deepEqual(decodeProgress(''), []);
   assert.throws(() => decodeProgress('hello'), TypeError);
   assert.throws(() => encodeProgress([3, 2]), RangeError);
-  // A unit's 500-row batch: ids about UNIT_COUNT apart, far below Kafka's 4,096 characters.
-  const batch = Array.from({ length: 500 }, (_, i) => 10_000_000 + i * UNIT_COUNT);
+  // A unit's 500-row batch: ids at most about 64 apart (the most units), far below Kafka's 4,096 characters.
+  const batch = Array.from({ length: 500 }, (_, i) => 10_000_000 + i * 64);
   assert.ok(encodeProgress(batch).length < 1_000, `${encodeProgress(batch).length} characters`);
   // Ids far apart take more room: the prefix that fits is what one transaction carries.
   const sparse = Array.from({ length: 1_000 }, (_, i) => i * 2 ** 40);
@@ -30,15 +30,26 @@ test('a progress record gives back the ids it was made of, small and huge, and s
   assert.ok(encodeProgress(sparse.slice(0, fits + 1)).length > 4_096);
 });
 
-test('units cut the shards into contiguous whole ranges, and relays want whole units, all of them once', () => {
-  const all = Array.from({ length: UNIT_COUNT }, (_, u) => unitShards(u)).flat();
-  assert.deepEqual(all, Array.from({ length: SHARD_COUNT }, (_, s) => s));
-  for (let s = 0; s < SHARD_COUNT; s++) assert.ok(unitShards(unitOf(s)).includes(s));
-  for (const n of [1, 2, 3, 5, 8, 9]) {
-    const wanted = Array.from({ length: n }, (_, i) => wantedUnitShards(i, n));
-    assert.equal(wanted.reduce((sum, w) => sum + w.size, 0), SHARD_COUNT, `${n} relays: every shard wanted once`);
-    for (const w of wanted) for (const s of w) assert.ok(unitShards(unitOf(s)).every((t) => w.has(t)), `${n} relays: units stay whole`);
+test('units cut the shards into contiguous whole ranges, and relays want whole units, all of them once, for any unit count', () => {
+  for (const units of [1, 2, 3, 8, 64]) {
+    const cut = Array.from({ length: units }, (_, u) => unitShards(u, units));
+    assert.deepEqual(cut.flat(), Array.from({ length: SHARD_COUNT }, (_, s) => s), `${units} units: every shard once, in order`);
+    assert.ok(cut.every((shards) => shards.length > 0), `${units} units: none empty`);
+    const unitOf = (shard: number): number => cut.findIndex((shards) => shards.includes(shard));
+    for (const n of [1, 2, 3, 5, 8, 9]) {
+      const wanted = Array.from({ length: n }, (_, i) => wantedUnitShards(units)(i, n));
+      assert.equal(wanted.reduce((sum, w) => sum + w.size, 0), SHARD_COUNT, `${units} units, ${n} relays: every shard wanted once`);
+      for (const w of wanted) for (const s of w) assert.ok(cut[unitOf(s)]!.every((t) => w.has(t)), `${units} units, ${n} relays: units stay whole`);
+    }
   }
+});
+
+test('exactly-once units default to 2 and take 1 to 64, refused outside with the flag named', () => {
+  const base = { databaseUrl: 'postgres://localhost/db', kafkaBrokers: ['localhost:9092'], delivery: 'exactly-once' as const, transactionalIdPrefix: 'orders' };
+  assert.equal(resolveRelayOptions(base).exactlyOnceUnits, 2);
+  assert.equal(resolveRelayOptions({ ...base, exactlyOnceUnits: 1 }).exactlyOnceUnits, 1);
+  assert.equal(resolveRelayOptions({ ...base, exactlyOnceUnits: 64 }).exactlyOnceUnits, 64);
+  for (const bad of [0, 65, 2.5]) assert.throws(() => resolveRelayOptions({ ...base, exactlyOnceUnits: bad }), (e: Error) => e instanceof ConfigError && /exactlyOnceUnits/.test(e.message), String(bad));
 });
 
 test('exactly-once delivery takes either client, the default one included, and refuses a missing transactional id prefix, naming what to set', () => {
