@@ -23,6 +23,8 @@ import type { RelayOptions } from '../src/relay/options.js';
 import { createConsumer } from '../src/consumer/consumer.js';
 import { createLogger, silentLogger } from '../src/shared/logger.js';
 import { armHere, onConsumerStarted, onRelayStarted, type ArmFacts } from './armFacts.js';
+import diagnosticsChannel from 'node:diagnostics_channel';
+import { PROGRESS_READ_CHANNEL } from '../src/relay/exactlyOnceUnit.js';
 
 const mode = process.argv[2];
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -40,7 +42,16 @@ let peakRss = 0;
  * rows acknowledged through each recording below, so the parent can tell which client and
  * which mode actually published.
  */
-const timing = { sendMs: 0, sends: 0, batchMs: 0, batches: 0, ackedVia: { kafkajs: 0, 'kafkajs transaction': 0, platformatic: 0, 'platformatic transaction': 0 } };
+const timing = {
+  sendMs: 0,
+  sends: 0,
+  batchMs: 0,
+  batches: 0,
+  ackedVia: { kafkajs: 0, 'kafkajs transaction': 0, platformatic: 0, 'platformatic transaction': 0 },
+  /** Exactly-once: rows a restarted unit marked sent from its progress (their commit's answer was lost to an error), and failed batches. */
+  markedFromProgress: 0,
+  batchErrors: 0,
+};
 function report(): void {
   flushTimer = undefined;
   const rss = process.memoryUsage.rss();
@@ -54,7 +65,10 @@ function report(): void {
 // 200 ms cost it about as much as its own idle work). Peak RSS comes from the kernel at
 // the end, so it needs no sampling between lines.
 let flushTimer: NodeJS.Timeout | undefined;
+/** Every id acknowledged so far (exactly-once: a unit's progress may name rows already counted). */
+const acked = new Set<number>();
 function ack(id: number, t: number): void {
+  acked.add(id);
   acks.push([id, t]);
   flushTimer ??= setTimeout(report, 200);
 }
@@ -169,10 +183,23 @@ async function main(): Promise<void> {
       kafkaBrokers: brokers,
       schema,
       kafka: recordingKafka(),
-      logger: createLogger('warn'),
+      // On stderr, which the bench passes through: stdout carries the child's JSON lines.
+      logger: createLogger('warn', process.stderr),
       ...options,
       producer,
     });
+    // A unit whose Kafka commit went through but whose answer was lost (an error, a timeout)
+    // starts again and marks the rows its progress names sent: delivered, by a commit no
+    // recording above saw. Counted when marked, once each, so a drain does not wait for them.
+    diagnosticsChannel.subscribe(PROGRESS_READ_CHANNEL, (message) => {
+      const fresh = (message as { ids: number[] }).ids.filter((id) => !acked.has(id));
+      if (fresh.length === 0) return;
+      const t = now();
+      timing.markedFromProgress += fresh.length;
+      timing.ackedVia[producer === 'kafkajs' ? 'kafkajs transaction' : 'platformatic transaction'] += fresh.length;
+      for (const id of fresh) ack(id, t);
+    });
+    relay.on('batchError', () => timing.batchErrors++);
     relay.on('batch', (b) => {
       // The batch's publish step as the relay timed it: its per-partition requests run at
       // once, so the sum of their durations would count the same wall time several times.

@@ -45,7 +45,7 @@ export interface Child {
   rss: Array<[number, number]>;
   peakRss: number;
   /** Relay: milliseconds in Kafka sends and in whole batches, summed, and rows acknowledged per client and mode (from its last line). */
-  timing?: { sendMs: number; sends: number; batchMs: number; batches: number; ackedVia: Record<string, number> };
+  timing?: { sendMs: number; sends: number; batchMs: number; batches: number; ackedVia: Record<string, number>; markedFromProgress: number; batchErrors: number };
   /** What the relay or consumer in it announced when it started (set when `ready` resolves). */
   ran?: ArmFacts;
   ready: Promise<void>;

@@ -29,6 +29,9 @@ export interface Drain {
   distinctAcked: number;
   /** Rows acknowledged per client and mode, as the relay child recorded them (bench/child.ts). */
   ackedVia: Record<string, number>;
+  /** Exactly-once: batches that failed, and rows a restarted unit marked sent from its progress (bench/child.ts). */
+  batchErrors: number;
+  markedFromProgress: number;
   /** What the relay reported it ran on (bench/armFacts.ts). */
   ran: ArmFacts;
 }
@@ -65,7 +68,7 @@ export async function relayDrain(pool: pg.Pool, backlog: number, label: string, 
       schema,
       async (r) => {
         const cpuAtReady = cpuSeconds(r.process.pid!);
-        await until(`${label} drained`, () => r.acks.length >= backlog, 1_800_000, 200);
+        await drained(pool, schema, label, () => r.acks.length, backlog);
         const cpuDrained = cpuSeconds(r.process.pid!);
         if (cpuAtReady !== undefined && cpuDrained !== undefined) processCpu = cpuDrained - cpuAtReady;
         await sleep(300); // the last RSS sample
@@ -76,7 +79,7 @@ export async function relayDrain(pool: pg.Pool, backlog: number, label: string, 
     if (!Number.isFinite(processCpu)) throw new Error(`${label}: no CPU reading of the relay process in /proc`);
     const rate = drainRate(relay.acks, backlog);
     const t0 = relay.acks.reduce((m, a) => Math.min(m, a[1]), Infinity);
-    const timing = relay.timing ?? { sendMs: NaN, sends: 0, batchMs: NaN, batches: 0, ackedVia: {} };
+    const timing = relay.timing ?? { sendMs: NaN, sends: 0, batchMs: NaN, batches: 0, ackedVia: {}, markedFromProgress: 0, batchErrors: 0 };
     return {
       rowsPerSecond: rate.rowsPerSecond,
       peakRss: relay.peakRss,
@@ -87,9 +90,38 @@ export async function relayDrain(pool: pg.Pool, backlog: number, label: string, 
       processCpuPer100k: (processCpu / backlog) * 100_000,
       distinctAcked: new Set(relay.acks.map((a) => a[0])).size,
       ackedVia: timing.ackedVia,
+      batchErrors: timing.batchErrors,
+      markedFromProgress: timing.markedFromProgress,
       ran: relay.ran!,
     };
   } finally {
     await drop();
   }
+}
+
+/**
+ * Until `backlog` rows were acknowledged (30 min at most). Fails within a minute when
+ * Postgres has no unsent row left and acknowledgements stay short: rows the relay marked
+ * sent that the child's recording never saw would otherwise hold the run for the 30 min.
+ */
+async function drained(pool: pg.Pool, schema: string, label: string, acked: () => number, backlog: number): Promise<void> {
+  let allSentSinceMs: number | undefined;
+  let checkedAtMs = 0;
+  await until(
+    `${label} drained`,
+    async () => {
+      if (acked() >= backlog) return true;
+      if (Date.now() - checkedAtMs < 5_000) return false;
+      checkedAtMs = Date.now();
+      const { rows } = await pool.query<{ unsent: string }>(`SELECT count(*) AS unsent FROM "${schema}".outbox WHERE sent_at IS NULL`);
+      if (Number(rows[0]!.unsent) > 0) allSentSinceMs = undefined;
+      else allSentSinceMs ??= Date.now();
+      if (allSentSinceMs !== undefined && Date.now() - allSentSinceMs > 60_000) {
+        throw new Error(`${label}: every row is marked sent, but the relay child recorded ${acked()} acknowledgements of ${backlog}`);
+      }
+      return false;
+    },
+    1_800_000,
+    200,
+  );
 }
