@@ -3,7 +3,7 @@ import { OutboxError } from '../shared/errors.js';
 import type { RelayMessage } from './message.js';
 import type { SendResult } from './messageProducer.js';
 import { partitionGroups, type PartitionGroup } from './partitioner.js';
-import { progressPrefixFitting } from './progress.js';
+import { encodeProgress, progressPrefixFitting } from './progress.js';
 
 // What the exactly-once units of either client share (docs/exactly-once.md): their
 // interface to the worker, the channels the fault suite listens on, and the choice of
@@ -76,6 +76,13 @@ export interface ExactlyOnceUnit {
    * rolls back and the unit is started again, which settles the transaction either way.
    */
   commit(): Promise<void>;
+  /**
+   * Whether the open transaction's progress record likely has room for `rows` more ids
+   * (an estimate from the ids it names so far). A batch claims again within the
+   * transaction only when it does: rows claimed beyond the record's room would wait,
+   * claimed for nothing, for the next batch.
+   */
+  roomFor(rows: number): boolean;
   /** Disconnect for good (the relay stops): a later start() refuses. */
   close(): Promise<void>;
 }
@@ -114,6 +121,14 @@ export class BatchProgress {
   reset(): void {
     this.ids = [];
     this.sends = [];
+  }
+
+  /** See {@link ExactlyOnceUnit.roomFor}: the record's length so far, and as many more ids at its average length per id, with a tenth to spare. */
+  roomFor(rows: number): boolean {
+    if (this.ids.length === 0) return true;
+    const used = encodeProgress(this.ids).length;
+    const perId = Math.max(used / this.ids.length, 4 / 3);
+    return used + rows * perId * 1.1 <= this.maxChars;
   }
 
   /** The ids the transaction's progress names, sorted. */

@@ -132,6 +132,10 @@ export class PlatformaticUnit implements ExactlyOnceUnit {
     return announceProgressRead(this.o.unit, decodeProgress(metadata));
   }
 
+  roomFor(rows: number): boolean {
+    return this.batch.roomFor(rows);
+  }
+
   beginBatch(): void {
     this.batch.reset();
   }

@@ -96,6 +96,10 @@ export class TransactionalUnit implements ExactlyOnceUnit {
     return announceProgressRead(this.o.unit, decodeProgress(metadata));
   }
 
+  roomFor(rows: number): boolean {
+    return this.batch.roomFor(rows);
+  }
+
   beginBatch(): void {
     this.batch.reset();
   }

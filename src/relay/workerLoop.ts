@@ -249,6 +249,8 @@ function batchContext(rt: RelayRuntime, worker: Worker, unit: ExactlyOnceUnit | 
       // The unit whole, the horizon as at the batch's claim, time left, no stop: else commit now.
       if (rt.stopping || rt.breaker.isOpen || shards.length < worker.shards.length || resets !== rt.floors.get(worker)?.horizonResets) return undefined;
       if (Date.now() - startedAtMs >= transactionIntervalMs) return undefined;
+      // A full claim more must fit the transaction's progress record (offset.metadata.max.bytes).
+      if (unit && !unit.roomFor(batchSize)) return undefined;
       return claimArguments(rt, watermark, incarnation, shards, { floor: lastId, generation });
     },
   };

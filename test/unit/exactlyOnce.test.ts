@@ -7,6 +7,8 @@ import { SHARD_COUNT } from '../../src/relay/shards.js';
 import { resolveRelayOptions } from '../../src/relay/options.js';
 import { ConfigError } from '../../src/shared/errors.js';
 import { createRelayGroup } from '../../src/relay/relayGroup.js';
+import { BatchProgress } from '../../src/relay/exactlyOnceUnit.js';
+import type { RelayMessage } from '../../src/relay/message.js';
 
 // The pure parts of exactly-once delivery (docs/exactly-once.md): the progress record a
 // Kafka transaction carries, the units of shards, and the options it needs.
@@ -102,4 +104,28 @@ test("the @platformatic/kafka unit retries a transaction's requests soon at firs
   assert.equal(Math.max(...delays), 1_000);
   const total = delays.reduce((a, b) => a + b, 0);
   assert.ok(total > 2_000 && total < 5_000, `all retries take ${total} ms: a broker's short absence is ridden out, a long one fails the batch`);
+});
+
+test("a transaction's progress has room for another full claim only while one would fit offset.metadata.max.bytes, so a batch stops claiming before rows would wait for nothing", () => {
+  const progress = new BatchProgress(4_096);
+  assert.ok(progress.roomFor(500), 'an empty transaction has room');
+  const claim = (from: number, n: number): RelayMessage[] =>
+    Array.from({ length: n }, (_, i) => ({ id: from + i * 2, message_id: `m${from + i * 2}`, topic: 't', key: `k${i}`, value: '{}', headers: {} }));
+  const counts = new Map([['t', 6]]);
+  // Claims of 500 ids 2 apart (a unit of 2): each takes about 670 characters of the record.
+  let next = 1_000_000;
+  let claims = 0;
+  while (progress.roomFor(500)) {
+    const planned = progress.plan(claim(next, 500), counts);
+    assert.equal(planned.sending.length, 500, `claim ${claims + 1} fits whole when roomFor said so`);
+    progress.added({ batch: planned.batch, groups: planned.groups });
+    next += 1_000;
+    claims++;
+  }
+  assert.ok(claims >= 4 && claims <= 6, `${claims} claims of 500 fit one record of 4,096 characters`);
+  assert.ok(encodeProgress([...progress.progress]).length <= 4_096);
+  // One more claim would not all fit: roomFor said no in time.
+  assert.ok(progress.plan(claim(next, 500), counts).sending.length < 500, 'another claim would not have fitted');
+  progress.reset();
+  assert.ok(progress.roomFor(500), 'a new transaction has room again');
 });
