@@ -345,3 +345,54 @@ test('integration: a probe connection whose TimeZone changed (a reconnect after 
     await probe.end();
   }
 });
+
+test('integration: the horizon reads the outbox sequence under its buffer lock: while writers take ids as fast as they can, its reads never go back and it never starts over, where a plain SELECT last_value FROM the sequence beside it does go back (a false "horizon starts over", issue 36)', async () => {
+  const { outboxLastIdSql } = await import('../src/shared/outboxSequence.js');
+  const seq = `"${db.schema}".outbox_id_seq`;
+  const writers = await Promise.all(Array.from({ length: 2 }, () => db.pool.connect()));
+  const reader = await db.pool.connect();
+  const probe = await probeClient();
+  let writing = true;
+  const writes = writers.map(async (c) => {
+    while (writing) await c.query(`SELECT count(nextval('${seq}')) FROM generate_series(1, 20000)`);
+  });
+  /**
+   * Read `value` (an SQL expression) until `done`, 2,000 times per round trip (a
+   * correlated subquery is read again per row); how many reads, and how many were below
+   * an earlier one.
+   */
+  const readBack = async (value: string, done: (reads: number, back: number) => boolean): Promise<{ reads: number; back: number }> => {
+    let reads = 0;
+    let back = 0;
+    let highest = 0;
+    while (!done(reads, back)) {
+      const { rows } = await reader.query<{ v: string[] }>(`SELECT array_agg(v ORDER BY g)::text[] AS v FROM (SELECT g, (${value}) AS v FROM generate_series(1, 2000) AS g) AS r`);
+      for (const text of rows[0]!.v) {
+        const v = Number(text);
+        if (v < highest) back++;
+        highest = Math.max(highest, v);
+        reads++;
+      }
+    }
+    return { reads, back };
+  };
+  try {
+    // The control: a plain read catches nextval inside its update (where the buffer holds
+    // the value it logs, up to 32 ahead) within seconds; it shows this server can show the race.
+    const controlUntil = Date.now() + 60_000;
+    const plain = await readBack(`SELECT last_value FROM ${seq} WHERE g > 0`, (_, back) => back > 0 || Date.now() > controlUntil);
+    assert.ok(plain.back > 0, `a plain read of the sequence went back in ${plain.reads} reads`);
+    // The relay's read, twice as many reads: never back.
+    const locked = await readBack(`SELECT ${outboxLastIdSql(`"${db.schema}"`)} WHERE g > 0`, (reads) => reads >= Math.max(2 * plain.reads, 20_000));
+    assert.equal(locked.back, 0, `pg_sequence_last_value went back ${locked.back} times in ${locked.reads} reads`);
+    // The horizon's own probe, as many times: it never starts over.
+    const h = new Horizon(`"${db.schema}"`, 60_000);
+    for (let i = 0; i < 1_000; i++) await h.probe(probe);
+    assert.equal(h.resets, 0, `the horizon started over: ${JSON.stringify(h.lastReset)}`);
+  } finally {
+    writing = false;
+    await Promise.all(writes);
+    for (const c of [...writers, reader]) c.release();
+    await probe.end();
+  }
+});

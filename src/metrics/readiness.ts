@@ -17,6 +17,7 @@ import { errorLabel } from './errorLabel.js';
 import { withDeadline } from './promises.js';
 import type { RelayInstrumentation } from './relayMetrics.js';
 import type { RelayStatusSource } from './relayStatusSource.js';
+import { outboxLastIdSql } from '../shared/outboxSequence.js';
 
 /** One check of /readyz. */
 export interface ReadinessCheck {
@@ -199,7 +200,7 @@ function canClaimAndMarkStatements(q: string): Array<[what: string, sql: string]
     ['insert dead letters', `INSERT INTO ${q}.outbox_dead_letters SELECT * FROM ${q}.outbox_dead_letters WHERE false`],
     ['park keys', `INSERT INTO ${q}.outbox_parked_keys SELECT * FROM ${q}.outbox_parked_keys WHERE false`],
     ['renew shard leases', `UPDATE ${q}.outbox_shard_leases SET expires_at = now() WHERE false`],
-    ['read the outbox sequence', `SELECT last_value FROM ${q}.outbox_id_seq`],
+    ['read the outbox sequence', `SELECT ${outboxLastIdSql(q)}`],
   ];
 }
 

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { statementName } from './horizon.js';
+import { outboxLastIdSql } from '../shared/outboxSequence.js';
 
 /**
  * Rows whose id is above the outbox sequence's last value: someone set `id` by hand
@@ -13,10 +14,10 @@ import { statementName } from './horizon.js';
 export function idsAboveSequenceSql(quotedSchema: string): string {
   return `
 SELECT (SELECT max(id) FROM ${quotedSchema}.outbox WHERE sent_at IS NULL) AS max_unsent_id,
-       (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM ${quotedSchema}.outbox_id_seq) AS last_id,
+       ${outboxLastIdSql(quotedSchema)} AS last_id,
        (SELECT count(*) FROM (SELECT 1 FROM ${quotedSchema}.outbox
                                WHERE sent_at IS NULL
-                                 AND id > (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM ${quotedSchema}.outbox_id_seq)
+                                 AND id > ${outboxLastIdSql(quotedSchema)}
                                LIMIT 1000) AS above) AS rows_above`;
 }
 

@@ -3,6 +3,7 @@ import { DETACH_MAX_WAIT_MS, detachWithin } from './partitionDetach.js';
 import { oldestLockHolder, type OutboxLockHolder } from './lockHolder.js';
 import { quoteIdentifier } from '../shared/identifiers.js';
 import { ConfigError, OutboxError, SchemaError } from '../shared/errors.js';
+import { outboxLastIdSql } from '../shared/outboxSequence.js';
 
 // The partitioned outbox (docs/partitioning.md): reading its partitions, creating the
 // ones ahead of the sequence and dropping the old ones whose rows are all sent. The relay
@@ -69,7 +70,7 @@ export async function listPartitions(db: Queryable, schema: string): Promise<Out
 /** The highest id the outbox sequence handed out (0 before the first). */
 export async function sequenceLastId(db: Queryable, quotedSchema: string): Promise<number> {
   const { rows } = await db.query<{ last: string }>(
-    `SELECT (CASE WHEN is_called THEN last_value ELSE last_value - 1 END)::text AS last FROM ${quotedSchema}.outbox_id_seq`,
+    `SELECT ${outboxLastIdSql(quotedSchema)}::text AS last`,
   );
   return Number(rows[0]!.last);
 }
@@ -100,7 +101,7 @@ export function partitionHeadroomSql(quotedSchema: string): string {
 SELECT ((SELECT max((regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), 'TO \\(''?(-?\\d+)''?\\)'))[1]::bigint)
            FROM pg_catalog.pg_inherits AS i JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
           WHERE i.inhparent = o.oid AND NOT i.inhdetachpending) - 1
-        - (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM ${quotedSchema}.outbox_id_seq))::text AS headroom,
+        - ${outboxLastIdSql(quotedSchema)})::text AS headroom,
        (SELECT count(*) FROM pg_catalog.pg_inherits AS i WHERE i.inhparent = o.oid AND i.inhdetachpending)::int AS detach_pending
   FROM pg_catalog.pg_class AS o
  WHERE o.oid = to_regclass('${quotedSchema}.outbox') AND o.relkind = 'p'`;

@@ -1,3 +1,5 @@
+import { outboxLastIdSql } from '../../shared/outboxSequence.js';
+
 /**
  * The backlog sampler's queries (src/metrics/backlogSampler.ts). Each runs every few
  * seconds beside the relay, so each must stay cheap however large the backlog grows: they
@@ -52,8 +54,7 @@ SELECT id,
  */
 export function sequenceLastValueSql(quotedSchema: string): string {
   return `
-SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last_id
-  FROM ${quotedSchema}.outbox_id_seq`;
+SELECT ${outboxLastIdSql(quotedSchema)} AS last_id`;
 }
 
 /**

@@ -1,6 +1,8 @@
 // SQL of the per-minute counts the relay records for the console (./../flowRecorder.ts).
 // Table: sql/010_console.sql.
 
+import { outboxLastIdSql } from '../../shared/outboxSequence.js';
+
 /**
  * Add this relay's counts to its rows of the given minutes, and prune rows older than two
  * hours (every relay's: whichever writes first). The newest of the given minutes also
@@ -19,7 +21,7 @@ WITH pruned AS (
 INSERT INTO ${s}.outbox_relay_minutes AS m (minute, relay_id, sent, dead_lettered, last_id)
 SELECT c.minute, $2::text, c.sent, c.dead_lettered,
        CASE WHEN c.minute = (SELECT max(minute) FROM counts)
-            THEN (SELECT last_value FROM ${s}.outbox_id_seq) END
+            THEN ${outboxLastIdSql(s)} END
   FROM counts AS c
     ON CONFLICT (minute, relay_id) DO UPDATE
    SET sent = m.sent + EXCLUDED.sent,

@@ -1,4 +1,5 @@
 import { OUTBOX_WRITE_LOCK_MODES, onOutboxSql } from './lockHolders.js';
+import { outboxLastIdSql } from '../../shared/outboxSequence.js';
 
 /**
  * Probe for the visibility horizon (src/horizon.ts explains how the answers are used).
@@ -80,8 +81,7 @@ SELECT snap.xmin::text AS xmin,
        extract(epoch FROM pg_postmaster_start_time())::text AS started_epoch,
        (SELECT generation FROM ${quotedSchema}.outbox_claim_floors)::text AS floor_generation
   FROM (SELECT pg_snapshot_xmin(s) AS xmin, s FROM pg_current_snapshot() AS s) AS snap,
-       (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last_id
-          FROM ${quotedSchema}.outbox_id_seq) AS seq`;
+       (SELECT ${outboxLastIdSql(quotedSchema)} AS last_id) AS seq`;
 }
 
 export interface HorizonProbeRow {
