@@ -338,3 +338,34 @@ test('integration: exactly-once: under a steady trickle (5 rows every 10 ms, 300
   assert.deepEqual([...count.values()].filter((n) => n > 1), [], 'none twice');
   assert.deepEqual(outOfOrder, [], 'each key in id order');
 });
+
+test('integration: exactly-once: a relay starts at once beside a transaction a killed relay left open on unit 0 (its progress commit pending), not after the transaction timeout, and publishes every row once, the dead transaction none', async () => {
+  const topic = await createTopic(2);
+  const prefix = uniqueName('eos-open');
+  const extra = { transactionTimeoutMs: 60_000 };
+  const dead = await setUpExactlyOnce(testKafka(), resolveRelayOptions(relayOptions(prefix, extra)), 'relaydeadxxx', silentLogger());
+  const ghost = 2_000_000_000;
+  const unit = dead.units[0]!;
+  await unit.start();
+  unit.beginBatch();
+  // The transaction opens with this send (and, on the default client, the progress commit beside it).
+  assert.deepEqual(await unit.send([{ id: ghost, message_id: `m${ghost}`, topic, key: 'k', value: '{}', headers: { [HEADERS.outboxId]: String(ghost) } }]), [{ acknowledged: true }]);
+  // The relay dies here: no commit, no abort; its producer is left as it is.
+  const ids = await writeCommitted(db, Array.from({ length: 40 }, (_, i) => ({ topic, key: `o${i}`, payload: { i } })));
+  const relay = createRelay(relayOptions(prefix, extra));
+  const before = Date.now();
+  await relay.start();
+  const startMs = Date.now() - before;
+  try {
+    await waitFor('every row sent', async () => (await sentCount(db, topic)) === ids.length);
+  } finally {
+    await relay.stop();
+    await dead.close();
+  }
+  // Before the start-up check read the progress group without require_stable, it waited for the open transaction's 60 s timeout.
+  assert.ok(startMs < 15_000, `the relay took ${startMs} ms to start`);
+  const { count, outOfOrder } = tally(await readCommittedWithKafka(topic));
+  assert.deepEqual([...count.keys()].sort((a, b) => a - b), ids, "every row delivered, the dead transaction's message not");
+  assert.deepEqual([...count.values()].filter((n) => n > 1), [], 'none twice');
+  assert.deepEqual(outOfOrder, [], 'each key in id order');
+});

@@ -24,11 +24,15 @@ export class ProgressReader {
     private readonly topic: string,
   ) {}
 
-  /** The progress string of `unit`, or null when it has none yet. */
-  async read(unit: number): Promise<string | null> {
+  /**
+   * The progress string of `unit`, or null when it has none yet. `stable` false: whatever
+   * is committed now, without waiting for an open transaction of the unit to end (the
+   * start-up check, which only needs to know the group can be read).
+   */
+  async read(unit: number, { stable = true }: { stable?: boolean } = {}): Promise<string | null> {
     const admin = this.client();
     const groups = await this.guarded(admin, 'admin.listConsumerGroupOffsets', () =>
-      admin.listConsumerGroupOffsets({ groups: [{ groupId: this.group, topics: [{ name: this.topic, partitionIndexes: [unit] }] }], requireStable: true }),
+      admin.listConsumerGroupOffsets({ groups: [{ groupId: this.group, topics: [{ name: this.topic, partitionIndexes: [unit] }] }], requireStable: stable }),
     );
     const partition = groups.find((g) => g.groupId === this.group)?.topics.find((t) => t.name === this.topic)?.partitions.find((p) => p.partitionIndex === unit);
     return partition?.metadata ?? null;
