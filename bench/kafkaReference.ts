@@ -2,20 +2,14 @@
  * Kafka's own producer doing what the relay's exactly-once units do, without Postgres
  * (bench/reference/TransactionCost.java, compiled here with javac against the jars
  * scripts/kafka-fetch.sh downloads): the reference section 16 sets the relay's
- * exactly-once cost against. What a transaction per unit's waiting rows costs on this
- * broker with Kafka's own client is a floor for the relay, which adds Postgres to it.
+ * exactly-once cost against: what a transaction per unit's waiting rows costs on this
+ * broker with Kafka's own client, beside what it costs the relay.
  */
-import { execFile, execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { execFile } from 'node:child_process';
+import { readdirSync } from 'node:fs';
 import { promisify } from 'node:util';
+import { compiledAgainstKafka, KAFKA_LIBS } from '../scripts/kafkaJava.js';
 import { brokers, createTopic, name, PARTITIONS, PAYLOAD } from './common.js';
-
-const ROOT = fileURLToPath(new URL('../', import.meta.url));
-const SOURCE = join(ROOT, 'bench/reference/TransactionCost.java');
-const LIBS = join(ROOT, '.cache/kafka/libs');
 
 export interface ReferenceRun {
   /** `kafka-clients <version>`, as the client reported itself. */
@@ -29,23 +23,11 @@ export interface ReferenceRun {
   latencies: number[];
 }
 
-function compiled(): string {
-  if (!existsSync(LIBS) || !readdirSync(LIBS).some((f) => f.startsWith('kafka-clients-'))) {
-    execFileSync(join(ROOT, 'scripts/kafka-fetch.sh'), { stdio: ['ignore', 'inherit', 'inherit'] });
-  }
-  const hash = createHash('sha256').update(readFileSync(SOURCE)).digest('hex').slice(0, 16);
-  const dir = join(ROOT, '.cache/kafka-reference', hash);
-  if (!existsSync(join(dir, 'TransactionCost.class'))) {
-    mkdirSync(dir, { recursive: true });
-    execFileSync('javac', ['-d', dir, '-cp', `${LIBS}/*`, SOURCE], { stdio: ['ignore', 'inherit', 'inherit'] });
-  }
-  return dir;
-}
 
 /** The kafka-clients version of the jars the reference runs on (from the jar's name). */
 export function kafkaClientsVersion(): string {
-  const jar = readdirSync(LIBS).find((f) => /^kafka-clients-[\d.]+\.jar$/.test(f));
-  if (!jar) throw new Error(`bench: no kafka-clients jar in ${LIBS}`);
+  const jar = readdirSync(KAFKA_LIBS).find((f) => /^kafka-clients-[\d.]+\.jar$/.test(f));
+  if (!jar) throw new Error(`bench: no kafka-clients jar in ${KAFKA_LIBS}`);
   return jar.replace(/^kafka-clients-|\.jar$/g, '');
 }
 
@@ -55,10 +37,10 @@ export function kafkaClientsVersion(): string {
  * transaction committed per group of rows in transactions mode and none otherwise.
  */
 export async function runReference(o: { rate: number; seconds: number; mode: ReferenceRun['mode']; units: number; retryBackoffMs: number }): Promise<ReferenceRun> {
-  const classes = compiled();
+  const classes = compiledAgainstKafka('bench/reference/TransactionCost.java');
   const topic = await createTopic(PARTITIONS);
   const payloadBytes = Buffer.byteLength(PAYLOAD);
-  const args = ['-cp', `${classes}:${LIBS}/*`, 'TransactionCost', brokers().join(','), topic, String(o.rate), String(o.seconds), o.mode, String(o.units), name('bench-ref'), String(payloadBytes), String(o.retryBackoffMs)];
+  const args = ['-cp', `${classes}:${KAFKA_LIBS}/*`, 'TransactionCost', brokers().join(','), topic, String(o.rate), String(o.seconds), o.mode, String(o.units), name('bench-ref'), String(payloadBytes), String(o.retryBackoffMs)];
   const { stdout } = await promisify(execFile)('java', args, { maxBuffer: 256 * 1024 * 1024, timeout: (o.seconds + 120) * 1000 });
   const out = JSON.parse(stdout.trim().split('\n').pop()!) as Omit<ReferenceRun, 'latencies'> & { latenciesMs: number[] };
   const expected = `kafka-clients ${kafkaClientsVersion()}`;

@@ -6,9 +6,9 @@
 import type pg from 'pg';
 import { withRelay } from './children.js';
 import type { ArmFacts } from './armFacts.js';
-import { KEYS, PARTITIONS, benchSchema, createTopic, fillBacklog } from './common.js';
+import { KEYS, PARTITIONS, benchSchema, createTopic, fillBacklog, name } from './common.js';
 import { fmt, log, sleep, until } from './util.js';
-import { cpuSeconds } from './procCpu.js';
+import { CpuMeter, backendPids, cpuSeconds } from './procCpu.js';
 
 export interface Drain {
   rowsPerSecond: number;
@@ -25,6 +25,11 @@ export interface Drain {
    * last acknowledgement: its start (loading its modules, connecting) is not in it.
    */
   processCpuPer100k: number;
+  /**
+   * Its Postgres backends' CPU-seconds per 100,000 rows over the same window (by the
+   * relay's application_name, bench/procCpu.ts): with the process's, what the relay costs.
+   */
+  postgresCpuPer100k: number;
   /** Distinct outbox ids acknowledged (more acks than this: some row went out twice). */
   distinctAcked: number;
   /** Rows acknowledged per client and mode, as the relay child recorded them (bench/child.ts). */
@@ -64,17 +69,23 @@ export async function relayDrain(pool: pg.Pool, backlog: number, label: string, 
     log(`${label}: filling a ${fmt(backlog)}-row backlog`);
     await fillBacklog(pool, schema, topic, backlog, keys);
     let processCpu = NaN;
+    let postgresCpu = NaN;
+    // The relay's connections are named after its client id: its backends, for their CPU.
+    const clientId = typeof relayOptions.clientId === 'string' ? relayOptions.clientId : name('bench-drain');
     const relay = await withRelay(
       schema,
       async (r) => {
+        const backends = new CpuMeter(() => backendPids(pool, clientId));
         const cpuAtReady = cpuSeconds(r.process.pid!);
+        await backends.start();
         await drained(pool, schema, label, () => r.acks.length, backlog);
         const cpuDrained = cpuSeconds(r.process.pid!);
+        postgresCpu = await backends.stop();
         if (cpuAtReady !== undefined && cpuDrained !== undefined) processCpu = cpuDrained - cpuAtReady;
         await sleep(300); // the last RSS sample
         return r;
       },
-      relayOptions,
+      { ...relayOptions, clientId },
     );
     if (!Number.isFinite(processCpu)) throw new Error(`${label}: no CPU reading of the relay process in /proc`);
     const rate = drainRate(relay.acks, backlog);
@@ -88,6 +99,7 @@ export async function relayDrain(pool: pg.Pool, backlog: number, label: string, 
       sendShare: timing.sendMs / timing.batchMs,
       batches: timing.batches,
       processCpuPer100k: (processCpu / backlog) * 100_000,
+      postgresCpuPer100k: (postgresCpu / backlog) * 100_000,
       distinctAcked: new Set(relay.acks.map((a) => a[0])).size,
       ackedVia: timing.ackedVia,
       batchErrors: timing.batchErrors,

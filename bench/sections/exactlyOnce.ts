@@ -12,7 +12,8 @@
  *   with a bare read_committed reader beside the relay (bench/child.ts): commit → fetched.
  *
  * Targets (issue 35's), each exactly-once arm against at-least-once on its own client:
- * drain rows/s at least 0.85 x, relay CPU per row at most 1.2 x, commit → ack p99 at most 2 x.
+ * drain rows/s at least 0.85 x, relay process + its Postgres backends CPU per row at most
+ * 1.2 x, commit → ack p50 at most the interval + 20 ms above, p99 at most 2 x.
  * A fifth arm runs the default client with 8 units (the default before 2): what the unit
  * count does, in the same run.
  *
@@ -107,7 +108,9 @@ function order(r: number): Arm[] {
 export interface ArmDrain {
   rowsPerSecond: number;
   processCpuPer100k: number;
-  rounds: Array<{ rowsPerSecond: number; processCpuPer100k: number; sendShare: number; batches: number; peakRss: number; batchErrors: number; markedFromProgress: number }>;
+  /** The relay's Postgres backends (bench/relayDrain.ts), medians over the rounds as the others. */
+  postgresCpuPer100k: number;
+  rounds: Array<{ rowsPerSecond: number; processCpuPer100k: number; postgresCpuPer100k: number; sendShare: number; batches: number; peakRss: number; batchErrors: number; markedFromProgress: number }>;
 }
 
 export interface ArmLatency {
@@ -176,6 +179,7 @@ export async function exactlyOnce(pool: pg.Pool, o: ExactlyOnceOptions): Promise
       drains[arm.key].push({
         rowsPerSecond: d.rowsPerSecond,
         processCpuPer100k: d.processCpuPer100k,
+        postgresCpuPer100k: d.postgresCpuPer100k,
         sendShare: d.sendShare,
         batches: d.batches,
         peakRss: d.peakRss,
@@ -186,7 +190,15 @@ export async function exactlyOnce(pool: pg.Pool, o: ExactlyOnceOptions): Promise
     }
   }
   const drain = Object.fromEntries(
-    ARMS.map((a) => [a.key, { rowsPerSecond: median(drains[a.key].map((x) => x.rowsPerSecond)), processCpuPer100k: median(drains[a.key].map((x) => x.processCpuPer100k)), rounds: drains[a.key] }]),
+    ARMS.map((a) => [
+      a.key,
+      {
+        rowsPerSecond: median(drains[a.key].map((x) => x.rowsPerSecond)),
+        processCpuPer100k: median(drains[a.key].map((x) => x.processCpuPer100k)),
+        postgresCpuPer100k: median(drains[a.key].map((x) => x.postgresCpuPer100k)),
+        rounds: drains[a.key],
+      },
+    ]),
   ) as Record<ArmKey, ArmDrain>;
 
   // The relay alone for the targets' figure, as section 3's target arm: a kafkajs reader
@@ -258,13 +270,16 @@ export async function exactlyOnce(pool: pg.Pool, o: ExactlyOnceOptions): Promise
     const errors = d.rounds.reduce((n, x) => n + x.batchErrors, 0);
     const marked = d.rounds.reduce((n, x) => n + x.markedFromProgress, 0);
     const failures = errors > 0 ? `; ${fmt(errors)} failed batches in all rounds, ${fmt(marked)} rows marked sent from a unit's progress` : '';
-    add([a.key], 'drain', `drain ${fmt(o.rows)} rows, ${a.label}${each}`, `${fmt(d.rowsPerSecond)} rows/s; relay process CPU-s per 100k rows ${fmt(d.processCpuPer100k, 2)}${failures}`);
+    add([a.key], 'drain', `drain ${fmt(o.rows)} rows, ${a.label}${each}`, `${fmt(d.rowsPerSecond)} rows/s; CPU-s per 100k rows: relay process ${fmt(d.processCpuPer100k, 2)}, its Postgres backends ${fmt(d.postgresCpuPer100k, 2)}${failures}`);
   }
   for (const { eos, base, targets } of PAIRS) {
     const ratio = drain[eos].rowsPerSecond / drain[base].rowsPerSecond;
-    const cpu = drain[eos].processCpuPer100k / drain[base].processCpuPer100k;
+    const processCpu = drain[eos].processCpuPer100k / drain[base].processCpuPer100k;
+    const both = (k: ArmKey): number => drain[k].processCpuPer100k + drain[k].postgresCpuPer100k;
+    const cpu = both(eos) / both(base);
     add([eos, base], 'drain', `drain, ${labelOf(eos)} / ${labelOf(base)}: rows/s`, fmt(ratio, 2), ...target(targets, `≥ ${DRAIN_TARGET}`, ratio >= DRAIN_TARGET));
-    add([eos, base], 'drain', `drain, ${labelOf(eos)} / ${labelOf(base)}: relay process CPU-s per row`, fmt(cpu, 2), ...target(targets, `≤ ${CPU_TARGET}`, cpu <= CPU_TARGET));
+    add([eos, base], 'drain', `drain, ${labelOf(eos)} / ${labelOf(base)}: relay process + its Postgres backends CPU-s per row`, fmt(cpu, 2), ...target(targets, `≤ ${CPU_TARGET}`, cpu <= CPU_TARGET));
+    add([eos, base], 'drain', `drain, ${labelOf(eos)} / ${labelOf(base)}: relay process CPU-s per row`, fmt(processCpu, 2));
   }
 
   // Exactly-once's ack is the transaction's commit answered (bench/child.ts records it

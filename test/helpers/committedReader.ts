@@ -1,8 +1,5 @@
-import { execFile, execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { execFile } from 'node:child_process';
+import { compiledAgainstKafka, KAFKA_LIBS } from '../../scripts/kafkaJava.js';
 import { promisify } from 'node:util';
 import { testBrokers } from './kafka.js';
 
@@ -14,9 +11,6 @@ import { testBrokers } from './kafka.js';
 // producers start before a record, records of the later ones get through
 // (test/committedReader.integration.test.ts shows it).
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const SOURCE = join(ROOT, 'test/fixtures/CommittedReader.java');
-const LIBS = join(ROOT, '.cache/kafka/libs');
 
 /** One record as Kafka's read_committed consumer delivered it. */
 export interface CommittedRecord {
@@ -29,18 +23,6 @@ export interface CommittedRecord {
   messageId: string | undefined;
 }
 
-function compiled(): string {
-  if (!existsSync(LIBS) || !readdirSync(LIBS).some((f) => f.startsWith('kafka-clients-'))) {
-    execFileSync(join(ROOT, 'scripts/kafka-fetch.sh'), { stdio: ['ignore', 'inherit', 'inherit'] });
-  }
-  const hash = createHash('sha256').update(readFileSync(SOURCE)).digest('hex').slice(0, 16);
-  const dir = join(ROOT, '.cache/committed-reader', hash);
-  if (!existsSync(join(dir, 'CommittedReader.class'))) {
-    mkdirSync(dir, { recursive: true });
-    execFileSync('javac', ['-d', dir, '-cp', `${LIBS}/*`, SOURCE], { stdio: ['ignore', 'inherit', 'inherit'] });
-  }
-  return dir;
-}
 
 /** Every record of `topic` a read_committed reader gets, per partition in offset order. */
 export async function readCommittedWithKafka(topic: string, options: { brokers?: string[]; timeoutMs?: number } = {}): Promise<CommittedRecord[]> {
@@ -53,8 +35,8 @@ export async function readWithKafka(
   isolation: 'read_committed' | 'read_uncommitted',
   { brokers = testBrokers(), timeoutMs = 120_000 }: { brokers?: string[]; timeoutMs?: number } = {},
 ): Promise<{ records: CommittedRecord[]; ends: Map<number, number> }> {
-  const classes = compiled();
-  const { stdout, stderr } = await promisify(execFile)('java', ['-cp', `${classes}:${LIBS}/*`, 'CommittedReader', brokers.join(','), topic, String(timeoutMs), isolation], {
+  const classes = compiledAgainstKafka('test/fixtures/CommittedReader.java');
+  const { stdout, stderr } = await promisify(execFile)('java', ['-cp', `${classes}:${KAFKA_LIBS}/*`, 'CommittedReader', brokers.join(','), topic, String(timeoutMs), isolation], {
     maxBuffer: 512 * 1024 * 1024,
   });
   const ends = new Map<number, number>();

@@ -1,16 +1,10 @@
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { compiledAgainstKafka, KAFKA_LIBS } from '../../scripts/kafkaJava.js';
 
 // Kafka Connect's own JsonConverter and Kafka's own murmur2 partitioner, run through
 // test/fixtures/JsonConverterProbe.java (compiled here with javac, against the jars
 // scripts/kafka-fetch.sh downloads). The tests compare the relay's bytes with these.
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const SOURCE = join(ROOT, 'test/fixtures/JsonConverterProbe.java');
-const LIBS = join(ROOT, '.cache/kafka/libs');
 
 /** The Connect schema the Postgres connector gives a column; `none` is the event router's tombstone (no schema, no value). */
 export type ProbeKind = 'string' | 'json' | 'uuid' | 'int16' | 'int32' | 'int64' | 'boolean' | 'bytes' | 'none';
@@ -30,29 +24,17 @@ export interface ProbeResult {
   partition: number | undefined;
 }
 
-function compiled(): string {
-  if (!existsSync(LIBS) || !readdirSync(LIBS).some((f) => f.startsWith('connect-json-'))) {
-    execFileSync(join(ROOT, 'scripts/kafka-fetch.sh'), { stdio: ['ignore', 'inherit', 'inherit'] });
-  }
-  const hash = createHash('sha256').update(readFileSync(SOURCE)).digest('hex').slice(0, 16);
-  const dir = join(ROOT, '.cache/json-converter-probe', hash);
-  if (!existsSync(join(dir, 'JsonConverterProbe.class'))) {
-    mkdirSync(dir, { recursive: true });
-    execFileSync('javac', ['-d', dir, '-cp', `${LIBS}/*`, SOURCE], { stdio: ['ignore', 'inherit', 'inherit'] });
-  }
-  return dir;
-}
 
 /** Run every case through Kafka's JsonConverter (schemas.enable=false) in one JVM. */
 export function jsonConverter(cases: readonly ProbeCase[], partitions: number): ProbeResult[] {
-  const classes = compiled();
+  const classes = compiledAgainstKafka('test/fixtures/JsonConverterProbe.java', 'connect-json-');
   const input = cases
     .map((c) => {
       const value = c.value === null ? '-' : (typeof c.value === 'string' ? Buffer.from(c.value, 'utf8') : c.value).toString('base64');
       return `${c.kind}\t${value}\t${partitions}\n`;
     })
     .join('');
-  const output = execFileSync('java', ['-cp', `${classes}:${LIBS}/*`, 'JsonConverterProbe'], {
+  const output = execFileSync('java', ['-cp', `${classes}:${KAFKA_LIBS}/*`, 'JsonConverterProbe'], {
     input,
     maxBuffer: 256 * 1024 * 1024,
     // stderr is kept for the error (it also carries reload4j's "no appenders" warning).
