@@ -7,7 +7,7 @@ import type { ClaimArguments } from './sql/claim.js';
 import { kafkaTimestampMs } from './message.js';
 import { FLOOR_RESCAN_MS, advanceFloor, floorAhead, floorForClaim, type ClaimFloor } from './floor.js';
 import { RETRY_BASE_MS, type RelayRuntime } from './relayRuntime.js';
-import type { ExactlyOnceUnit } from './exactlyOnceUnit.js';
+import { ProgressFullError, type ExactlyOnceUnit } from './exactlyOnceUnit.js';
 import { handBack, handOverIfQuiet, holdsOthersShards, noteBatch } from './workerShards.js';
 import { startUnit } from './unitStart.js';
 import type { ClaimsWithin } from './claimsInTransaction.js';
@@ -249,8 +249,10 @@ function batchContext(rt: RelayRuntime, worker: Worker, unit: ExactlyOnceUnit | 
       // The unit whole, the horizon as at the batch's claim, time left, no stop: else commit now.
       if (rt.stopping || rt.breaker.isOpen || shards.length < worker.shards.length || resets !== rt.floors.get(worker)?.horizonResets) return undefined;
       if (Date.now() - startedAtMs >= transactionIntervalMs) return undefined;
-      // A full claim more must fit the transaction's progress record (offset.metadata.max.bytes).
-      if (unit && !unit.roomFor(batchSize)) return undefined;
+      // A full claim more must fit the transaction's progress record (offset.metadata.max.bytes),
+      // beside the claim still being published (claimsInTransaction.ts claims the next one
+      // while the previous one's rows go out, before they are in the record).
+      if (unit && !unit.roomFor(2 * batchSize)) return undefined;
       return claimArguments(rt, watermark, incarnation, shards, { floor: lastId, generation });
     },
   };
@@ -272,9 +274,13 @@ function batchCommitted(rt: RelayRuntime, worker: Worker, result: BatchResult, c
   rt.breaker.success();
   const { published, deadLetters } = result;
   if (result.unsent.length > 0) {
-    rt.logger.warn(
+    // A full progress record (exactly-once) is the mode working as designed: not a warning.
+    const full = result.unsentError instanceof ProgressFullError;
+    rt.logger[full ? 'debug' : 'warn'](
       { worker: worker.index, unsent: result.unsent.length, firstId: result.unsent[0]!.id, err: describeError(result.unsentError) },
-      'rows left unsent for now (their partition or topic is not available); the rest of the batch committed, a later batch retries them',
+      full
+        ? "rows left unsent for the next batch: the Kafka transaction's progress record is full"
+        : 'rows left unsent for now (their partition or topic is not available); the rest of the batch committed, a later batch retries them',
     );
   }
   for (const d of deadLetters) {
