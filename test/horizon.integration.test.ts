@@ -387,8 +387,12 @@ test('integration: the horizon reads the outbox sequence under its buffer lock: 
     assert.equal(locked.back, 0, `pg_sequence_last_value went back ${locked.back} times in ${locked.reads} reads`);
     // The horizon's own probe, as many times: it never starts over.
     const h = new Horizon(`"${db.schema}"`, 60_000);
+    await h.probe(probe);
+    const pairedFirst = h.pairedUpTo;
     for (let i = 0; i < 1_000; i++) await h.probe(probe);
     assert.equal(h.resets, 0, `the horizon started over: ${JSON.stringify(h.lastReset)}`);
+    // It kept pairing new ids as the writers took them: the probes saw the sequence move.
+    assert.ok(h.pairedUpTo > pairedFirst && pairedFirst > 0, `paired up to ${pairedFirst}, then ${h.pairedUpTo}`);
   } finally {
     writing = false;
     await Promise.all(writes);

@@ -9,10 +9,12 @@ import type { ResolvedRelayOptions } from './options.js';
 import { innermost, kafkaErrorType } from './publishErrors.js';
 import { transactionRetryDelayMs } from './transactionRetry.js';
 
-/** Answers that mean "the transaction is busy, again in a moment" to a TxnOffsetCommit. */
-// UNKNOWN_TOPIC_OR_PARTITION: the progress topic was just created and the group
-// coordinator's broker does not know it yet (the 3-node cluster, a relay's first batches:
-// 8 batches failed on it in one bench run, and the circuit breaker opened once).
+/**
+ * Answers that mean "the transaction is busy, again in a moment" to a TxnOffsetCommit.
+ * UNKNOWN_TOPIC_OR_PARTITION: the progress topic was just created and the group
+ * coordinator's broker does not know it yet (the 3-node cluster, a relay's first batches:
+ * 8 batches failed on it in one bench run, and the circuit breaker opened once).
+ */
 const BUSY = new Set(['COORDINATOR_LOAD_IN_PROGRESS', 'CONCURRENT_TRANSACTIONS', 'UNKNOWN_TOPIC_OR_PARTITION']);
 /** With transactionRetryDelayMs, about 4 s in all. */
 const BUSY_RETRIES = 12;

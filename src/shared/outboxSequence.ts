@@ -2,7 +2,12 @@
 // partition headroom and the id audit read it.
 
 /**
- * The last id the outbox sequence handed out, 0 before its first: an SQL expression.
+ * The last id the outbox sequence handed out, 0 before its first: an SQL scalar subquery.
+ *
+ * A subquery, not the bare call: pg_sequence_last_value is volatile, so in a WHERE clause
+ * the bare call is a filter run for every row scanned, where the uncorrelated subquery is
+ * read once and bounds the index scan (`id > $0`; the id audit's count of rows above the
+ * sequence, test/planShapes.integration.test.ts).
  *
  * Read through pg_sequence_last_value, which takes the sequence's buffer lock. A plain
  * `SELECT last_value FROM outbox_id_seq` reads the tuple without it, and can catch nextval
@@ -13,5 +18,5 @@
  * setval and no recovery (issue 36; test/horizon.integration.test.ts shows both reads).
  */
 export function outboxLastIdSql(quotedSchema: string): string {
-  return `coalesce(pg_catalog.pg_sequence_last_value('${quotedSchema}.outbox_id_seq'::regclass), 0)`;
+  return `(SELECT coalesce(pg_catalog.pg_sequence_last_value('${quotedSchema}.outbox_id_seq'::regclass), 0))`;
 }

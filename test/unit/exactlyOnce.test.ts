@@ -1,9 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { decodeProgress, encodeProgress, progressPrefixFitting } from '../../src/relay/progress.js';
-import { unitShards, wantedUnitShards } from '../../src/relay/units.js';
+import { wantedUnitShards } from '../../src/relay/units.js';
 import { transactionRetryDelayMs } from '../../src/relay/transactionRetry.js';
-import { SHARD_COUNT } from '../../src/relay/shards.js';
+import { SHARD_COUNT, shardsOf } from '../../src/relay/shards.js';
 import { resolveRelayOptions } from '../../src/relay/options.js';
 import { ConfigError } from '../../src/shared/errors.js';
 import { createRelayGroup } from '../../src/relay/relayGroup.js';
@@ -34,7 +34,7 @@ test('a progress record gives back the ids it was made of, small and huge, and s
 
 test('units cut the shards into contiguous whole ranges, and relays want whole units, all of them once, for any unit count', () => {
   for (const units of [1, 2, 3, 8, 64]) {
-    const cut = Array.from({ length: units }, (_, u) => unitShards(u, units));
+    const cut = Array.from({ length: units }, (_, u) => shardsOf(u, units));
     assert.deepEqual(cut.flat(), Array.from({ length: SHARD_COUNT }, (_, s) => s), `${units} units: every shard once, in order`);
     assert.ok(cut.every((shards) => shards.length > 0), `${units} units: none empty`);
     const unitOf = (shard: number): number => cut.findIndex((shards) => shards.includes(shard));
