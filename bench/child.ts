@@ -5,6 +5,7 @@
  *   node .cache/bench-build/child.mjs relay    (env BENCH_SCHEMA, BENCH_RELAY_OPTIONS as JSON)
  *   node .cache/bench-build/child.mjs consumer (env BENCH_SCHEMA, BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS)
  *   node .cache/bench-build/child.mjs reader   (env BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS)
+ *   node .cache/bench-build/child.mjs queue    (env BENCH_SCHEMA, BENCH_CLIENT_ID: a plain SKIP LOCKED queue, bench/plainQueue.ts)
  *
  * Lines: {"ready":true,"ran":{...}} once started, with what the relay or consumer announced
  * on its diagnostics channel (bench/armFacts.ts: client, its version, delivery, Node, commit); {"t":ms,"rss":bytes,"acks":[[outboxId,ms],...]} 200 ms
@@ -16,7 +17,7 @@
  * (relay: milliseconds spent in Kafka sends and in whole batches).
  */
 import pg from 'pg';
-import type { Kafka, Producer, ProducerBatch, Transaction } from 'kafkajs';
+import { Partitioners, type Kafka, type Producer, type ProducerBatch, type Transaction } from 'kafkajs';
 import { createKafka, HEADERS } from '../src/shared/kafka.js';
 import { createRelay } from '../src/relay/relay.js';
 import type { RelayOptions } from '../src/relay/options.js';
@@ -25,6 +26,7 @@ import { createLogger, silentLogger } from '../src/shared/logger.js';
 import { armHere, onConsumerStarted, onRelayStarted, type ArmFacts } from './armFacts.js';
 import diagnosticsChannel from 'node:diagnostics_channel';
 import { PROGRESS_READ_CHANNEL } from '../src/relay/exactlyOnceUnit.js';
+import { startPlainQueueWorker } from './plainQueue.js';
 
 const mode = process.argv[2];
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -168,6 +170,26 @@ async function recordPlatformaticSends(): Promise<void> {
   };
 }
 
+/**
+ * The relay's log destination: every line to stderr, and each warning (pino level 40 and
+ * up) also as a JSON line on stdout, {"t":ms,"warning":message,"blockerPid":pid}, with the
+ * pid of the blocking backend the warning names, if it names one.
+ */
+function warningsReported(): { write(line: string): void } {
+  return {
+    write(line: string) {
+      process.stderr.write(line);
+      let entry: { level?: number; msg?: string; blocker?: { pid?: number } };
+      try {
+        entry = JSON.parse(line) as typeof entry;
+      } catch {
+        return;
+      }
+      if ((entry.level ?? 0) >= 40) process.stdout.write(`${JSON.stringify({ t: now(), warning: entry.msg ?? '', blockerPid: entry.blocker?.pid })}\n`);
+    },
+  };
+}
+
 async function main(): Promise<void> {
   let stop: () => Promise<unknown>;
   if (mode === 'relay') {
@@ -183,8 +205,9 @@ async function main(): Promise<void> {
       kafkaBrokers: brokers,
       schema,
       kafka: recordingKafka(),
-      // On stderr, which the bench passes through: stdout carries the child's JSON lines.
-      logger: createLogger('warn', process.stderr),
+      // On stderr, which the bench passes through: stdout carries the child's JSON lines,
+      // where each warning is also reported, with its time (the held-horizon section counts them).
+      logger: createLogger('warn', warningsReported()),
       ...options,
       producer,
     });
@@ -251,8 +274,45 @@ async function main(): Promise<void> {
       },
     });
     stop = () => reader.disconnect();
+  } else if (mode === 'queue') {
+    // A plain SKIP LOCKED queue's worker (bench/plainQueue.ts), publishing with kafkajs.
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 2, application_name: process.env.BENCH_CLIENT_ID ?? 'bench-queue' });
+    const kafka = createKafka({ brokers, clientId: 'bench-queue', logger: silentLogger() });
+    const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
+    await producer.connect();
+    ran = armHere('raw', 'kafkajs');
+    const worker = startPlainQueueWorker(
+      pool,
+      schema,
+      async (jobs) => {
+        const byTopic = new Map<string, Array<{ key: string | null; value: string | null }>>();
+        for (const j of jobs) {
+          const list = byTopic.get(j.topic) ?? [];
+          list.push({ key: j.key, value: j.payload });
+          byTopic.set(j.topic, list);
+        }
+        await producer.sendBatch({ acks: -1, topicMessages: [...byTopic].map(([topic, messages]) => ({ topic, messages })) });
+        const t = now();
+        timing.sends++;
+        timing.ackedVia.kafkajs += jobs.length;
+        for (const j of jobs) ack(Number(j.id), t);
+      },
+      {
+        batchSize: 500,
+        pollIntervalMs: 10,
+        onError: (error) => {
+          timing.batchErrors++;
+          process.stderr.write(`bench queue worker: ${(error as Error)?.message ?? String(error)}\n`);
+        },
+      },
+    );
+    stop = async () => {
+      await worker.stop();
+      await producer.disconnect();
+      await pool.end();
+    };
   } else {
-    throw new Error(`usage: child.mjs relay|consumer|reader (got ${mode})`);
+    throw new Error(`usage: child.mjs relay|consumer|reader|queue (got ${mode})`);
   }
   if (!ran) throw new Error(`bench child (${mode}): started, but announced nothing on its diagnostics channel`);
   process.stdout.write(`${JSON.stringify({ ready: true, t: now(), ran })}\n`);

@@ -43,6 +43,8 @@ export interface Child {
   /** [outbox id, wall ms] per acknowledged (relay), handled (consumer) or fetched (reader) message. */
   acks: Array<[number, number]>;
   rss: Array<[number, number]>;
+  /** Relay: [wall ms, message, pid of the blocking backend it names] of each warning it logged. */
+  warnings: Array<[number, string, number | undefined]>;
   peakRss: number;
   /** Relay: milliseconds in Kafka sends and in whole batches, summed, and rows acknowledged per client and mode (from its last line). */
   timing?: { sendMs: number; sends: number; batchMs: number; batches: number; ackedVia: Record<string, number>; markedFromProgress: number; batchErrors: number };
@@ -57,7 +59,7 @@ export interface Child {
  * BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS) or a bare read_committed reader (env
  * BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS) in a process of its own.
  */
-export function startChild(mode: 'relay' | 'consumer' | 'reader', env: Record<string, string>): Child {
+export function startChild(mode: 'relay' | 'consumer' | 'reader' | 'queue', env: Record<string, string>): Child {
   buildChild();
   // What this arm is meant to run: a relay's producer and delivery as its options give
   // them, the relay's defaults otherwise; the child's announcement must agree.
@@ -70,6 +72,7 @@ export function startChild(mode: 'relay' | 'consumer' | 'reader', env: Record<st
   const child: Child = {
     process: proc,
     acks: [],
+    warnings: [],
     rss: [],
     peakRss: 0,
     ready: undefined as unknown as Promise<void>,
@@ -87,7 +90,7 @@ export function startChild(mode: 'relay' | 'consumer' | 'reader', env: Record<st
     proc.once('exit', (code) => reject(new Error(`bench child ${mode} exited with ${code} before it was ready`)));
     createInterface({ input: proc.stdout! }).on('line', (line) => {
       if (!line.startsWith('{')) return;
-      let msg: { ready?: boolean; ran?: ArmFacts; t?: number; rss?: number; acks?: Array<[number, number]>; done?: boolean; peakRss?: number; timing?: Child['timing'] };
+      let msg: { ready?: boolean; ran?: ArmFacts; t?: number; warning?: string; blockerPid?: number; rss?: number; acks?: Array<[number, number]>; done?: boolean; peakRss?: number; timing?: Child['timing'] };
       try {
         msg = JSON.parse(line);
       } catch {
@@ -105,6 +108,7 @@ export function startChild(mode: 'relay' | 'consumer' | 'reader', env: Record<st
         resolve();
       }
       if (msg.acks) for (const a of msg.acks) child.acks.push(a);
+      if (msg.warning !== undefined && msg.t !== undefined) child.warnings.push([msg.t, msg.warning, msg.blockerPid]);
       if (msg.rss !== undefined && msg.t !== undefined) {
         child.rss.push([msg.t, msg.rss]);
         child.peakRss = Math.max(child.peakRss, msg.rss);

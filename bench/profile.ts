@@ -33,9 +33,14 @@ export interface Sizes {
   exactlyOnceRows: number;
   exactlyOnceRounds: number;
   exactlyOnceLatencySeconds: number;
+  /** Held-horizon section: rows/s offered, seconds clean, of each hold and after each release. */
+  heldRate: number;
+  heldCleanSeconds: number;
+  heldHoldSeconds: number;
+  heldAfterSeconds: number;
 }
 
 export const PROFILES: Record<'quick' | 'full', Sizes> = {
-  quick: { drainRows: 20_000, latencySeconds: 6, consumerMessages: 10_000, consumerRounds: 1, scaleRows: 20_000, scaleRounds: 1, smallBacklog: 10_000, bigBacklog: 100_000, peerRows: 1_000, peerSeconds: 20, pgbenchSeconds: 5, pgbenchRounds: 1, retentionRate: 1_000, retentionSeconds: 30, poolerRows: 20_000, poolerRounds: 1, poolerPickUpSeconds: 5, effects: 2_000, effectsRounds: 1, consoleOutboxRows: 1_000_000, consoleDeadLetters: 100_000, consoleRepeats: 20, consoleHeavyDeadLetters: 200_000, consoleHeavyRows: 60, exactlyOnceRows: 20_000, exactlyOnceRounds: 1, exactlyOnceLatencySeconds: 4 },
-  full: { drainRows: 200_000, latencySeconds: 20, consumerMessages: 50_000, consumerRounds: 2, scaleRows: 100_000, scaleRounds: 2, smallBacklog: 10_000, bigBacklog: 1_000_000, peerRows: 5_000, peerSeconds: 60, pgbenchSeconds: 10, pgbenchRounds: 3, retentionRate: 4_000, retentionSeconds: 120, poolerRows: 200_000, poolerRounds: 3, poolerPickUpSeconds: 20, effects: 10_000, effectsRounds: 2, consoleOutboxRows: 10_000_000, consoleDeadLetters: 1_000_000, consoleRepeats: 50, consoleHeavyDeadLetters: 200_000, consoleHeavyRows: 110, exactlyOnceRows: 100_000, exactlyOnceRounds: 2, exactlyOnceLatencySeconds: 8 },
+  quick: { drainRows: 20_000, latencySeconds: 6, consumerMessages: 10_000, consumerRounds: 1, scaleRows: 20_000, scaleRounds: 1, smallBacklog: 10_000, bigBacklog: 100_000, peerRows: 1_000, peerSeconds: 20, pgbenchSeconds: 5, pgbenchRounds: 1, retentionRate: 1_000, retentionSeconds: 30, poolerRows: 20_000, poolerRounds: 1, poolerPickUpSeconds: 5, effects: 2_000, effectsRounds: 1, consoleOutboxRows: 1_000_000, consoleDeadLetters: 100_000, consoleRepeats: 20, consoleHeavyDeadLetters: 200_000, consoleHeavyRows: 60, exactlyOnceRows: 20_000, exactlyOnceRounds: 1, exactlyOnceLatencySeconds: 4, heldRate: 500, heldCleanSeconds: 10, heldHoldSeconds: 20, heldAfterSeconds: 15 },
+  full: { drainRows: 200_000, latencySeconds: 20, consumerMessages: 50_000, consumerRounds: 2, scaleRows: 100_000, scaleRounds: 2, smallBacklog: 10_000, bigBacklog: 1_000_000, peerRows: 5_000, peerSeconds: 60, pgbenchSeconds: 10, pgbenchRounds: 3, retentionRate: 4_000, retentionSeconds: 120, poolerRows: 200_000, poolerRounds: 3, poolerPickUpSeconds: 20, effects: 10_000, effectsRounds: 2, consoleOutboxRows: 10_000_000, consoleDeadLetters: 1_000_000, consoleRepeats: 50, consoleHeavyDeadLetters: 200_000, consoleHeavyRows: 110, exactlyOnceRows: 100_000, exactlyOnceRounds: 2, exactlyOnceLatencySeconds: 8, heldRate: 2_000, heldCleanSeconds: 120, heldHoldSeconds: 1_800, heldAfterSeconds: 90 },
 };

@@ -38,9 +38,10 @@ import { pooler } from './sections/pooler.js';
 import { effects } from './sections/effects.js';
 import { consoleSection } from './sections/console.js';
 import { exactlyOnce } from './sections/exactlyOnce.js';
+import { heldHorizon } from './sections/heldHorizon.js';
 import { idle } from './sections/idle.js';
 
-const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler', 'effects', 'console', 'exactlyonce', 'idle'] as const;
+const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler', 'effects', 'console', 'exactlyonce', 'idle', 'heldhorizon'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
@@ -131,6 +132,22 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
   },
   // Section 9's idle arm alone, in rounds: the idle relay's CPU and its pick-up (issue 34 item 7).
   { name: 'idle', title: '17. idle relay', run: (pool) => idle(pool, { seconds: 10, rounds: args.quick ? 1 : 3 }) },
+  // A long transaction elsewhere (three kinds of hold) under steady load, on a private cluster with PgQue's autovacuum settings: the relay in three modes beside a plain SKIP LOCKED queue.
+  {
+    name: 'heldhorizon',
+    title: '18. held horizon',
+    run: (pool) =>
+      heldHorizon(pool, {
+        rate: P.heldRate,
+        cleanSeconds: P.heldCleanSeconds,
+        holdSeconds: P.heldHoldSeconds,
+        afterSeconds: P.heldAfterSeconds,
+        // A partition per 10 s (quick) or minute of the offered load: several drop behind each clean phase.
+        partitionSizeIds: P.heldRate * (args.quick ? 10 : 60),
+        partitionMaintenanceIntervalMs: args.quick ? 2_000 : 10_000,
+        partitionRetention: args.quick ? '5s' : '30s',
+      }),
+  },
 ];
 
 // Every name --only accepts has its section, once: a full run runs all of them (and the
