@@ -232,3 +232,53 @@ test('metric names follow Prometheus conventions', () => {
   assert.deepEqual([...metricNames()].sort(), registered.sort());
   assert.equal(new Set(metricNames()).size, metricNames().length, 'no name defined twice');
 });
+
+test('integration: under a held snapshot the backlog sample steps over the rows published since (its walk starts at the last oldest pending row), and a row that reappears below it is counted by the next full walk', async () => {
+  const other = await createTestSchema('metrics_held');
+  cleanups.push(() => other.drop());
+  await insertRows(other.schema, 'held', 20_000, 1);
+  // A report's snapshot, taken before the rows are published: vacuum may remove none of their index entries.
+  const report = await other.pool.connect();
+  await report.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+  await report.query('SELECT count(*) FROM pg_class');
+  cleanups.push(async () => {
+    await report.query('ROLLBACK');
+    report.release();
+  });
+  const { rows: ids } = await other.pool.query<{ id: string }>(`SELECT id FROM "${other.schema}".outbox ORDER BY id`);
+  const firstUnsent = Number(ids[19_990]!.id);
+  await other.pool.query(`UPDATE "${other.schema}".outbox SET sent_at = now() WHERE id < $1`, [firstUnsent]);
+  // Vacuum can remove none of the published rows' entries while the report runs.
+  await other.pool.query(`VACUUM "${other.schema}".outbox`);
+  // The sampler's own pool, its queries recorded.
+  const pool = new (await import('pg')).default.Pool({ connectionString: other.databaseUrl, max: 1 });
+  cleanups.push(() => pool.end());
+  const walks: number[] = [];
+  const query = pool.query.bind(pool) as (text: string, params?: unknown[]) => Promise<unknown>;
+  (pool as unknown as { query: typeof query }).query = (text: string, params?: unknown[]) => {
+    if (/ORDER BY id\s+LIMIT 1/.test(text)) walks.push(Number(params?.[0]));
+    return query(text, params);
+  };
+  const relay = relayWith(testKafka(), other.schema); // never started: only sampled
+  const inst = instrumentRelay(relay, { registry: new Registry(), sampleIntervalMs: 60_000, pool, processMetrics: false });
+  cleanups.push(() => inst.close());
+  assert.equal((await inst.sample()).pending, 10);
+  await waitFor('a sample that starts above 0', async () => (await inst.sample()) && walks.at(-1)! > 0, { timeoutMs: 30_000 });
+  assert.equal(walks.at(-1), firstUnsent - 1, 'it starts just below the oldest pending row');
+  assert.equal((await inst.sample()).pending, 10);
+  // What stepping over saves: the same query from 0 reads every entry the snapshot keeps.
+  const buffers = async (from: number): Promise<number> => {
+    const { rows } = await other.pool.query<{ 'QUERY PLAN': Array<{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number } }> }>(
+      `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT id FROM "${other.schema}".outbox WHERE sent_at IS NULL AND id > $1 ORDER BY id LIMIT 1`,
+      [from],
+    );
+    const plan = rows[0]!['QUERY PLAN'][0]!.Plan;
+    return plan['Shared Hit Blocks'] + plan['Shared Read Blocks'];
+  };
+  const [fromZero, fromOldest] = [await buffers(0), await buffers(firstUnsent - 1)];
+  assert.ok(fromZero > 20 * fromOldest, `buffers from 0: ${fromZero}, from the oldest pending row: ${fromOldest}`);
+  // A dead letter replayed under its old id: below where the samples start; a full walk finds it.
+  await other.pool.query(`UPDATE "${other.schema}".outbox SET sent_at = NULL WHERE id = $1`, [Number(ids[5]!.id)]);
+  await waitFor('the reappeared row counted', async () => (await inst.sample()).pending === 11, { timeoutMs: 60_000 });
+  assert.ok(walks.includes(0) && walks.lastIndexOf(0) > walks.indexOf(firstUnsent - 1), 'a full walk after the incremental ones');
+});

@@ -44,8 +44,9 @@
 //   Postgres restart, a sequence set back), a relay restart (floors live in memory): the
 //   floor starts over at 0.
 // - Rows skipped because another transaction held their lock (SKIP LOCKED, the safety net
-//   under fencing) would sit below the floor: every FLOOR_RESCAN_MS the floor starts over
-//   at 0, as the old code did on every claim.
+//   under fencing) would sit below the floor: every FLOOR_RESCAN_MS (longer when such a
+//   rescan is slow: FLOOR_RESCAN_MAX_MS) the floor starts over at 0, as the old code did
+//   on every claim.
 // - A claim made ahead, while the worker's previous batch is still being published
 //   (workerLoop.ts), starts where that batch's commit will put the floor: that batch was a
 //   full batch ending at M that saw every shard leased, so every eligible row up to M is
@@ -54,8 +55,19 @@
 //   committed every row it claimed as sent; otherwise it is rolled back unpublished, so
 //   it never stands on a floor that did not come true.
 
-/** How often a worker's floor starts over at 0 anyway (see above: rows skipped as locked). */
+/** How often a worker's floor starts over at 0 anyway (see above: rows skipped as locked), at the least. */
 export const FLOOR_RESCAN_MS = 10_000;
+
+/**
+ * The rescan's interval grows with what it costs: a claim from 0 walks every index entry
+ * published since the oldest open snapshot, and under a long-held horizon (a 30-minute
+ * report at 2,000 rows/s leaves 3.6 million) one such walk takes seconds. The next rescan
+ * comes RESCAN_COST_FACTOR times the last claim from 0's duration later (at most 2 % of
+ * the worker's time), never sooner than FLOOR_RESCAN_MS nor later than FLOOR_RESCAN_MAX_MS:
+ * a row skipped as locked waits that long at most.
+ */
+export const FLOOR_RESCAN_MAX_MS = 300_000;
+const RESCAN_COST_FACTOR = 50;
 
 /** A generation no claim ever reads: the claim then scans from 0. */
 const NO_GENERATION = '-1';
@@ -71,17 +83,24 @@ export interface ClaimFloor {
   horizonResets: number;
   /** When it last started over at 0 (ms since epoch). */
   startedOverAtMs: number;
+  /** How long after that it starts over again ({@link noteClaimFromZero}). */
+  rescanEveryMs: number;
 }
 
 export function newClaimFloor(): ClaimFloor {
-  return { floor: 0, generation: NO_GENERATION, shardsKey: '', horizonResets: -1, startedOverAtMs: 0 };
+  return { floor: 0, generation: NO_GENERATION, shardsKey: '', horizonResets: -1, startedOverAtMs: 0, rescanEveryMs: FLOOR_RESCAN_MS };
+}
+
+/** A claim from 0 took `claimMs`: the next rescan comes after {@link RESCAN_COST_FACTOR} times that (see FLOOR_RESCAN_MAX_MS). */
+export function noteClaimFromZero(f: ClaimFloor, claimMs: number): void {
+  f.rescanEveryMs = Math.min(FLOOR_RESCAN_MAX_MS, Math.max(FLOOR_RESCAN_MS, RESCAN_COST_FACTOR * claimMs));
 }
 
 const keyOf = (shards: readonly number[]): string => [...shards].sort((a, b) => a - b).join(',');
 
 /**
  * The floor and generation to pass to the next claim on `shards`; starts the floor over
- * at 0 when the shard set or the horizon changed, or FLOOR_RESCAN_MS passed.
+ * at 0 when the shard set or the horizon changed, or the rescan is due.
  */
 export function floorForClaim(
   f: ClaimFloor,
@@ -93,10 +112,10 @@ export function floorForClaim(
   return { floor: f.floor, generation: f.generation };
 }
 
-/** Start the floor over at 0 when the shard set or the horizon changed, or FLOOR_RESCAN_MS passed; true if it did. */
+/** Start the floor over at 0 when the shard set or the horizon changed, or the rescan is due; true if it did. */
 function startOverIfDue(f: ClaimFloor, shards: readonly number[], horizonResets: number, nowMs: number): boolean {
   const shardsKey = keyOf(shards);
-  if (f.shardsKey === shardsKey && f.horizonResets === horizonResets && nowMs - f.startedOverAtMs < FLOOR_RESCAN_MS) return false;
+  if (f.shardsKey === shardsKey && f.horizonResets === horizonResets && nowMs - f.startedOverAtMs < f.rescanEveryMs) return false;
   f.floor = 0;
   f.generation = NO_GENERATION;
   f.shardsKey = shardsKey;

@@ -8,12 +8,17 @@ import { outboxLastIdSql } from '../shared/outboxSequence.js';
  * ids only up to the sequence's last value, so such rows are not claimed until the
  * sequence passes them, and when it does they go out after rows enqueued later. The
  * relay cannot tell where they belong in their key's order; it says so instead of leaving
- * them unnoticed. Read-only, on the horizon probe's connection: the unsent index's
- * largest id, and the sequence.
+ * them unnoticed. Read-only, on the horizon probe's connection: the largest unsent id
+ * above the sequence (none: nothing to report), and the sequence. Both scans of the
+ * unsent index start at the sequence's last value: unbounded, `max(id)` walked down
+ * through every entry of a row published since the oldest open snapshot when nothing
+ * was pending (under a held horizon, millions every interval).
  */
 export function idsAboveSequenceSql(quotedSchema: string): string {
   return `
-SELECT (SELECT max(id) FROM ${quotedSchema}.outbox WHERE sent_at IS NULL) AS max_unsent_id,
+SELECT (SELECT max(id) FROM ${quotedSchema}.outbox
+          WHERE sent_at IS NULL
+            AND id > ${outboxLastIdSql(quotedSchema)}) AS max_unsent_id,
        ${outboxLastIdSql(quotedSchema)} AS last_id,
        (SELECT count(*) FROM (SELECT 1 FROM ${quotedSchema}.outbox
                                WHERE sent_at IS NULL

@@ -5,7 +5,7 @@ import { PublishError } from './publishBatch.js';
 import { abandonBatch, claimBatch, finishBatch, type BatchContext, type BatchResult, type ClaimedBatch, type Worker } from './batch.js';
 import type { ClaimArguments } from './sql/claim.js';
 import { kafkaTimestampMs } from './message.js';
-import { FLOOR_RESCAN_MS, advanceFloor, floorAhead, floorForClaim, type ClaimFloor } from './floor.js';
+import { FLOOR_RESCAN_MS, advanceFloor, floorAhead, floorForClaim, noteClaimFromZero, type ClaimFloor } from './floor.js';
 import { RETRY_BASE_MS, type RelayRuntime } from './relayRuntime.js';
 import { ProgressFullError, type ExactlyOnceUnit } from './exactlyOnceUnit.js';
 import { handBack, handOverIfQuiet, holdsOthersShards, noteBatch } from './workerShards.js';
@@ -116,7 +116,10 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
         worker.lastClaimAtMs = Date.now();
         worker.rowsReturnedSeen = returned;
         const from = floorForClaim(floor, shards, resets, Date.now());
+        const claimStartedMs = Date.now();
         current = { batch: await claimBatch(ctx, claimArguments(rt, watermark, incarnation, shards, from), worker.clients), settled, resets };
+        // What a walk from the lowest id costs now sets when the next one comes (floor.ts).
+        if (from.floor === 0) noteClaimFromZero(floor, Date.now() - claimStartedMs);
       }
       // Exactly-once mode claims again inside the batch's transaction instead (claimsInTransaction.ts).
       const next = !unit && claimsAhead(rt, worker, current) ? claimAhead(rt, ctx, worker, current, floor) : undefined;
@@ -190,6 +193,7 @@ async function claimAhead(rt: RelayRuntime, ctx: BatchContext, worker: Worker, c
   try {
     worker.lastClaimAtMs = Date.now();
     const batch = await claimBatch(ctx, claimArguments(rt, watermark, incarnation, claim.shards, from), worker.clients);
+    if (from.floor === 0) noteClaimFromZero(floor, Date.now() - worker.lastClaimAtMs);
     return { batch, settled, resets };
   } catch (error) {
     rt.logger.debug({ worker: worker.index, err: describeError(error) }, 'claim ahead failed; the next batch is claimed after this one');

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { FLOOR_RESCAN_MS, advanceFloor, floorForClaim, newClaimFloor, type CommittedClaim } from '../../src/relay/floor.js';
+import { FLOOR_RESCAN_MAX_MS, FLOOR_RESCAN_MS, advanceFloor, floorForClaim, newClaimFloor, noteClaimFromZero, type CommittedClaim } from '../../src/relay/floor.js';
 import { Horizon } from '../../src/relay/horizon.js';
 
 const rows = (...ids: number[]): CommittedClaim['claimed'] => ids.map((id) => ({ id, topic: 't', key: `k${id % 3}` }));
@@ -77,4 +77,23 @@ test('horizon: settled stays at the last pair released properly after a forced r
   assert.equal(h.settled, 5, 'not settled');
   h.advance(71n, 9, null);
   assert.equal(h.settled, 9, 'settled once xmin passed the forced pair');
+});
+
+test('floor: the rescan from 0 comes later when a claim from 0 was slow (a long-held horizon), bounded by FLOOR_RESCAN_MAX_MS, and sooner again once it is cheap', () => {
+  const f = newClaimFloor();
+  floorForClaim(f, [0], 0, 0);
+  advanceFloor(f, committed({ shards: [0], claimed: [], watermark: 100, settled: 100 }));
+  // A walk of 2 s from the lowest id: the next comes 100 s later, not 10 s.
+  noteClaimFromZero(f, 2_000);
+  assert.equal(floorForClaim(f, [0], 0, FLOOR_RESCAN_MS).floor, 100, 'not yet: the walk was slow');
+  assert.equal(floorForClaim(f, [0], 0, 99_999).floor, 100);
+  assert.equal(floorForClaim(f, [0], 0, 100_000).floor, 0, 'due after 50 x the walk');
+  // Slower still: capped.
+  noteClaimFromZero(f, 60_000);
+  assert.equal(f.rescanEveryMs, FLOOR_RESCAN_MAX_MS);
+  // Cheap again (the horizon moved on, vacuum removed the entries): back to FLOOR_RESCAN_MS.
+  noteClaimFromZero(f, 3);
+  assert.equal(f.rescanEveryMs, FLOOR_RESCAN_MS);
+  advanceFloor(f, committed({ shards: [0], claimed: [], watermark: 200, settled: 200 }));
+  assert.equal(floorForClaim(f, [0], 0, 100_000 + FLOOR_RESCAN_MS).floor, 0);
 });

@@ -36,7 +36,7 @@ export async function readOverview(pool: pg.Pool, outbox: { name: string; schema
   // Counted exactly along the unsent index up to the cap; past it the planner's estimate
   // (EXPLAIN reads nothing), which follows a growing backlog between ANALYZE runs.
   const backlogCount = async (): Promise<CappedCount> => {
-    const c = capped((await pool.query<{ pending: number }>(backlogCountSql(s), [BACKLOG_CAP + 1])).rows[0]!.pending, BACKLOG_CAP);
+    const c = capped((await pool.query<{ pending: number }>(backlogCountSql(s), [BACKLOG_CAP + 1, 0])).rows[0]!.pending, BACKLOG_CAP);
     if (!c.capped) return c;
     const plan = (await pool.query<{ 'QUERY PLAN': Array<{ Plan: { 'Plan Rows': number } }> }>(backlogEstimateSql(s))).rows[0];
     const estimate = Math.round(plan?.['QUERY PLAN'][0]?.Plan['Plan Rows'] ?? 0);

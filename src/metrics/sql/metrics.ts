@@ -8,11 +8,17 @@ import { outboxLastIdSql } from '../../shared/outboxSequence.js';
  */
 
 /**
- * Unsent rows, counted exactly up to a cap: an index scan of at most $1 entries of
- * outbox_unsent_idx. When the count reaches the cap the caller falls back to
- * {@link backlogEstimateSql}.
+ * Unsent rows above an id, counted exactly up to a cap: an index scan of outbox_unsent_idx
+ * from that id on, stopping at $1 unsent rows. When the count reaches the cap the caller
+ * falls back to {@link backlogEstimateSql}.
  *
- * $1 int  cap
+ * The scan also steps over every entry of a row published since the oldest open snapshot
+ * (vacuum may not remove them yet): a handful normally, millions under a held horizon.
+ * The sampler passes the id below its last oldest pending row to step over them
+ * (../backlogSampler.ts says when it starts from 0).
+ *
+ * $1 int     cap
+ * $2 bigint  count rows with ids above this only (0: all)
  */
 export function backlogCountSql(quotedSchema: string): string {
   return `
@@ -20,6 +26,7 @@ SELECT count(*)::int AS pending
   FROM (SELECT 1
           FROM ${quotedSchema}.outbox
          WHERE sent_at IS NULL
+           AND id > $2::bigint
          LIMIT $1) AS capped`;
 }
 
@@ -33,10 +40,13 @@ export function backlogEstimateSql(quotedSchema: string): string {
 }
 
 /**
- * The oldest unsent row (lowest id: the first in the partial index, one index probe) and
- * its age by the database's clock, so the relay's clock does not matter. Rows are
+ * The oldest unsent row above an id (lowest id: the first in the partial index after it)
+ * and its age by the database's clock, so the relay's clock does not matter. Rows are
  * created in id order up to the length of the writers' transactions, so this is the age
- * of the oldest pending row to within that. No row: no result.
+ * of the oldest pending row to within that. No row: no result. $1 as in
+ * {@link backlogCountSql}'s $2.
+ *
+ * $1 bigint  look above this id only (0: all)
  */
 export function oldestPendingSql(quotedSchema: string): string {
   return `
@@ -44,6 +54,7 @@ SELECT id,
        extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_seconds
   FROM ${quotedSchema}.outbox
  WHERE sent_at IS NULL
+   AND id > $1::bigint
  ORDER BY id
  LIMIT 1`;
 }
