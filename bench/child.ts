@@ -2,7 +2,7 @@
  * A relay or a consumer in a process of its own, for bench/children.ts: it reports on stdout, as
  * JSON lines, what the parent needs to time it without sharing its event loop.
  *
- *   node .cache/bench-build/child.mjs relay    (env BENCH_SCHEMA, BENCH_RELAY_OPTIONS as JSON)
+ *   node .cache/bench-build/child.mjs relay    (env BENCH_SCHEMA, BENCH_RELAY_OPTIONS as JSON; BENCH_RELAY_METRICS=1: with the metrics' sampler)
  *   node .cache/bench-build/child.mjs consumer (env BENCH_SCHEMA, BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS)
  *   node .cache/bench-build/child.mjs reader   (env BENCH_TOPIC, BENCH_GROUP, BENCH_PARTITIONS)
  *   node .cache/bench-build/child.mjs queue    (env BENCH_SCHEMA, BENCH_CLIENT_ID: a plain SKIP LOCKED queue, bench/plainQueue.ts)
@@ -20,6 +20,7 @@ import pg from 'pg';
 import { Partitioners, type Kafka, type Producer, type ProducerBatch, type Transaction } from 'kafkajs';
 import { createKafka, HEADERS } from '../src/shared/kafka.js';
 import { createRelay } from '../src/relay/relay.js';
+import { instrumentRelay } from '../src/metrics/relayMetrics.js';
 import type { RelayOptions } from '../src/relay/options.js';
 import { createConsumer } from '../src/consumer/consumer.js';
 import { createLogger, silentLogger } from '../src/shared/logger.js';
@@ -232,7 +233,13 @@ async function main(): Promise<void> {
     });
     await relay.start();
     stopObserving();
-    stop = () => relay.stop();
+    // As `outbox-relay run` does by default: the metrics' sampler reads the outbox every
+    // metricsSampleIntervalMs (src/metrics/backlogSampler.ts), which costs Postgres too.
+    const metrics = process.env.BENCH_RELAY_METRICS === '1' ? instrumentRelay(relay, { processMetrics: false }) : undefined;
+    stop = async () => {
+      await metrics?.close();
+      await relay.stop();
+    };
   } else if (mode === 'consumer') {
     const partitions = Number(process.env.BENCH_PARTITIONS ?? 6);
     const pool = new pg.Pool({ connectionString: databaseUrl, max: partitions + 2 });

@@ -8,7 +8,8 @@
  * Per phase: rows inserted (the table's sequence at the phase's edges) and acknowledged by
  * Kafka in it (their first acknowledgement inside it), commit → ack of probe rows inserted
  * in it, CPU-seconds of the system's Postgres backends (by application_name) and of its
- * process (/proc), dead tuples and table size (bench/retentionSampler.ts), partition
+ * process (/proc; the relay runs with its metrics' sampler, as `outbox-relay run` does by
+ * default), dead tuples and table size (bench/retentionSampler.ts), partition
  * headroom, warnings the relay logged. After a release: how long until the last probe row
  * committed during the hold was acknowledged (the backlog the hold left, gone).
  *
@@ -25,6 +26,7 @@ import { KEYS, PARTITIONS, PAYLOAD, createTopic } from './common.js';
 import { startHold, type Hold, type HoldKind } from './horizonHolds.js';
 import { pgbench } from './pgbench.js';
 import { plainQueueTableSql } from './plainQueue.js';
+import { startProbes } from './probeRows.js';
 import { CpuMeter, backendPids } from './procCpu.js';
 import { sampleOnce, type Sample } from './retentionSampler.js';
 import { log, percentiles, sleep, until, type Percentiles } from './util.js';
@@ -101,7 +103,7 @@ export async function runHeldArm(pool: pg.Pool, databaseUrl: string, system: Hel
   }
   const lastId = async (): Promise<number> => Number((await pool.query<{ v: string }>(`SELECT ${outboxLastIdSql(`"${schema}"`)}::text AS v`)).rows[0]!.v);
   const child: Child = system.relayOptions
-    ? startChild('relay', { BENCH_SCHEMA: schema, DATABASE_URL: databaseUrl, BENCH_RELAY_OPTIONS: JSON.stringify({ clientId, ...system.relayOptions }) })
+    ? startChild('relay', { BENCH_SCHEMA: schema, DATABASE_URL: databaseUrl, BENCH_RELAY_METRICS: '1', BENCH_RELAY_OPTIONS: JSON.stringify({ clientId, ...system.relayOptions }) })
     : startChild('queue', { BENCH_SCHEMA: schema, DATABASE_URL: databaseUrl, BENCH_CLIENT_ID: clientId });
   let holdNow: Hold | undefined;
   try {
@@ -130,19 +132,8 @@ export async function runHeldArm(pool: pg.Pool, databaseUrl: string, system: Hel
       }
     })();
     sampler.catch(() => undefined); // surfaces when awaited
-    const probes = new Map<number, number>();
-    let probing = true;
-    const prober = (async () => {
-      while (probing) {
-        const { rows } = await pool.query<{ id: string; t: number }>(
-          `INSERT INTO "${schema}".outbox (topic, key, payload, created_at) VALUES ($1, 'probe', $2, clock_timestamp()) RETURNING id, extract(epoch FROM created_at) * 1000 AS t`,
-          [topic, PAYLOAD],
-        );
-        probes.set(Number(rows[0]!.id), Number(rows[0]!.t));
-        await sleep(profile.probeEveryMs); // pacing of the probes
-      }
-    })();
-    prober.catch(() => undefined); // surfaces when awaited
+    const prober = startProbes(pool, schema, topic, profile.probeEveryMs);
+    const probes = prober.committed;
     const windows: Array<{ name: string; start: number; end: number; inserted: number; backends: number; process: number; holder?: Hold['holder']; releasedAt?: number; heldFrom?: number }> = [];
     /** Runs one phase until `end`, metering it; `during` starts and ends whatever the phase holds. */
     const phase = async (name: string, seconds: number, during?: { begin(): Promise<Hold['holder']>; end(): Promise<void> }): Promise<(typeof windows)[number]> => {
@@ -182,8 +173,7 @@ export async function runHeldArm(pool: pg.Pool, databaseUrl: string, system: Hel
       await phase(`after ${kind}`, profile.afterSeconds);
     }
     await writers;
-    probing = false;
-    await prober;
+    await prober.stop();
     const idEnd = await lastId();
     const rowsInserted = idEnd - idBefore;
     const distinct = (): number => new Set(child.acks.map((a) => a[0]).filter((id) => id > idBefore)).size;

@@ -19,6 +19,7 @@ import { migrate } from '../src/commands/migrate.js';
 import { startChild, type Child } from './children.js';
 import { KEYS, PARTITIONS, PAYLOAD, createTopic } from './common.js';
 import { pgbench, tps } from './pgbench.js';
+import { startProbes } from './probeRows.js';
 import { CpuMeter } from './procCpu.js';
 import { PostmasterCpuMeter, type PostmasterCpu } from './postmasterCpu.js';
 import { postmasterPid, startSampler, type Sample } from './retentionSampler.js';
@@ -168,25 +169,12 @@ export async function runArm(pool: pg.Pool, databaseUrl: string, spec: ArmSpec, 
     const sampler = startSampler(pool, schema, load.sampleEveryMs, t0);
     const maintain = spec.maintain;
     const loop = maintain ? periodically(() => maintain({ client: maintenance, schema }), load.maintainEveryMs) : undefined;
-    // Probe rows, one at a time, for commit → ack: the writers' own rows are deleted or
-    // dropped before they could be read back.
-    const probes = new Map<number, number>();
-    let probing = true;
-    const prober = (async () => {
-      while (probing) {
-        const { rows } = await pool.query<{ id: string; t: number }>(
-          `INSERT INTO "${schema}".outbox (topic, key, payload, created_at) VALUES ($1, 'probe', $2, clock_timestamp()) RETURNING id, extract(epoch FROM created_at) * 1000 AS t`,
-          [topic, PAYLOAD],
-        );
-        probes.set(Number(rows[0]!.id), Number(rows[0]!.t));
-        await sleep(load.probeEveryMs); // pacing of the probes
-      }
-    })();
-    prober.catch(() => undefined); // its error surfaces below, when awaited
+    // Probe rows for commit → ack: the writers' own rows are deleted or dropped before they could be read back.
+    const prober = startProbes(pool, schema, topic, load.probeEveryMs);
+    const probes = prober.committed;
     const out = await writers;
     const loadEnd = Date.now();
-    probing = false;
-    await prober;
+    await prober.stop();
     const transactions = pgbenchCount(out);
     const writerRows = transactions * k;
     const rowsInserted = writerRows + probes.size + (relay ? 1 : 0);

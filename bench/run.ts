@@ -45,12 +45,12 @@ const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', '
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
-  process.stderr.write(`bench: ${problem}\nusage: bench/run.ts [--quick] [--only ${SECTIONS.join(',')}] [--out DIR]\n`);
+  process.stderr.write(`bench: ${problem}\nusage: bench/run.ts [--quick] [--only ${SECTIONS.join(',')}] [--out DIR] [--held-hold-seconds N]\n`);
   process.exit(2);
 }
 
-function parseArgs(argv: string[]): { quick: boolean; only?: SectionName[]; outDir?: string } {
-  const out: { quick: boolean; only?: SectionName[]; outDir?: string } = { quick: false };
+function parseArgs(argv: string[]): { quick: boolean; only?: SectionName[]; outDir?: string; heldHoldSeconds?: number } {
+  const out: { quick: boolean; only?: SectionName[]; outDir?: string; heldHoldSeconds?: number } = { quick: false };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split(/=(.*)/s, 2) as [string, string | undefined];
     const value = (): string => inline ?? argv[++i] ?? usage(`${flag} needs a value`);
@@ -61,6 +61,12 @@ function parseArgs(argv: string[]): { quick: boolean; only?: SectionName[]; outD
       if (names.length === 0 || unknown.length > 0) usage(`--only: unknown section ${unknown.join(', ') || '(none given)'}`);
       out.only = names as SectionName[];
     } else if (flag === '--out') out.outDir = value();
+    else if (flag === '--held-hold-seconds') {
+      // Section 18's holds are 30 minutes each in the full profile (three holds, four systems: over six hours); a shorter run says so in its summary's sizes.
+      const n = Number(value());
+      if (!Number.isInteger(n) || n < 5 || n > 7_200) usage(`--held-hold-seconds: an integer from 5 to 7200 (got ${argv[i]})`);
+      out.heldHoldSeconds = n;
+    }
     else usage(`unknown argument ${argv[i]}`);
   }
   return out;
@@ -68,7 +74,7 @@ function parseArgs(argv: string[]): { quick: boolean; only?: SectionName[]; outD
 
 const args = parseArgs(process.argv.slice(2));
 const profile = args.quick ? 'quick' : 'full';
-const P = PROFILES[profile];
+const P = { ...PROFILES[profile], ...(args.heldHoldSeconds !== undefined && { heldHoldSeconds: args.heldHoldSeconds }) };
 
 /** Ceiling 1 (the raw producer's rows/s), for the drain section's ratios. */
 let ceiling1 = NaN;
