@@ -44,6 +44,8 @@ export interface HeldHorizonOptions {
   systems?: Array<HeldSystem['key']>;
   /** The holds, in order (all three by default). */
   holds?: HoldKind[];
+  /** The relays' Kafka client (default platformatic, the product's default; the tests' second pass runs kafkajs). */
+  producer?: 'platformatic' | 'kafkajs';
 }
 
 export interface HeldHorizonData {
@@ -57,13 +59,14 @@ export interface HeldHorizonData {
 export const CLUSTER_SETTINGS = { autovacuum_vacuum_scale_factor: '0.005', autovacuum_naptime: '10s', max_parallel_workers_per_gather: '0' };
 
 export function heldSystems(o: HeldHorizonOptions): HeldSystem[] {
+  const producer = o.producer ?? 'platformatic';
   const all: HeldSystem[] = [
-    { key: 'mark', label: 'relay, mark mode (defaults, platformatic)', relayOptions: {} },
-    { key: 'delete', label: 'relay, delete mode (platformatic)', relayOptions: { onPublish: 'delete' } },
+    { key: 'mark', label: `relay, mark mode (${producer === 'platformatic' ? 'defaults, ' : ''}${producer})`, relayOptions: { producer } },
+    { key: 'delete', label: `relay, delete mode (${producer})`, relayOptions: { producer, onPublish: 'delete' } },
     {
       key: 'partition',
-      label: 'relay, partitioned outbox (platformatic)',
-      relayOptions: { partitionMaintenanceIntervalMs: o.partitionMaintenanceIntervalMs, partitionRetention: o.partitionRetention },
+      label: `relay, partitioned outbox (${producer})`,
+      relayOptions: { producer, partitionMaintenanceIntervalMs: o.partitionMaintenanceIntervalMs, partitionRetention: o.partitionRetention },
       setup: async ({ databaseUrl, schema }) => void (await partitionOutbox({ databaseUrl, schema, partitionSizeIds: o.partitionSizeIds })),
     },
     { key: 'queue', label: 'plain SKIP LOCKED queue (kafkajs)' },
@@ -81,7 +84,7 @@ const kept = (p: Phase): number => p.acked / Math.max(1, p.inserted);
 const mib = (bytes: number): string => fmt(bytes / 2 ** 20, 1);
 
 /** Throws unless every arm ran its profile: systems, phases, holds in force, rows through. */
-export function checkHeldHorizon(arms: HeldArmResult[], systems: HeldSystem[], profile: HeldProfile): void {
+export function checkHeldHorizon(arms: HeldArmResult[], systems: HeldSystem[], profile: HeldProfile, producer: string): void {
   const problems: string[] = [];
   const ran = arms.map((a) => a.key).join();
   if (ran !== systems.map((s) => s.key).join()) problems.push(`systems run: ${ran}; expected ${systems.map((s) => s.key).join()}`);
@@ -91,7 +94,7 @@ export function checkHeldHorizon(arms: HeldArmResult[], systems: HeldSystem[], p
     for (const kind of profile.holds) if (!a.phases.find((p) => p.name === kind)?.holder) problems.push(`${a.key}: no holder recorded for ${kind}`);
     for (const p of a.phases) if (p.probes < 3) problems.push(`${a.key}, ${p.name}: ${p.probes} probe rows`);
     if (a.rowsAcked < a.rowsInserted) problems.push(`${a.key}: ${a.rowsAcked} of ${a.rowsInserted} rows acknowledged`);
-    const client = a.key === 'queue' ? 'kafkajs' : 'platformatic';
+    const client = a.key === 'queue' ? 'kafkajs' : producer;
     if (a.ran.client !== client) problems.push(`${a.key}: ran on ${a.ran.client}, labelled ${client}`);
   }
   if (problems.length > 0) throw new Error(`${S}: the section did not run as its profile says: ${problems.join('; ')}`);
@@ -131,7 +134,7 @@ export async function heldHorizon(_pool: pg.Pool | undefined, o: HeldHorizonOpti
     await db.destroy();
   }
   const rows = heldHorizonRows(arms, profile);
-  checkHeldHorizon(arms, systems, profile);
+  checkHeldHorizon(arms, systems, profile, o.producer ?? 'platformatic');
   return { data: { profile, settings, options: o, arms }, rows };
 }
 
