@@ -433,6 +433,7 @@ test('integration: a long transaction elsewhere (a reader of another table, a re
   for (const arm of arms.filter((a) => a.key !== 'queue')) {
     for (const kind of HOLD_KINDS) {
       const held = phaseOf(arm, kind);
+      assert.ok(held.inserted >= 500 && held.holder, `${arm.key} under ${kind}: writers wrote ${held.inserted} rows while the hold (${JSON.stringify(held.holder)}) was in force`);
       // Published while held: most of what was written in the phase (the rest within a poll of its end).
       assert.ok(held.acked >= 0.8 * held.inserted, `${arm.key} under ${kind}: ${held.acked} of ${held.inserted} rows acknowledged while held`);
       const after = phaseOf(arm, `after ${kind}`);
