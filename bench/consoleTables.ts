@@ -135,7 +135,7 @@ export async function buildConsoleTables(pool: pg.Pool, sizes: ConsoleTableSizes
       await client.query(
         `INSERT INTO ${s}.outbox_relays (relay_id, application_name, lease_ttl_ms) VALUES ('bench-relay', 'bench', 600000)`,
       );
-      await client.query(`UPDATE ${s}.outbox_shard_leases SET owner = 'bench-relay', expires_at = now() + interval '1 hour'`);
+      await client.query(`UPDATE ${s}.outbox_shard_leases SET owner = 'bench-relay'`);
       await client.query(
         `INSERT INTO ${s}.outbox_relay_minutes (minute, relay_id, sent, dead_lettered, last_id)
          SELECT date_trunc('minute', now()) - make_interval(mins => m), 'bench-relay', 6000, m % 3, $1 - m * 6000

@@ -6,6 +6,7 @@ import { createTopic, readTopic, testBrokers } from './helpers/kafka.js';
 import { waitFor } from './helpers/wait.js';
 import { pausableBroker } from './helpers/pausableBroker.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
+import { leaseShards } from './helpers/leases.js';
 
 // A relay that loses the lease of a shard while Kafka is acknowledging a batch must roll
 // the whole batch back: the mark and COMMIT go to Postgres in one message
@@ -69,7 +70,7 @@ test('integration: a lease lost while Kafka acknowledges a batch rolls the whole
     });
     assert.equal(batches.length, 1, 'the two rows were not published yet');
     // Another relay takes the shard of one of the two rows (its lease, not a row lock: the batch holds no lock on the lease table).
-    await db.pool.query(`UPDATE ${s}.outbox_shard_leases SET owner = 'thief', expires_at = now() + interval '1 hour' WHERE shard = $1`, [stolenShard]);
+    await leaseShards(db.pool, db.schema, 'thief', `shard = ${stolenShard}`);
     sockets.resume();
 
     const ended = await waitFor('the batch to end', () => errors[0] ?? batches[1]);

@@ -175,7 +175,7 @@ test('integration: listParkedKeys pages parked keys longest first with why and t
   // Relays: one live with the breaker open holding shards 0-9 and 20, one whose heartbeat is stale.
   await db.pool.query(`INSERT INTO ${s}.outbox_relays (relay_id, application_name, lease_ttl_ms, breaker_opened_at) VALUES ('r-live', 'a', 10000, now() - interval '5 seconds')`);
   await db.pool.query(`INSERT INTO ${s}.outbox_relays (relay_id, application_name, lease_ttl_ms, heartbeat_at) VALUES ('r-stale', 'b', 1000, now() - interval '1 minute')`);
-  await db.pool.query(`UPDATE ${s}.outbox_shard_leases SET owner = 'r-live', expires_at = now() + interval '1 minute' WHERE shard <= 9 OR shard = 20`);
+  await db.pool.query(`UPDATE ${s}.outbox_shard_leases SET owner = 'r-live' WHERE shard <= 9 OR shard = 20`);
   // Two relays' minutes: 3 and 2 minutes ago (the second both), and one 61 minutes ago (outside).
   await db.pool.query(
     `INSERT INTO ${s}.outbox_relay_minutes (minute, relay_id, sent, dead_lettered, last_id) VALUES

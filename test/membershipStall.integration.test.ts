@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { createRelay } from '../src/relay/relay.js';
 import { Membership } from '../src/relay/membership.js';
-import { lockWantedSql, renewSql } from '../src/relay/sql/leases.js';
+import { heartbeatSql, liveLeasesSql, lockWantedSql } from '../src/relay/sql/leases.js';
 import { createLogger, silentLogger } from '../src/shared/logger.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { testBrokers } from './helpers/kafka.js';
@@ -11,7 +11,7 @@ import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
 
 // A relay frozen (SIGSTOP, a paused VM) inside its lease round's transaction holds row
-// locks on lease rows. Every other relay's round needs those rows: without a bound on that
+// locks on lease rows or on its membership row. Every other relay's round needs those rows: without a bound on that
 // transaction, the live relay's round waited on them for as long as the frozen one stayed
 // frozen, so it never renewed its own leases nor took the frozen relay's shards over (seen
 // in CI: scaleOut's SIGSTOP test, both relays' heartbeats 28-30 s old, every shard
@@ -67,19 +67,18 @@ function frozenRelay(): Membership {
   return new Membership(s, `frozen${Date.now().toString(36)}`, 'outbox-relay:frozen', LEASE_TTL_MS, silentLogger());
 }
 
-async function validLeases(relayId: string): Promise<{ count: number; minLeftMs: number | null }> {
-  const { rows } = await db.pool.query<{ count: number; min_left_ms: number | null }>(
-    `SELECT count(*)::int AS count, min(extract(epoch FROM expires_at - now()) * 1000)::float8 AS min_left_ms
-       FROM ${s}.outbox_shard_leases WHERE owner = $1 AND expires_at > now()`,
+/**
+ * Whether `relayId` holds every shard on a live lease (src/relay/sql/leases.ts: it owns
+ * them and its heartbeat is within its TTL), with a heartbeat from less than half a TTL
+ * ago: renewed, not left to lapse.
+ */
+async function renewedForMostOfATtl(relayId: string): Promise<boolean> {
+  const { rows } = await db.pool.query<{ live: number; age_ms: number | null }>(
+    `SELECT (SELECT count(*) FROM (${liveLeasesSql(s, '$1')}) AS live)::int AS live,
+            (SELECT extract(epoch FROM now() - heartbeat_at) * 1000 FROM ${s}.outbox_relays WHERE relay_id = $1)::float8 AS age_ms`,
     [relayId],
   );
-  return { count: rows[0]!.count, minLeftMs: rows[0]!.min_left_ms };
-}
-
-/** Whether `relayId` holds every shard on a lease renewed since half a TTL ago: renewed, not left to lapse. */
-async function renewedForMostOfATtl(relayId: string): Promise<boolean> {
-  const leases = await validLeases(relayId);
-  return leases.count === 256 && leases.minLeftMs! > LEASE_TTL_MS / 2;
+  return rows[0]!.live === 256 && rows[0]!.age_ms! < LEASE_TTL_MS / 2;
 }
 
 async function assertEndedByIdleTimeout(connection: FrozenConnection): Promise<void> {
@@ -104,7 +103,7 @@ function liveRelay() {
   return createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, leaseTtlMs: LEASE_TTL_MS });
 }
 
-test('integration: a relay frozen inside its lease round, holding its own leases locked, does not stop another relay from taking its shards over', async () => {
+test('integration: a relay frozen inside its heartbeat, holding its own membership row locked, does not stop another relay from taking its shards over', async () => {
   await clearLeases();
   const frozen = frozenRelay();
   const first = await db.pool.connect();
@@ -117,9 +116,10 @@ test('integration: a relay frozen inside its lease round, holding its own leases
 
   const relay = liveRelay();
   await relay.start();
-  const connection = await freezingConnection(renewSql(s));
+  const connection = await freezingConnection(heartbeatSql(s));
   try {
-    // Its renewal locks its 256 lease rows; then the process freezes.
+    // Its heartbeat's update locks its membership row, which a relay taking its shards
+    // over locks too (the fence against its waking up); then the process freezes.
     void frozen.tick(connection.client);
     await connection.frozen;
     await waitFor('the live relay to take every shard over', () => relay.ownedShards.length === 256, { timeoutMs: 6 * LEASE_TTL_MS });
@@ -130,7 +130,7 @@ test('integration: a relay frozen inside its lease round, holding its own leases
   }
 });
 
-test("integration: a relay frozen inside its lease round, holding another relay's leases locked, does not stop that relay renewing them", async () => {
+test("integration: a relay frozen inside its lease round, holding another relay's lease rows locked, does not stop that relay renewing its leases", async () => {
   await clearLeases();
   const relay = liveRelay();
   await relay.start();
@@ -157,7 +157,7 @@ test("integration: a relay frozen inside its lease round, holding another relay'
   }
 });
 
-test('integration: a session that is not a relay holding the lease rows locked fails lease rounds with a lock timeout, logged, instead of hanging them; once it ends, the relay renews again', async () => {
+test('integration: a session that is not a relay holding the lease rows locked does not stop a relay renewing its leases; holding the membership rows locked fails lease rounds with a lock timeout, logged, instead of hanging them, and once it ends the relay renews again', async () => {
   await clearLeases();
   const warnings: Array<{ msg: string; err?: string }> = [];
   const relay = createRelay({
@@ -176,7 +176,26 @@ test('integration: a session that is not a relay holding the lease rows locked f
     await waitFor('the relay to own every shard', () => relay.ownedShards.length === 256);
     // An operator's open transaction: idle in it, but not a relay's, so nothing ends it.
     await operator.query('BEGIN');
-    await operator.query(`SELECT shard FROM ${s}.outbox_shard_leases FOR UPDATE`);
+    const lockedAt = (await operator.query<{ at: Date }>(`SELECT now() AS at FROM ${s}.outbox_shard_leases FOR UPDATE`)).rows[0]!.at;
+    // The lease rows change only when a shard changes hands: the relay's rounds (its
+    // heartbeat) go on, for longer than a TTL, with every lease live.
+    await waitFor(
+      'the relay to heartbeat for a TTL past the lock, every lease live',
+      async () => {
+        const { rows } = await db.pool.query<{ past: boolean }>(
+          `SELECT heartbeat_at > $2::timestamptz + make_interval(secs => lease_ttl_ms / 1000.0) AS past FROM ${s}.outbox_relays WHERE relay_id = $1`,
+          [relay.instanceId, lockedAt],
+        );
+        return rows[0]?.past === true && (await renewedForMostOfATtl(relay.instanceId));
+      },
+      { timeoutMs: 4 * LEASE_TTL_MS },
+    );
+    assert.deepEqual(warnings.filter((w) => w.msg === 'shard lease renewal failed'), [], 'no round failed while the lease rows were locked');
+    assert.equal(relay.ownedShards.length, 256);
+    await operator.query('ROLLBACK');
+
+    await operator.query('BEGIN');
+    await operator.query(`SELECT relay_id FROM ${s}.outbox_relays FOR UPDATE`);
     const failed = await waitFor(
       'a lease round failed with a lock timeout',
       () => warnings.find((w) => w.msg === 'shard lease renewal failed' && /lock timeout/.test(w.err ?? '')),
@@ -184,10 +203,29 @@ test('integration: a session that is not a relay holding the lease rows locked f
     );
     assert.ok(failed);
     await operator.query('ROLLBACK');
-    // Renewed after the lock went: every lease valid for most of a TTL again.
+    // Renewed after the lock went: every lease live, on a fresh heartbeat.
     await waitFor('the leases renewed', () => renewedForMostOfATtl(relay.instanceId), { timeoutMs: 4 * LEASE_TTL_MS });
   } finally {
     await operator.end().catch(() => undefined);
     await relay.stop();
+  }
+});
+
+test('integration: a shard whose expires_at is still to come (a relay of an earlier version renews it on the row) is not taken, even with its owner’s heartbeat lapsed; one whose expires_at passed is', async () => {
+  await clearLeases();
+  await db.pool.query(`INSERT INTO ${s}.outbox_relays (relay_id, application_name, lease_ttl_ms, heartbeat_at) VALUES ('earlier-version', 'x', 1000, now() - interval '1 minute')`);
+  await db.pool.query(
+    `UPDATE ${s}.outbox_shard_leases SET owner = 'earlier-version',
+            expires_at = CASE WHEN shard < 128 THEN now() + interval '1 hour' ELSE now() - interval '1 second' END`,
+  );
+  const taker = new Membership(s, 'taker', 'outbox-relay:taker', LEASE_TTL_MS, silentLogger());
+  const c = await db.pool.connect();
+  try {
+    const change = await taker.tick(c);
+    assert.deepEqual([...taker.owned].sort((a, b) => a - b), Array.from({ length: 128 }, (_, i) => 128 + i), 'only the shards whose expires_at passed');
+    assert.equal(change.takenOver.length, 128);
+    assert.ok(change.takenOver.every((t) => t.from === 'earlier-version'));
+  } finally {
+    c.release();
   }
 });

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { RELAY, assertIndexOnly, nodes, shapesOf, type PlanNode, type Shapes } from './helpers/planShapes.js';
 import { maintainPartitions, partitionOutbox } from '../src/commands/partitions.js';
+import { leaseShards } from './helpers/leases.js';
 
 // The relay's statements on a partitioned outbox (docs/partitioning.md) take the plans
 // they take on a plain one, partition by partition: the claim walks each partition's
@@ -31,7 +32,7 @@ async function partitionedOf(rows: number, options: { sent?: number; analyze: bo
   for (const p of parts) await db.pool.query(`ALTER TABLE ${p.name} SET (autovacuum_enabled = false)`);
   await db.pool.query(`INSERT INTO ${T} (topic, key, payload) SELECT 'plans', 'k' || (g % 10000), '{"n":1}' FROM generate_series(1, $1::int) AS g`, [rows]);
   if (options.sent) await db.pool.query(`UPDATE ${T} SET sent_at = now() WHERE id <= $1`, [options.sent]);
-  await db.pool.query(`UPDATE "${db.schema}".outbox_shard_leases SET owner = $1, expires_at = now() + interval '1 hour'`, [RELAY]);
+  await leaseShards(db.pool, db.schema, RELAY);
   if (options.analyze) await db.pool.query(`ANALYZE ${T}`);
   return db;
 }

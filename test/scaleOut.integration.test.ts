@@ -5,6 +5,7 @@ import { getStatus } from '../src/commands/status.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, testBrokers } from './helpers/kafka.js';
 import { spawnCli, type Spawned } from './helpers/processes.js';
+import { liveLeasesByOwner } from './helpers/leases.js';
 import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
 import { assertDeliveredInOrder, runWriters } from './helpers/workload.js';
@@ -93,10 +94,7 @@ test('integration: a relay killed with SIGKILL loses its shards to the survivor 
   const b = relayProcess();
   try {
     await waitFor('two live relays with 128 shards each', async () => (await ownersByShardCount()).join() === '128,128', { timeoutMs: 30_000 });
-    const heldBy = async (): Promise<Map<string, number>> => {
-      const { rows } = await db.pool.query<{ owner: string; n: number }>(`SELECT owner, count(*)::int AS n FROM "${db.schema}".outbox_shard_leases WHERE owner IS NOT NULL AND expires_at > now() GROUP BY owner`);
-      return new Map(rows.map((r) => [r.owner, r.n]));
-    };
+    const heldBy = (): Promise<Map<string, number>> => liveLeasesByOwner(db.pool, db.schema);
     const before = await heldBy();
     a.child.kill('SIGKILL');
     const killedAt = Date.now();

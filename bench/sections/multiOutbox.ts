@@ -36,6 +36,7 @@ import { TICKS_PER_SECOND } from '../procCpu.js';
 import { peakRss, postgresClientPids, startRun, TickSeries, type OutboxPlace, type RunProcess } from '../multiOutboxRelays.js';
 import { row, type Plot, type Row, type SectionResult } from '../report.js';
 import { fmt, log, median, sleep, wall } from '../util.js';
+import { leasesSql } from '../../src/commands/sql/status.js';
 
 const S = '11. many outboxes';
 const OUTBOXES = 4;
@@ -127,9 +128,9 @@ async function identify(pool: pg.Pool, places: OutboxPlace[]): Promise<Array<{ o
   for (const p of places) {
     const q = `"${p.schema}"`;
     const { rows: leases } = await pool.query<{ owned: string; owners: string; owner: string | null; app: string | null }>(
-      `SELECT count(*) FILTER (WHERE l.expires_at > now()) AS owned, count(DISTINCT l.owner) AS owners, min(l.owner) AS owner,
+      `SELECT count(*) FILTER (WHERE l.valid) AS owned, count(DISTINCT l.owner) AS owners, min(l.owner) AS owner,
               (SELECT r.application_name FROM ${q}.outbox_relays r WHERE r.relay_id = min(l.owner)) AS app
-         FROM ${q}.outbox_shard_leases l WHERE l.owner IS NOT NULL`,
+         FROM (${leasesSql(q)}) AS l WHERE l.owner IS NOT NULL`,
     );
     const l = leases[0]!;
     if (Number(l.owned) !== 256 || Number(l.owners) !== 1 || !l.owner || !l.app) {

@@ -187,7 +187,7 @@ function batchFailureHint(error: Error): string {
 
 /**
  * Whether the relay can claim and mark here, not just connect: the statements of a batch
- * (claim lock, mark sent, delete, dead letter, park, lease renewal, sequence read), each
+ * (claim lock, mark sent, delete, dead letter, park, heartbeat, taking leases, sequence read), each
  * on no rows, in one transaction that is rolled back. They fail as the relay's would on a
  * read-only database (default_transaction_read_only, a standby: SQLSTATE 25006), for a
  * role without the privileges (42501), or on tables altered after migrate.
@@ -199,7 +199,8 @@ function canClaimAndMarkStatements(q: string): Array<[what: string, sql: string]
     ['delete outbox rows', `DELETE FROM ${q}.outbox WHERE false`],
     ['insert dead letters', `INSERT INTO ${q}.outbox_dead_letters SELECT * FROM ${q}.outbox_dead_letters WHERE false`],
     ['park keys', `INSERT INTO ${q}.outbox_parked_keys SELECT * FROM ${q}.outbox_parked_keys WHERE false`],
-    ['renew shard leases', `UPDATE ${q}.outbox_shard_leases SET expires_at = now() WHERE false`],
+    ['heartbeat', `UPDATE ${q}.outbox_relays SET heartbeat_at = now() WHERE false`],
+    ['take shard leases', `UPDATE ${q}.outbox_shard_leases SET owner = owner, epoch = epoch + 1, expires_at = NULL WHERE false`],
     ['read the outbox sequence', `SELECT ${outboxLastIdSql(q)}`],
   ];
 }

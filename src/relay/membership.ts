@@ -6,18 +6,21 @@ import {
   beginMembershipSql,
   forgetDeadRelaysSql,
   heartbeatSql,
+  knownRelaysSql,
   leaveSql,
   liveRelaysSql,
+  lockStaleOwnersSql,
   lockWantedSql,
+  ownedSql,
   releaseSql,
-  renewSql,
   terminateOwnerSql,
+  unexpiredOldLeasesSql,
 } from './sql/leases.js';
 
 /**
  * How long a takeover waits for each of the stale owner's connections to exit. Short on
- * purpose: the round also renews this relay's own leases, and a round that outlasts the
- * TTL would let another relay take this one's shards. A connection still there is
+ * purpose: a round that outlasts the TTL delays this relay's next heartbeat, which is what
+ * keeps its own leases live, and another relay could take its shards. A connection still there is
  * signalled again next round, and its shards are not claimed until it is gone.
  */
 const TERMINATE_WAIT_MS = 100;
@@ -35,9 +38,11 @@ export interface MembershipChange {
  * Which shards this relay owns, kept in step with the other relays through the lease
  * table, on the database's clock.
  *
- * Every round (a third of the lease TTL): heartbeat; compute this relay's fair share from
- * the live relays (shard s goes to live relay number s mod n, relays sorted by id); renew
- * the leases it holds; take the wanted shards that are free or whose lease expired. Before
+ * Every round (a third of the lease TTL): heartbeat, which keeps every lease it holds live
+ * (a lease is live while its owner's heartbeat is: ./sql/leases.ts, liveLeasesSql);
+ * compute this relay's fair share from the live relays (shard s goes to live relay number
+ * s mod n, relays sorted by id); take the wanted shards that are free or whose owner's
+ * heartbeat lapsed. Before
  * claiming a shard taken from an expired owner, the owner's Postgres connections are
  * terminated and confirmed gone: a relay that stalled (SIGSTOP, a long GC pause) keeps its
  * connections and the row locks of a claimed batch; skipping those rows would publish
@@ -73,7 +78,18 @@ export class Membership {
 
   /** One round on `client` (a pooled connection, not in a transaction). */
   async tick(client: pg.ClientBase): Promise<MembershipChange> {
-    await client.query(heartbeatSql(this.s), [this.relayId, this.applicationName, this.leaseTtlMs, this.breakerOpenedAt()]);
+    // The heartbeat commits on its own, first: it is what keeps this relay's leases live,
+    // so the rest of the round failing (a lock timeout) must not undo it. It is bounded
+    // like the round: a taker holds a stale owner's row locked while it takes its shards,
+    // and an operator's session may hold it too.
+    await client.query(beginMembershipSql(this.leaseTtlMs));
+    try {
+      await client.query(heartbeatSql(this.s), [this.relayId, this.applicationName, this.leaseTtlMs, this.breakerOpenedAt()]);
+      await client.query('COMMIT');
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw error;
+    }
     const live = (await client.query<{ relay_id: string }>(liveRelaysSql(this.s))).rows.map((r) => r.relay_id);
     const index = live.indexOf(this.relayId);
     // Our own heartbeat just committed, so we are live unless the clock jumped.
@@ -86,17 +102,12 @@ export class Membership {
     let acquired: number[] = [];
     await client.query(beginMembershipSql(this.leaseTtlMs));
     try {
-      held = (await client.query<{ shard: number }>(renewSql(this.s), [this.relayId, this.leaseTtlMs])).rows.map((r) => r.shard);
-      const candidates = (
-        await client.query<{ shard: number; owner: string | null; owner_application_name: string | null; available: boolean }>(
-          lockWantedSql(this.s),
-          [this.relayId, [...wanted]],
-        )
-      ).rows.filter((r) => r.available);
+      held = (await client.query<{ shard: number }>(ownedSql(this.s), [this.relayId])).rows.map((r) => r.shard);
+      const candidates = await this.lockAvailable(client, wanted);
       acquired = candidates.map((r) => r.shard);
       let takenAt = new Date(0);
       if (acquired.length > 0) {
-        const r = await client.query<{ taken_at: Date }>(acquireSql(this.s), [this.relayId, acquired, this.leaseTtlMs]);
+        const r = await client.query<{ taken_at: Date }>(acquireSql(this.s), [this.relayId, acquired]);
         takenAt = r.rows[0]!.taken_at;
       }
       await client.query('COMMIT');
@@ -152,6 +163,30 @@ export class Membership {
       lost: [...before].filter((s) => !this.owned.has(s)),
       liveRelays: live.length,
     };
+  }
+
+  /**
+   * In the round's transaction: lock the wanted shards this relay does not own and return
+   * those it may take, with their owner. A shard is free, or its owner has left (no
+   * membership row), or its owner's heartbeat lapsed: that owner's row is then locked
+   * until the round commits (./sql/leases.ts, lockStaleOwnersSql, says why).
+   */
+  private async lockAvailable(
+    client: pg.ClientBase,
+    wanted: Set<number>,
+  ): Promise<Array<{ shard: number; owner: string | null; owner_application_name: string | null }>> {
+    const locked = (await client.query<{ shard: number; owner: string | null }>(lockWantedSql(this.s), [this.relayId, [...wanted]])).rows;
+    const owners = [...new Set(locked.flatMap((r) => (r.owner === null ? [] : [r.owner])))];
+    if (owners.length === 0) return locked.map((r) => ({ ...r, owner_application_name: null }));
+    const known = new Map(
+      (await client.query<{ relay_id: string; application_name: string }>(knownRelaysSql(this.s), [owners])).rows.map((r) => [r.relay_id, r.application_name]),
+    );
+    const stale = new Set((await client.query<{ relay_id: string }>(lockStaleOwnersSql(this.s), [owners])).rows.map((r) => r.relay_id));
+    const taken = locked.filter((r) => r.owner !== null).map((r) => r.shard);
+    const unexpired = new Set((await client.query<{ shard: number }>(unexpiredOldLeasesSql(this.s), [taken])).rows.map((r) => r.shard));
+    return locked
+      .filter((r) => r.owner === null || ((!known.has(r.owner) || stale.has(r.owner)) && !unexpired.has(r.shard)))
+      .map((r) => ({ ...r, owner_application_name: r.owner === null ? null : (known.get(r.owner) ?? null) }));
   }
 
   /** Give back shards this relay holds but no longer wants; call with no batch in flight on them. */

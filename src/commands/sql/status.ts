@@ -99,8 +99,17 @@ SELECT relay_id, application_name, started_at, breaker_opened_at,
   FROM ${s}.outbox_relays
  ORDER BY relay_id`;
 
-/** Every shard's owner, if any, and whether the lease is still valid. */
+/**
+ * Every shard's owner, if any, and whether the lease is still valid: its owner's heartbeat
+ * is within the owner's TTL (src/relay/sql/leases.ts, liveLeasesSql), or, for a lease a
+ * relay of an earlier version renewed, its expires_at is still to come.
+ */
 export const leasesSql = (s: string): string => `
-SELECT shard, owner, epoch, expires_at > now() AS valid
-  FROM ${s}.outbox_shard_leases
- ORDER BY shard`;
+SELECT l.shard, l.owner, l.epoch,
+       l.owner IS NOT NULL
+       AND (l.expires_at > now()
+            OR EXISTS (SELECT 1 FROM ${s}.outbox_relays AS r
+                        WHERE r.relay_id = l.owner
+                          AND r.heartbeat_at > now() - make_interval(secs => r.lease_ttl_ms / 1000.0))) AS valid
+  FROM ${s}.outbox_shard_leases AS l
+ ORDER BY l.shard`;

@@ -1,3 +1,4 @@
+import { liveLeasesSql } from './leases.js';
 import { bigintLiteral, intArrayLiteral, intLiteral, textLiteral } from './literals.js';
 
 /**
@@ -7,7 +8,8 @@ import { bigintLiteral, intArrayLiteral, intLiteral, textLiteral } from './liter
  *               a row at or below it; src/horizon.ts)
  * $2 smallint[] shards the claiming worker handles
  * $3 int        batch size
- * $4 text       relay id: only shards it holds an unexpired lease on are claimed
+ * $4 text       relay id: only shards it holds a live lease on are claimed (its heartbeat
+ *               within its TTL: ./leases.ts, liveLeasesSql)
  * $5 timestamptz server start time the horizon was computed on: after a restart the
  *               watermark no longer holds (see src/horizon.ts), and this claim finds nothing
  * $6 bigint     floor: the scan starts above it (src/relay/floor.ts says why that is safe)
@@ -48,8 +50,8 @@ export function claimSql(quotedSchema: string): string {
 SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, headers, created_at,
        CASE WHEN created_at < '1970-01-01 00:00:00+00' OR created_at >= '275760-09-13 00:00:00+00'
             THEN timezone('UTC', created_at)::text END AS created_at_text,
-       (SELECT count(*) FROM ${quotedSchema}.outbox_shard_leases
-         WHERE owner = $4 AND expires_at > now() AND shard = ANY($2::smallint[])) = cardinality($2::smallint[]) AS all_leased,
+       (SELECT count(*) FROM (${liveLeasesSql(quotedSchema, '$4')}) AS live
+         WHERE live.shard = ANY($2::smallint[])) = cardinality($2::smallint[]) AS all_leased,
        (SELECT generation::text FROM ${quotedSchema}.outbox_claim_floors) AS generation
   FROM ${quotedSchema}.outbox
  WHERE sent_at IS NULL
@@ -57,8 +59,7 @@ SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, head
    AND id > (CASE WHEN (SELECT generation FROM ${quotedSchema}.outbox_claim_floors) = $7::bigint
                   THEN $6::bigint ELSE 0 END)
    AND shard = ANY($2::smallint[])
-   AND shard = ANY (ARRAY(SELECT shard FROM ${quotedSchema}.outbox_shard_leases
-                           WHERE owner = $4 AND expires_at > now()))
+   AND shard = ANY (ARRAY(${liveLeasesSql(quotedSchema, '$4')}))
    AND pg_postmaster_start_time() = $5::timestamptz
    AND NOT EXISTS (SELECT 1 FROM ${quotedSchema}.outbox_parked_keys AS p
                     WHERE p.topic = outbox.topic AND p.key = outbox.key)

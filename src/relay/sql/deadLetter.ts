@@ -1,3 +1,5 @@
+import { liveLeasesSql } from './leases.js';
+
 /**
  * Move rows the relay can never publish from the outbox to the dead letters, whole, with
  * the reason; park their keys where the policy says so. Runs in the batch's transaction,
@@ -19,7 +21,7 @@ WITH failed AS (
 ), moved AS (
   DELETE FROM ${s}.outbox AS o
    WHERE o.id = ANY($1::bigint[])
-     AND o.shard = ANY (ARRAY(SELECT shard FROM ${s}.outbox_shard_leases WHERE owner = $5 AND expires_at > now()))
+     AND o.shard = ANY (ARRAY(${liveLeasesSql(s, '$5')}))
   RETURNING o.id, o.message_id, o.topic, o.key, o.payload, o.payload_bytes, o.headers, o.created_at,
             o.dedup_key, o.attempts
 ), dead AS (

@@ -1,5 +1,6 @@
 import { intArrayLiteral, intLiteral, textLiteral } from './literals.js';
 import { batchMarker, bindLiterals } from './claim.js';
+import { liveLeasesSql } from './leases.js';
 
 /**
  * Mark published rows sent. Runs in the claim's transaction, after Kafka acknowledged
@@ -27,15 +28,13 @@ export function markSentSql(quotedSchema: string, onPublish: 'mark' | 'delete' =
     return `
 DELETE FROM ${quotedSchema}.outbox
  WHERE id = ANY($1::bigint[])
-   AND shard = ANY (ARRAY(SELECT shard FROM ${quotedSchema}.outbox_shard_leases
-                           WHERE owner = $2 AND expires_at > now()))`;
+   AND shard = ANY (ARRAY(${liveLeasesSql(quotedSchema, '$2')}))`;
   }
   return `
 UPDATE ${quotedSchema}.outbox
    SET sent_at = now()
  WHERE id = ANY($1::bigint[])
-   AND shard = ANY (ARRAY(SELECT shard FROM ${quotedSchema}.outbox_shard_leases
-                           WHERE owner = $2 AND expires_at > now()))`;
+   AND shard = ANY (ARRAY(${liveLeasesSql(quotedSchema, '$2')}))`;
 }
 
 /** The mark's prepared statement, per connection (see {@link prepareMarkSql}). */

@@ -1,3 +1,5 @@
+import { liveLeasesSql } from './leases.js';
+
 /**
  * Exactly-once mode: mark sent (or delete) the rows a unit's last committed Kafka
  * transaction published, when a relay (re)starts the unit (../transactionalUnit.ts): they
@@ -6,7 +8,7 @@
  *
  * $1 bigint[]   ids from the unit's progress
  * $2 smallint[] the unit's shards: the progress of one unit never names another's rows
- * $3 text       relay id: only rows of shards it holds an unexpired lease on are changed
+ * $3 text       relay id: only rows of shards it holds a live lease on are changed
  *
  * Returns how many of those rows were unsent and how many it changed. Fewer changed than
  * unsent means a lease of the unit lapsed meanwhile: the caller must not claim (the rows
@@ -20,7 +22,7 @@ export function markRecoveredSql(quotedSchema: string, onPublish: 'mark' | 'dele
       : `UPDATE ${quotedSchema}.outbox AS o SET sent_at = now() FROM targets t WHERE o.id = t.id AND t.leased RETURNING 1`;
   return `
 WITH leased AS (
-  SELECT shard FROM ${quotedSchema}.outbox_shard_leases WHERE owner = $3 AND expires_at > now()
+  ${liveLeasesSql(quotedSchema, '$3')}
 ), targets AS (
   SELECT id, shard IN (SELECT shard FROM leased) AS leased
     FROM ${quotedSchema}.outbox
