@@ -233,7 +233,7 @@ test('metric names follow Prometheus conventions', () => {
   assert.equal(new Set(metricNames()).size, metricNames().length, 'no name defined twice');
 });
 
-test('integration: under a held snapshot the backlog sample steps over the rows published since (its walk starts at the last oldest pending row), and a row that reappears below it is counted by the next full walk', async () => {
+test("integration: under a held snapshot the backlog sample steps over the rows published since (its walk starts at the last oldest pending row, never above the relay's settled id), a writer's rows still uncommitted at one sample are counted at the next, and a row that reappears below it is counted by the next full walk", async () => {
   const other = await createTestSchema('metrics_held');
   cleanups.push(() => other.drop());
   await insertRows(other.schema, 'held', 20_000, 1);
@@ -260,7 +260,10 @@ test('integration: under a held snapshot the backlog sample steps over the rows 
     return query(text, params);
   };
   const relay = relayWith(testKafka(), other.schema); // never started: only sampled
-  const inst = instrumentRelay(relay, { registry: new Registry(), sampleIntervalMs: 60_000, pool, processMetrics: false });
+  // Its horizon, as a running relay's would report it: every row written so far is final.
+  let settledId = Number(ids.at(-1)!.id);
+  const source = new Proxy(relay, { get: (target, p) => (p === 'settledId' ? settledId : Reflect.get(target, p, target)) });
+  const inst = instrumentRelay(source, { registry: new Registry(), sampleIntervalMs: 60_000, pool, processMetrics: false });
   cleanups.push(() => inst.close());
   assert.equal((await inst.sample()).pending, 10);
   await waitFor('a sample that starts above 0', async () => (await inst.sample()) && walks.at(-1)! > 0, { timeoutMs: 30_000 });
@@ -281,4 +284,28 @@ test('integration: under a held snapshot the backlog sample steps over the rows 
   await other.pool.query(`UPDATE "${other.schema}".outbox SET sent_at = NULL WHERE id = $1`, [Number(ids[5]!.id)]);
   await waitFor('the reappeared row counted', async () => (await inst.sample()).pending === 11, { timeoutMs: 60_000 });
   assert.ok(walks.includes(0) && walks.lastIndexOf(0) > walks.indexOf(firstUnsent - 1), 'a full walk after the incremental ones');
+  // Nothing pending, and a writer's transaction open across a sample: its ids are at or
+  // below the sequence's value that sample reads, above the relay's settled id; the next
+  // sample's walk starts at the settled id, so their commit is counted at once, not at the
+  // next full walk.
+  await other.pool.query(`UPDATE "${other.schema}".outbox SET sent_at = now() WHERE sent_at IS NULL`);
+  assert.equal((await inst.sample()).pending, 0);
+  const writer = await other.pool.connect();
+  try {
+    await writer.query('BEGIN');
+    await writer.query(`INSERT INTO "${other.schema}".outbox (topic, key, payload) SELECT 'held', 'w' || g, '{}' FROM generate_series(1, 5) AS g`);
+    const during = await waitFor('an incremental sample with the writer open', async () => {
+      const sample = await inst.sample();
+      return walks.at(-1)! > 0 ? sample : undefined;
+    }, { timeoutMs: 30_000 });
+    assert.equal(during.pending, 0, 'the open transaction is not counted yet');
+    await writer.query('COMMIT');
+  } finally {
+    writer.release();
+  }
+  const incremental = await waitFor('an incremental sample after the commit', async () => {
+    const sample = await inst.sample();
+    return walks.at(-1)! > 0 ? sample : undefined;
+  }, { timeoutMs: 30_000 });
+  assert.equal(incremental.pending, 5, 'the committed rows are counted by the next sample, not the next full walk');
 });

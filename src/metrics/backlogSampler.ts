@@ -47,6 +47,12 @@ export interface BacklogSamplerOptions {
   logger: Logger;
   /** Runs after each successful sample, before its result is returned. */
   afterSample?: () => void;
+  /**
+   * Highest outbox id at or below which every row is known final (committed or rolled
+   * back): the relay's horizon (`Relay.settledId`). A sample's walk never starts
+   * above it. Without it every sample walks from the lowest id.
+   */
+  settledId?: () => number;
 }
 
 /** A running sampler: its last sample, a sample on demand, and stopping it. */
@@ -68,8 +74,13 @@ export interface BacklogSampler {
  * report, a pg_dump) every row published since, 3.6 million after 30 minutes at 2,000
  * rows/s, walked twice per sample. So a sample starts above the id below the last oldest
  * pending row (or, when nothing was pending, the sequence's last value read before it),
- * and only a full walk from 0 sees rows that appeared below it since: a row whose
- * transaction was still open at the last sample, a replayed dead letter. A full walk comes
+ * but never above the relay's settled id read before the walk (every row at or below it
+ * is committed or rolled back): ids handed to transactions still open, below the oldest
+ * pending row or the sequence's value, are never skipped (a sample taken while a writer's
+ * transaction was open used to start above its rows, and counted them only at the next
+ * full walk). The relay's horizon does not wait for transactions that never wrote the
+ * outbox, so the settled id keeps up under a held horizon. Only a full walk from 0 sees
+ * rows that appear below it later: a replayed dead letter. A full walk comes
  * once its last one's duration times FULL_WALK_COST_FACTOR has passed: at every sample
  * while walks are cheap, as before; under a long hold about once per 50 walk-times (2 % of
  * the time), at most FULL_WALK_MAX_MS apart, which is how late such a row may be counted.
@@ -101,9 +112,10 @@ export function startBacklogSampler(options: BacklogSamplerOptions): BacklogSamp
   let fullWalkEveryMs = 0;
 
   const doSample = async (): Promise<RelaySample> => {
+    const settled = options.settledId?.() ?? 0;
     const [seq] = await timed<{ last_id: number }>(sequenceLastValueSql(quoted));
     const full = Date.now() - fullWalkAtMs >= fullWalkEveryMs;
-    const from = full ? 0 : walkFrom;
+    const from = full ? 0 : Math.min(walkFrom, settled);
     const walkStartedMs = Date.now();
     const [count] = await timed<{ pending: number }>(backlogCountSql(quoted), [cap, from]);
     let pending = count?.pending ?? 0;

@@ -100,6 +100,7 @@ export function instrumentRelay(relay: RelayStatusSource, options: InstrumentRel
     intervalMs: options.sampleIntervalMs ?? 5_000,
     countCap: options.backlogCountCap ?? 100_000,
     logger,
+    settledId: () => relay.settledId ?? 0,
     afterSample: () => {
       if (!stopped) {
         m.shardsOwned.set(relay.ownedShards.length);

@@ -18,6 +18,12 @@ export interface RelayStatusSource {
   readonly ownedShards: readonly number[];
   /** How long the newest rows have waited behind an open outbox writer, in ms (a source without a horizon: absent, read as 0). */
   readonly horizonWaitMs?: number;
+  /**
+   * Highest outbox id at or below which every row is committed or rolled back; the backlog
+   * sampler never starts its walk above it (a source without a horizon: absent, and every
+   * sample walks from the lowest id).
+   */
+  readonly settledId?: number;
   on<K extends RelayStatusEvent>(event: K, listener: (payload: RelayEvents[K]) => void): unknown;
   off<K extends RelayStatusEvent>(event: K, listener: (payload: RelayEvents[K]) => void): unknown;
 }

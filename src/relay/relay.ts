@@ -145,6 +145,15 @@ export class Relay extends TypedEmitter<RelayEvents> {
     return this.horizon.watermark;
   }
 
+  /**
+   * Highest outbox id at or below which every row is final, committed or rolled back (0
+   * until the relay's horizon found one; see `settled` in horizon.ts). Unlike
+   * {@link watermark}, never past a row whose transaction is still open.
+   */
+  get settledId(): number {
+    return this.horizon.settled;
+  }
+
   /** How long the oldest new ids have waited for the transactions before them to end, in ms (0: nothing waits). */
   get horizonWaitMs(): number { return this.horizon.oldestWaitMs(); }
 
