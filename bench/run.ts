@@ -38,19 +38,27 @@ import { pooler } from './sections/pooler.js';
 import { effects } from './sections/effects.js';
 import { consoleSection } from './sections/console.js';
 import { exactlyOnce } from './sections/exactlyOnce.js';
-import { heldHorizon } from './sections/heldHorizon.js';
+import { HELD_SYSTEM_KEYS, heldHorizon, type HeldSystemKey } from './sections/heldHorizon.js';
 import { idle } from './sections/idle.js';
 
 const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler', 'effects', 'console', 'exactlyonce', 'idle', 'heldhorizon'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
-  process.stderr.write(`bench: ${problem}\nusage: bench/run.ts [--quick] [--only ${SECTIONS.join(',')}] [--out DIR] [--held-hold-seconds N]\n`);
+  process.stderr.write(`bench: ${problem}\nusage: bench/run.ts [--quick] [--only ${SECTIONS.join(',')}] [--out DIR] [--held-hold-seconds N] [--held-systems ${HELD_SYSTEM_KEYS.join(',')}]\n`);
   process.exit(2);
 }
 
-function parseArgs(argv: string[]): { quick: boolean; only?: SectionName[]; outDir?: string; heldHoldSeconds?: number } {
-  const out: { quick: boolean; only?: SectionName[]; outDir?: string; heldHoldSeconds?: number } = { quick: false };
+interface Args {
+  quick: boolean;
+  only?: SectionName[];
+  outDir?: string;
+  heldHoldSeconds?: number;
+  heldSystems?: HeldSystemKey[];
+}
+
+function parseArgs(argv: string[]): Args {
+  const out: Args = { quick: false };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split(/=(.*)/s, 2) as [string, string | undefined];
     const value = (): string => inline ?? argv[++i] ?? usage(`${flag} needs a value`);
@@ -66,6 +74,12 @@ function parseArgs(argv: string[]): { quick: boolean; only?: SectionName[]; outD
       const n = Number(value());
       if (!Number.isInteger(n) || n < 5 || n > 7_200) usage(`--held-hold-seconds: an integer from 5 to 7200 (got ${argv[i]})`);
       out.heldHoldSeconds = n;
+    } else if (flag === '--held-systems') {
+      // Section 18 one system at a time (a 30-minute profile is over 90 minutes per system); the summary records which ran, and the section fails unless exactly those did.
+      const keys = value().split(',').filter(Boolean);
+      const unknown = keys.filter((k) => !(HELD_SYSTEM_KEYS as readonly string[]).includes(k));
+      if (keys.length === 0 || unknown.length > 0 || new Set(keys).size !== keys.length) usage(`--held-systems: some of ${HELD_SYSTEM_KEYS.join(', ')}, each once (got ${keys.join(',') || 'none'})`);
+      out.heldSystems = keys as HeldSystemKey[];
     }
     else usage(`unknown argument ${argv[i]}`);
   }
@@ -147,6 +161,7 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
         rate: P.heldRate,
         cleanSeconds: P.heldCleanSeconds,
         holdSeconds: P.heldHoldSeconds,
+        ...(args.heldSystems && { systems: args.heldSystems }),
         afterSeconds: P.heldAfterSeconds,
         // A partition per 10 s (quick) or minute of the offered load: several drop behind each clean phase.
         partitionSizeIds: P.heldRate * (args.quick ? 10 : 60),

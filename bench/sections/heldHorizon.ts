@@ -58,6 +58,10 @@ export interface HeldHorizonData {
 /** The cluster's settings: PgQue's autovacuum, and no parallel query (no worker processes coming and going). */
 export const CLUSTER_SETTINGS = { autovacuum_vacuum_scale_factor: '0.005', autovacuum_naptime: '10s', max_parallel_workers_per_gather: '0' };
 
+/** The systems section 18 can run, in the order it runs them. */
+export const HELD_SYSTEM_KEYS = ['mark', 'delete', 'partition', 'queue'] as const;
+export type HeldSystemKey = (typeof HELD_SYSTEM_KEYS)[number];
+
 export function heldSystems(o: HeldHorizonOptions): HeldSystem[] {
   const producer = o.producer ?? 'platformatic';
   const all: HeldSystem[] = [
