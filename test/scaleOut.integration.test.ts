@@ -89,7 +89,7 @@ function relayProcess(): Spawned {
   });
 }
 
-test('integration: a relay killed with SIGKILL loses its shards to the survivor within 1.4 × the lease TTL (README, Takeover)', async () => {
+test('integration: a relay killed with SIGKILL loses its shards to the survivor within 1.4 × the lease TTL (docs/relay.md, Takeover)', async () => {
   const a = relayProcess();
   const b = relayProcess();
   try {
