@@ -136,23 +136,13 @@ export class Relay extends TypedEmitter<RelayEvents> {
   }
 
   /** Shards this relay currently owns. */
-  get ownedShards(): number[] {
-    return [...this.membership.owned].sort((a, b) => a - b);
-  }
+  get ownedShards(): number[] { return [...this.membership.owned].sort((a, b) => a - b); }
 
   /** Highest outbox id the relay may claim up to (see the visibility horizon in horizon.ts). */
-  get watermark(): number {
-    return this.horizon.watermark;
-  }
+  get watermark(): number { return this.horizon.watermark; }
 
-  /**
-   * Highest outbox id at or below which every row is final, committed or rolled back (0
-   * until the relay's horizon found one; see `settled` in horizon.ts). Unlike
-   * {@link watermark}, never past a row whose transaction is still open.
-   */
-  get settledId(): number {
-    return this.horizon.settled;
-  }
+  /** Highest outbox id at or below which every row is committed or rolled back (`settled` in horizon.ts; 0 until known). */
+  get settledId(): number { return this.horizon.settled; }
 
   /** How long the oldest new ids have waited for the transactions before them to end, in ms (0: nothing waits). */
   get horizonWaitMs(): number { return this.horizon.oldestWaitMs(); }
