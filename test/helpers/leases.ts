@@ -23,8 +23,3 @@ export async function liveLeasesByOwner(pool: pg.Pool, schema: string): Promise<
   );
   return new Map(rows.map((r) => [r.owner, r.n]));
 }
-
-/** SQL: how many shards hold a valid lease (as `status` reports them). */
-export function validLeaseCountSql(schema: string): string {
-  return `SELECT count(*) FROM (${leasesSql(`"${schema}"`)}) AS l WHERE l.valid`;
-}
