@@ -154,19 +154,20 @@ for (const b of BACKENDS) {
   });
 
   test(`${b.name}: a slow effect keeps its reservation: a duplicate that waits longer than reservationMs never runs it`, async () => {
-    const [a, c] = [await guardOn(b, { reservationMs: 300 }), await guardOn(b, { reservationMs: 300 })];
+    // Renewals every 200 ms, each with 400 ms to land (300 left 200 ms, tight under CI's load).
+    const [a, c] = [await guardOn(b, { reservationMs: 600 }), await guardOn(b, { reservationMs: 600 })];
     const key = uniqueName('export:report:3');
     let runs = 0;
     const slow = a.guard.once(key, async ({ signal }) => {
       runs++;
-      await new Promise((r) => setTimeout(r, 1_500)); // five reservation lifetimes
+      await new Promise((r) => setTimeout(r, 2_400)); // four reservation lifetimes
       return signal.aborted;
     });
     await waitFor('the first attempt holding the key', async () => (await c.guard.inspect(key))?.state === 'reserved', { intervalMs: 10 });
     const started = performance.now();
     const duplicate = await c.guard.once(key, () => runs++, { waitMs: 10_000 });
     assert.deepEqual(duplicate, { status: 'skipped', reason: 'done' });
-    assert.ok(performance.now() - started > 1_000, 'the duplicate waited for the slow effect');
+    assert.ok(performance.now() - started > 1_800, 'the duplicate waited for the slow effect');
     assert.deepEqual(await slow, { status: 'ran', value: false, confirmed: true, tookOver: false }, 'never aborted: every renewal landed');
     assert.equal(runs, 1);
   });
@@ -212,7 +213,10 @@ for (const b of BACKENDS) {
   });
 
   test(`${b.name}: an attempt that loses its reservation mid-effect gets its signal aborted, and its release leaves the new holder alone`, async () => {
-    const { guard, registry } = await guardOn(b, { reservationMs: 300 });
+    // Renewals every 500 ms, each with a second to land before the local deadline: under
+    // CI's load a renewal at reservationMs 300 could miss its 200 ms, and the attempt gave
+    // the key up (and released it) before the take-over this test makes.
+    const { guard, registry } = await guardOn(b, { reservationMs: 1_500 });
     const key = uniqueName('webhook:o5:2');
     const outcome = guard.once(key, async ({ signal }) => {
       await new Promise<void>((resolve, reject) => {
@@ -224,7 +228,7 @@ for (const b of BACKENDS) {
     await b.hijack(key);
     const started = performance.now();
     await assert.rejects(outcome, (e) => e instanceof EffectReservationLostError && e.retriable);
-    assert.ok(performance.now() - started < 300 + SLACK_MS, 'noticed at the next renewal');
+    assert.ok(performance.now() - started < 500 + SLACK_MS, 'noticed at the next renewal');
     assert.equal(await metric(registry, 'reservations_total', { result: 'lost' }), 1);
     assert.equal((await guard.inspect(key))?.state, 'reserved', "the new holder's reservation stands");
 

@@ -407,16 +407,18 @@ test('integration: the horizon reads the outbox sequence under its buffer lock: 
 const phaseOf = (arm: HeldArmResult, name: string): Phase => arm.phases.find((p) => p.name === name)!;
 
 // The short version of `npm run bench -- --only heldhorizon` (issue 36): the same section,
-// on its own cluster with PgQue's autovacuum settings, every system under every hold, at a
-// low rate for a few seconds each. The section checks itself (systems, phases, each hold
+// on its own cluster with PgQue's autovacuum settings, every relay mode under every hold, at
+// a low rate for a few seconds each. The plain queue arm is the bench's comparison, no
+// behaviour of ours: it stays out of here (37 s of each CI pass). The section checks itself (systems, phases, each hold
 // still in force at its end, every row through) and throws otherwise. What is asserted
 // here is behaviour, not speed: no hold stops the relay. Before the horizon's writer rule,
 // a transaction holding an id elsewhere stopped publishing for --horizon-max-wait-ms (60 s).
-test('integration: a long transaction elsewhere (a reader of another table, a reader of the outbox, a transaction holding an id) stops no relay mode, beside a plain SKIP LOCKED queue', async () => {
+test('integration: a long transaction elsewhere (a reader of another table, a reader of the outbox, a transaction holding an id) stops no relay mode', async () => {
   const result = await heldHorizon(undefined, {
+    systems: ['mark', 'delete', 'partition'],
     rate: 200,
-    cleanSeconds: 4,
-    holdSeconds: 6,
+    cleanSeconds: 3,
+    holdSeconds: 5,
     afterSeconds: 5,
     partitionSizeIds: 1_000,
     partitionMaintenanceIntervalMs: 1_000,
@@ -427,10 +429,10 @@ test('integration: a long transaction elsewhere (a reader of another table, a re
   const arms = result.data.arms;
   assert.deepEqual(
     arms.map((a) => a.key),
-    ['mark', 'delete', 'partition', 'queue'],
+    ['mark', 'delete', 'partition'],
   );
   assert.equal(result.data.settings.autovacuum_vacuum_scale_factor, '0.005');
-  for (const arm of arms.filter((a) => a.key !== 'queue')) {
+  for (const arm of arms) {
     for (const kind of HOLD_KINDS) {
       const held = phaseOf(arm, kind);
       assert.ok(held.inserted >= 500 && held.holder, `${arm.key} under ${kind}: writers wrote ${held.inserted} rows while the hold (${JSON.stringify(held.holder)}) was in force`);

@@ -4,6 +4,7 @@ import { EventEmitter, once } from 'node:events';
 import pg from 'pg';
 import { partitionOutbox } from '../src/commands/partitions.js';
 import { listPartitions, maintain, type PartitionMaintenance } from '../src/relay/partitions.js';
+import { DETACH_MAX_WAIT_MS } from '../src/relay/partitionDetach.js';
 import { createTestSchema, type TestSchema } from './helpers/db.js';
 
 // A detach that cannot finish holds nothing up (issue 36): a report reading the outbox for
@@ -16,14 +17,20 @@ after(async () => {
   await db?.drop();
 });
 
-/** A maintenance pass, failed rather than hung when it does not return (the bug: it waited as long as the reader). */
-async function pass(pool: pg.Pool, schema: string, what: string): Promise<PartitionMaintenance> {
+/**
+ * A maintenance pass, failed rather than hung when it does not return (the bug: it waited
+ * as long as the reader). Its detaches give up after `detachMaxWaitMs`: 1 s where the
+ * reader blocks them; where nothing should, the default 30 s, as a detach on a loaded
+ * machine (or behind an autovacuum, which yields only after deadlock_timeout, 1 s) can
+ * take longer than 1 s without being blocked.
+ */
+async function pass(pool: pg.Pool, schema: string, what: string, detachMaxWaitMs = DETACH_MAX_WAIT_MS): Promise<PartitionMaintenance> {
   let timer: NodeJS.Timeout | undefined;
   const hung = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`${what}: the maintenance pass did not return within 60 s`)), 60_000);
   });
   try {
-    return await Promise.race([maintain(pool, schema, { partitionsAhead: 2, retentionMs: 0, detachMaxWaitMs: 1_000 }), hung]);
+    return await Promise.race([maintain(pool, schema, { partitionsAhead: 2, retentionMs: 0, detachMaxWaitMs }), hung]);
   } finally {
     clearTimeout(timer);
   }
@@ -47,7 +54,7 @@ test('integration (partitioned outbox): behind a reader holding the outbox, a de
     await reader.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
     await reader.query(`SELECT count(*) FROM "${schema}".outbox`); // holds the outbox until it ends
 
-    const blocked = await pass(pool, schema, 'pass behind the reader');
+    const blocked = await pass(pool, schema, 'pass behind the reader', 1_000);
     assert.deepEqual(blocked.kept.filter((k) => k.reason === 'blocked').map((k) => k.partition), ['outbox_p0']);
     assert.equal(blocked.blocker?.pid, me[0]!.pid, JSON.stringify(blocked.blocker));
     assert.equal(blocked.blocker?.applicationName, 'test:report');
@@ -59,7 +66,7 @@ test('integration (partitioned outbox): behind a reader holding the outbox, a de
     // and outbox_p0's detach pending.
     const before = (await listPartitions(pool, schema)).map((p) => p.name);
     await write(1_000); // ids up to 2500
-    const next = await pass(pool, schema, 'pass with the detach pending');
+    const next = await pass(pool, schema, 'pass with the detach pending', 1_000);
     assert.ok(next.created.length > 0, `created partitions behind the pending detach: ${JSON.stringify(next)}`);
     for (const name of next.created) assert.ok(!before.includes(name), name);
     assert.ok(next.headroomIds >= 2_000, `headroom ${next.headroomIds}: two whole partitions ahead`);
