@@ -1,7 +1,7 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRelay, type Relay } from '../src/relay/relay.js';
-import type { ClaimFloor } from '../src/relay/floor.js';
+import { FLOOR_RESCAN_MS, type ClaimFloor } from '../src/relay/floor.js';
 import { replayDeadLetters, discardDeadLetters } from '../src/commands/deadLetters.js';
 import { enqueue, type OutboxMessage } from '../src/enqueue.js';
 import { HEADERS } from '../src/shared/kafka.js';
@@ -10,6 +10,9 @@ import { createTopic, readTopic, testBrokers, type ReadMessage } from './helpers
 import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
 import { writeCommitted } from './helpers/outbox.js';
+import { leaseShards } from './helpers/leases.js';
+import { LowWaterMark } from '../src/relay/lowWater.js';
+import { BATCH_SETTINGS_SQL, claimSql } from '../src/relay/sql/claim.js';
 
 // Claims start past what a worker has dealt with (src/relay/floor.ts). These are the
 // ways rows come back below that floor; each must still go out, in order per key.
@@ -96,7 +99,7 @@ test('integration: after a forced horizon release, a row whose transaction commi
   try {
     await late.query('BEGIN');
     const [lateId] = await enqueue(late, [{ topic, key: 'late', payload: { n: 1 } }], { schema: db.schema });
-    const others = await write(Array.from({ length: 100 }, (_, i) => ({ topic, key: `o${i % 10}`, payload: { i } })));
+    const others = await write(Array.from({ length: 300 }, (_, i) => ({ topic, key: `o${i % 50}`, payload: { i } })));
     await readTopic(topic, (m) => m.length >= others.length);
     assert.ok(forced > 0, 'the horizon was released by force past the open transaction');
     assert.ok(relay.watermark >= others[others.length - 1]!);
@@ -106,6 +109,130 @@ test('integration: after a forced horizon release, a row whose transaction commi
     assert.deepEqual(idsOfKey(messages, 'late'), [lateId!.id]);
   } finally {
     late.release();
+    await relay.stop();
+  }
+});
+
+test("integration: the low-water mark stops at the first row that may still need publishing, one another session holds locked included; passes a parked key's rows; stays at or below the settled id; walks from the lowest id again once the generation moved", async () => {
+  const lw = await createTestSchema('lowwater');
+  const s = `"${lw.schema}"`;
+  const locker = await lw.pool.connect();
+  try {
+    const ids = await writeCommitted(lw, Array.from({ length: 10 }, (_, i) => ({ topic: 't', key: `k${i}`, payload: { i } })));
+    await lw.pool.query(`UPDATE ${s}.outbox SET sent_at = now() WHERE id = ANY($1) AND id <> $2`, [ids, ids[3]]);
+    // A fenced relay's batch (or an operator) holds row 4: a claim skips it, the mark must not.
+    await locker.query('BEGIN');
+    await locker.query(`SELECT 1 FROM ${s}.outbox WHERE id = $1 FOR UPDATE`, [ids[3]]);
+    const mark = new LowWaterMark(s);
+    const find = async (settled: number, at: number): Promise<number | undefined> => (await mark.refresh(lw.pool, settled, 0, at, 1))?.id;
+    assert.equal(await find(ids[9]!, 0), ids[3]! - 1, 'stops below the locked row');
+    await locker.query(`UPDATE ${s}.outbox SET sent_at = now() WHERE id = $1`, [ids[3]]);
+    await locker.query('COMMIT');
+    assert.equal(await find(ids[9]!, 10), ids[9], 'nothing unsent: the settled id');
+
+    const [p1, q, p2] = await writeCommitted(lw, [
+      { topic: 't', key: 'p', payload: {} },
+      { topic: 't', key: 'q', payload: {} },
+      { topic: 't', key: 'p', payload: {} },
+    ]);
+    assert.equal(await find(ids[9]!, 20), ids[9], 'rows above the settled id are not looked at (their transactions may still be open)');
+    await lw.pool.query(`INSERT INTO ${s}.outbox_parked_keys (topic, key, dead_letter_id) VALUES ('t', 'p', 0)`);
+    assert.equal(await find(p2!, 30), q! - 1, "p's rows passed (parked), q's stops it");
+    await lw.pool.query(`UPDATE ${s}.outbox SET sent_at = now() WHERE id = $1`, [q]);
+    assert.equal(await find(p2!, 40), p2, 'only parked rows left');
+
+    // A row back below the mark without a generation bump is not looked for (nothing of ours
+    // does that); with one (what a replay does), the walk starts from the lowest id.
+    await lw.pool.query(`UPDATE ${s}.outbox SET sent_at = NULL WHERE id = $1`, [ids[1]]);
+    assert.equal(await find(p2!, 50), p2);
+    await lw.pool.query(`UPDATE ${s}.outbox_claim_floors SET generation = generation + 1`);
+    const { rows: gen } = await lw.pool.query<{ g: string }>(`SELECT generation::text AS g FROM ${s}.outbox_claim_floors`);
+    assert.deepEqual(await mark.refresh(lw.pool, p2!, 0, 60, 1), { id: ids[1]! - 1, generation: gen[0]!.g, horizonResets: 0 });
+    assert.equal(mark.current(1), undefined, 'a mark of an earlier horizon (a restart) holds for no other');
+    assert.equal((await mark.refresh(lw.pool, p2!, 0, 61, 1_000))!.id, ids[1]! - 1, 'found less than maxAgeMs ago: as it is');
+  } finally {
+    await locker.query('ROLLBACK').catch(() => undefined);
+    locker.release();
+    await lw.drop();
+  }
+});
+
+test('integration: under a snapshot held open elsewhere, a claim that starts over at the low-water mark reads the index entries published since the mark, not every one the snapshot keeps', async () => {
+  const lw = await createTestSchema('lowwaterheld');
+  const s = `"${lw.schema}"`;
+  const relayId = 'low-water-relay';
+  await leaseShards(lw.pool, lw.schema, relayId);
+  const holder = await lw.pool.connect();
+  const claimer = await lw.pool.connect();
+  try {
+    const write = (n: number) => lw.pool.query(`INSERT INTO ${s}.outbox (topic, key, payload) SELECT 't', 'k' || (g % 100), '{}' FROM generate_series(1, $1::int) AS g`, [n]);
+    await write(20_000);
+    await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+    await holder.query('SELECT 1'); // the snapshot: no version written from here on can be removed
+    await lw.pool.query(`UPDATE ${s}.outbox SET sent_at = now()`); // published under the hold
+    await write(600);
+    const { rows: top } = await lw.pool.query<{ max: string; started: string }>(
+      `SELECT max(id)::text AS max, pg_postmaster_start_time()::text AS started FROM ${s}.outbox`,
+    );
+    const settled = Number(top[0]!.max);
+    const mark = await new LowWaterMark(s).refresh(lw.pool, settled, 0, 0, 1);
+    assert.equal(mark!.id, settled - 600, 'the mark: below the first unsent row');
+    // Index entries the claim read (pg_stat_user_indexes.idx_tup_read, flushed after it):
+    // each one of a row published under the hold is read, and its heap tuple checked.
+    const entriesRead = async (): Promise<number> => {
+      const { rows } = await claimer.query<{ n: string }>(`SELECT idx_tup_read::text AS n FROM pg_stat_user_indexes WHERE indexrelid = '${s}.outbox_unsent_idx'::regclass`);
+      return Number(rows[0]!.n);
+    };
+    const claimFrom = async (floor: number, generation: string): Promise<{ entries: number; rows: number }> => {
+      const before = await entriesRead();
+      await claimer.query('BEGIN');
+      await claimer.query(BATCH_SETTINGS_SQL);
+      const { rows } = await claimer.query(claimSql(s), [settled, Array.from({ length: 256 }, (_, i) => i), 500, relayId, top[0]!.started, floor, generation]);
+      await claimer.query('ROLLBACK');
+      await claimer.query('SELECT pg_stat_force_next_flush()'); // flushed as the session goes idle
+      return { entries: (await entriesRead()) - before, rows: rows.length };
+    };
+    const fromZero = await claimFrom(0, '-1');
+    const fromMark = await claimFrom(mark!.id, mark!.generation);
+    console.log(`measured: a claim of 500 rows under a held snapshot keeping 20,000 published rows read ${fromZero.entries} index entries from the lowest id, ${fromMark.entries} from the low-water mark`);
+    assert.equal(fromZero.rows, 500);
+    assert.equal(fromMark.rows, 500, 'the same batch');
+    assert.ok(fromZero.entries >= 20_500, `from the lowest id: every kept entry (${fromZero.entries})`);
+    assert.ok(fromMark.entries <= 600, `from the mark: the batch's own (${fromMark.entries})`);
+  } finally {
+    await holder.query('ROLLBACK').catch(() => undefined);
+    holder.release();
+    claimer.release();
+    await lw.drop();
+  }
+});
+
+test('integration: a row another session held locked while the relay drained past it goes out once the lock ends, at the next rescan (the floor starts over at the low-water mark, which stayed below it)', async () => {
+  const topic = await createTopic(2);
+  const [lockedId] = await write([{ topic, key: 'locked', payload: { n: 1 } }]);
+  const locker = await db.pool.connect();
+  await locker.query('BEGIN');
+  await locker.query(`SELECT 1 FROM "${db.schema}".outbox WHERE id = $1 FOR UPDATE`, [lockedId]);
+  const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, batchSize: 20 });
+  await relay.start();
+  try {
+    const others = await write(Array.from({ length: 300 }, (_, i) => ({ topic, key: `o${i % 50}`, payload: { i } })));
+    await readTopic(topic, (m) => m.length >= others.length);
+    await waitFor('every floor past the locked row', () => floorsOf(relay).every((f) => f > lockedId!));
+    const { rows } = await db.pool.query(`SELECT sent_at FROM "${db.schema}".outbox WHERE id = $1`, [lockedId]);
+    assert.equal(rows[0]!.sent_at, null, 'skipped while locked');
+    await locker.query('COMMIT');
+    const released = performance.now();
+    const messages = await readTopic(topic, (m) => m.some((x) => x.key === 'locked'));
+    const waitedMs = performance.now() - released;
+    console.log(`measured: the row went out ${Math.round(waitedMs)} ms after its lock ended (FLOOR_RESCAN_MS ${FLOOR_RESCAN_MS})`);
+    assert.deepEqual(idsOfKey(messages, 'locked'), [lockedId]);
+    // The rescan falls due FLOOR_RESCAN_MS after the last; an idle worker claims at least
+    // that often (workerLoop.ts, RECHECK_MAX_MS): at most two intervals.
+    assert.ok(waitedMs < 2 * FLOOR_RESCAN_MS + 5_000, `out within two rescan intervals (${Math.round(waitedMs)} ms)`);
+  } finally {
+    await locker.query('ROLLBACK').catch(() => undefined);
+    locker.release();
     await relay.stop();
   }
 });

@@ -42,11 +42,14 @@
 //   scans from 0; one it saw is in the rows the floor was computed from.
 // - Another shard set (shards acquired, taken over, released), a horizon reset (a
 //   Postgres restart, a sequence set back), a relay restart (floors live in memory): the
-//   floor starts over at 0.
+//   floor starts over (where: next item).
 // - Rows skipped because another transaction held their lock (SKIP LOCKED, the safety net
 //   under fencing) would sit below the floor: every FLOOR_RESCAN_MS (longer when such a
-//   rescan is slow: FLOOR_RESCAN_MAX_MS) the floor starts over at 0, as the old code did
-//   on every claim.
+//   rescan is slow: FLOOR_RESCAN_MAX_MS) the floor starts over, as the old code did on
+//   every claim: at the relay's low-water mark (lowWater.ts), below which every row of
+//   every shard is done or parked, locked rows counted as unsent, under the generation it
+//   was found in (the claim compares it as it compares a floor's); at 0 without one. The
+//   other start-overs below take the mark as well: it holds for any shard set.
 // - A claim made ahead, while the worker's previous batch is still being published
 //   (workerLoop.ts), starts where that batch's commit will put the floor: that batch was a
 //   full batch ending at M that saw every shard leased, so every eligible row up to M is
@@ -55,14 +58,18 @@
 //   committed every row it claimed as sent; otherwise it is rolled back unpublished, so
 //   it never stands on a floor that did not come true.
 
-/** How often a worker's floor starts over at 0 anyway (see above: rows skipped as locked), at the least. */
+import type { LowWater } from './lowWater.js';
+
+/** How often a worker's floor starts over anyway (see above: rows skipped as locked), at the least. */
 export const FLOOR_RESCAN_MS = 10_000;
 
 /**
  * The rescan's interval grows with what it costs: a claim from 0 walks every index entry
  * published since the oldest open snapshot, and under a long-held horizon (a 30-minute
- * report at 2,000 rows/s leaves 3.6 million) one such walk takes seconds. The next rescan
- * comes RESCAN_COST_FACTOR times the last claim from 0's duration later (at most 2 % of
+ * report at 2,000 rows/s leaves 3.6 million) one such walk takes seconds; from the
+ * low-water mark it walks those since the mark was found, unless a row stuck unsent (its
+ * shard's relay gone, a lock held for minutes) holds the mark down. The next rescan
+ * comes RESCAN_COST_FACTOR times the last rescan's duration later (at most 2 % of
  * the worker's time), never sooner than FLOOR_RESCAN_MS nor later than FLOOR_RESCAN_MAX_MS:
  * a row skipped as locked waits that long at most.
  */
@@ -81,7 +88,7 @@ export interface ClaimFloor {
   shardsKey: string;
   /** Horizon.resets when it was computed. */
   horizonResets: number;
-  /** When it last started over at 0 (ms since epoch). */
+  /** When it last started over (ms since epoch). */
   startedOverAtMs: number;
   /** How long after that it starts over again ({@link noteClaimFromZero}). */
   rescanEveryMs: number;
@@ -91,34 +98,41 @@ export function newClaimFloor(): ClaimFloor {
   return { floor: 0, generation: NO_GENERATION, shardsKey: '', horizonResets: -1, startedOverAtMs: 0, rescanEveryMs: FLOOR_RESCAN_MS };
 }
 
-/** A claim from 0 took `claimMs`: the next rescan comes after {@link RESCAN_COST_FACTOR} times that (see FLOOR_RESCAN_MAX_MS). */
-export function noteClaimFromZero(f: ClaimFloor, claimMs: number): void {
+/** A claim that started over took `claimMs`: the next rescan comes after {@link RESCAN_COST_FACTOR} times that (see FLOOR_RESCAN_MAX_MS). */
+export function noteRescan(f: ClaimFloor, claimMs: number): void {
   f.rescanEveryMs = Math.min(FLOOR_RESCAN_MAX_MS, Math.max(FLOOR_RESCAN_MS, RESCAN_COST_FACTOR * claimMs));
 }
 
 const keyOf = (shards: readonly number[]): string => [...shards].sort((a, b) => a - b).join(',');
 
+/** Whether the next claim on `shards` starts the floor over (the shard set or the horizon changed, or the rescan is due). */
+export function startOverDue(f: ClaimFloor, shards: readonly number[], horizonResets: number, nowMs: number): boolean {
+  return f.shardsKey !== keyOf(shards) || f.horizonResets !== horizonResets || nowMs - f.startedOverAtMs >= f.rescanEveryMs;
+}
+
 /**
- * The floor and generation to pass to the next claim on `shards`; starts the floor over
- * at 0 when the shard set or the horizon changed, or the rescan is due.
+ * The floor and generation to pass to the next claim on `shards`, and whether it started
+ * over (at `lowWater` when it holds for this horizon, else at 0) because the shard set or
+ * the horizon changed, or the rescan is due.
  */
 export function floorForClaim(
   f: ClaimFloor,
   shards: readonly number[],
   horizonResets: number,
   nowMs: number,
-): { floor: number; generation: string } {
-  startOverIfDue(f, shards, horizonResets, nowMs);
-  return { floor: f.floor, generation: f.generation };
+  lowWater?: LowWater,
+): { floor: number; generation: string; startedOver: boolean } {
+  const startedOver = startOverIfDue(f, shards, horizonResets, nowMs, lowWater);
+  return { floor: f.floor, generation: f.generation, startedOver };
 }
 
-/** Start the floor over at 0 when the shard set or the horizon changed, or the rescan is due; true if it did. */
-function startOverIfDue(f: ClaimFloor, shards: readonly number[], horizonResets: number, nowMs: number): boolean {
-  const shardsKey = keyOf(shards);
-  if (f.shardsKey === shardsKey && f.horizonResets === horizonResets && nowMs - f.startedOverAtMs < f.rescanEveryMs) return false;
-  f.floor = 0;
-  f.generation = NO_GENERATION;
-  f.shardsKey = shardsKey;
+/** Start the floor over when {@link startOverDue}; true if it did. */
+function startOverIfDue(f: ClaimFloor, shards: readonly number[], horizonResets: number, nowMs: number, lowWater: LowWater | undefined): boolean {
+  if (!startOverDue(f, shards, horizonResets, nowMs)) return false;
+  const start = lowWater?.horizonResets === horizonResets ? lowWater : undefined;
+  f.floor = start?.id ?? 0;
+  f.generation = start?.generation ?? NO_GENERATION;
+  f.shardsKey = keyOf(shards);
   f.horizonResets = horizonResets;
   f.startedOverAtMs = nowMs;
   return true;
@@ -128,15 +142,16 @@ function startOverIfDue(f: ClaimFloor, shards: readonly number[], horizonResets:
  * The floor for a claim made while the worker's previous batch (a full batch whose claim
  * saw every shard leased, `generation` its claim's, `lastId` its last row) is still in
  * flight: what that batch's commit will make the floor (see the invariant at the top), or
- * 0 when the floor starts over anyway.
+ * where the floor starts over when it does.
  */
 export function floorAhead(
   f: ClaimFloor,
   previous: { shards: readonly number[]; horizonResets: number; generation: string; lastId: number; settled: number },
   nowMs: number,
-): { floor: number; generation: string } {
-  if (startOverIfDue(f, previous.shards, previous.horizonResets, nowMs)) return { floor: f.floor, generation: f.generation };
-  return { floor: Math.min(previous.lastId, previous.settled), generation: previous.generation };
+  lowWater?: LowWater,
+): { floor: number; generation: string; startedOver: boolean } {
+  if (startOverIfDue(f, previous.shards, previous.horizonResets, nowMs, lowWater)) return { floor: f.floor, generation: f.generation, startedOver: true };
+  return { floor: Math.min(previous.lastId, previous.settled), generation: previous.generation, startedOver: false };
 }
 
 /** What a committed batch tells the floor. Ids are those of the claim, in id order. */

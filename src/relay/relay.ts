@@ -26,6 +26,7 @@ import { FlowRecorder } from './flowRecorder.js';
 import { createMessageProducer, type MessageProducer } from './producer.js';
 import { newWorker, type Worker } from './batch.js';
 import { newClaimFloor, type ClaimFloor } from './floor.js';
+import { LowWaterMark } from './lowWater.js';
 import type { RelayEvents } from './relayEvents.js';
 import { publishRelayStarted } from '../shared/diagnostics.js';
 import { poolerRefused, probePooler } from './poolerProbe.js';
@@ -362,6 +363,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       units: this.exactlyOnce?.units,
       workers: this.workers,
       floors: this.floors,
+      lowWater: new LowWaterMark(this.quotedSchema),
       workAvailable: this.workAvailable,
       databaseBack: this.databaseBack,
       breakerOpened: this.breakerOpened,

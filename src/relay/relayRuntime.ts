@@ -2,6 +2,7 @@ import type pg from 'pg';
 import type { Kafka } from 'kafkajs';
 import type { Logger } from '../shared/logger.js';
 import type { Horizon } from './horizon.js';
+import type { LowWaterMark } from './lowWater.js';
 import type { IdAudit } from './idAudit.js';
 import type { Membership } from './membership.js';
 import type { CircuitBreaker } from './breaker.js';
@@ -43,6 +44,8 @@ export interface RelayRuntime {
   readonly workers: readonly Worker[];
   /** Where each worker's next claim starts (floor.ts). */
   readonly floors: Map<Worker, ClaimFloor>;
+  /** Where the floors start over (lowWater.ts). */
+  readonly lowWater: LowWaterMark;
   /** Notified when the horizon moves, shards change, the breaker closes (and on stop). */
   readonly workAvailable: WakeUp;
   /** Notified when the horizon probe reaches the database again after failing (and on stop). */

@@ -5,7 +5,7 @@ import { PublishError } from './publishBatch.js';
 import { abandonBatch, claimBatch, finishBatch, type BatchContext, type BatchResult, type ClaimedBatch, type Worker } from './batch.js';
 import type { ClaimArguments } from './sql/claim.js';
 import { kafkaTimestampMs } from './message.js';
-import { FLOOR_RESCAN_MS, advanceFloor, floorAhead, floorForClaim, noteClaimFromZero, type ClaimFloor } from './floor.js';
+import { FLOOR_RESCAN_MS, advanceFloor, floorAhead, floorForClaim, noteRescan, startOverDue, type ClaimFloor } from './floor.js';
 import { RETRY_BASE_MS, type RelayRuntime } from './relayRuntime.js';
 import { ProgressFullError, type ExactlyOnceUnit } from './exactlyOnceUnit.js';
 import { handBack, handOverIfQuiet, holdsOthersShards, noteBatch } from './workerShards.js';
@@ -22,6 +22,9 @@ import type { ClaimsWithin } from './claimsInTransaction.js';
  *  rescan would not find as soon (issue 34, idle cost). */
 const RECHECK_MS = 1_000;
 const RECHECK_MAX_MS = FLOOR_RESCAN_MS;
+
+/** A low-water mark found this recently serves a floor that starts over as it is. */
+const LOW_WATER_MAX_AGE_MS = 1_000;
 
 /**
  * One worker: claims and publishes batches of its shards (batch.ts) when the horizon
@@ -115,11 +118,16 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
       else {
         worker.lastClaimAtMs = Date.now();
         worker.rowsReturnedSeen = returned;
-        const from = floorForClaim(floor, shards, resets, Date.now());
+        // A floor that starts over starts at the relay's low-water mark, found again first
+        // (lowWater.ts; workers due together share one walk).
+        const lowWater = startOverDue(floor, shards, resets, Date.now())
+          ? await rt.lowWater.refresh(rt.pool, settled, resets, Date.now(), LOW_WATER_MAX_AGE_MS)
+          : undefined;
+        const from = floorForClaim(floor, shards, resets, Date.now(), lowWater);
         const claimStartedMs = Date.now();
         current = { batch: await claimBatch(ctx, claimArguments(rt, watermark, incarnation, shards, from), worker.clients), settled, resets };
-        // What a walk from the lowest id costs now sets when the next one comes (floor.ts).
-        if (from.floor === 0) noteClaimFromZero(floor, Date.now() - claimStartedMs);
+        // What a claim that started over costs now sets when the next one comes (floor.ts).
+        if (from.startedOver) noteRescan(floor, Date.now() - claimStartedMs);
       }
       // Exactly-once mode claims again inside the batch's transaction instead (claimsInTransaction.ts).
       const next = !unit && claimsAhead(rt, worker, current) ? claimAhead(rt, ctx, worker, current, floor) : undefined;
@@ -189,11 +197,12 @@ async function claimAhead(rt: RelayRuntime, ctx: BatchContext, worker: Worker, c
   const { watermark, incarnation, settled, resets } = rt.horizon;
   const { claim, rows, generation } = current.batch;
   if (resets !== current.resets) return undefined;
-  const from = floorAhead(floor, { shards: claim.shards, horizonResets: resets, generation: generation!, lastId: rows[rows.length - 1]!.id, settled: current.settled }, Date.now());
+  // Ahead, the last mark found (it still holds: the claim compares its generation).
+  const from = floorAhead(floor, { shards: claim.shards, horizonResets: resets, generation: generation!, lastId: rows[rows.length - 1]!.id, settled: current.settled }, Date.now(), rt.lowWater.current(resets));
   try {
     worker.lastClaimAtMs = Date.now();
     const batch = await claimBatch(ctx, claimArguments(rt, watermark, incarnation, claim.shards, from), worker.clients);
-    if (from.floor === 0) noteClaimFromZero(floor, Date.now() - worker.lastClaimAtMs);
+    if (from.startedOver) noteRescan(floor, Date.now() - worker.lastClaimAtMs);
     return { batch, settled, resets };
   } catch (error) {
     rt.logger.debug({ worker: worker.index, err: describeError(error) }, 'claim ahead failed; the next batch is claimed after this one');

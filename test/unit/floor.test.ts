@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { FLOOR_RESCAN_MAX_MS, FLOOR_RESCAN_MS, advanceFloor, floorForClaim, newClaimFloor, noteClaimFromZero, type CommittedClaim } from '../../src/relay/floor.js';
+import { FLOOR_RESCAN_MAX_MS, FLOOR_RESCAN_MS, advanceFloor, floorAhead, floorForClaim, newClaimFloor, noteRescan, type CommittedClaim } from '../../src/relay/floor.js';
 import { Horizon } from '../../src/relay/horizon.js';
 
 const rows = (...ids: number[]): CommittedClaim['claimed'] => ids.map((id) => ({ id, topic: 't', key: `k${id % 3}` }));
@@ -22,9 +22,9 @@ function committed(over: Partial<CommittedClaim>): CommittedClaim {
 
 test('floor: a full batch moves it to its last id, a short one to the watermark; the next claim starts there under the same generation', () => {
   const f = newClaimFloor();
-  assert.deepEqual(floorForClaim(f, [2, 0], 0, 1_000), { floor: 0, generation: '-1' });
+  assert.deepEqual(floorForClaim(f, [2, 0], 0, 1_000), { floor: 0, generation: '-1', startedOver: true });
   advanceFloor(f, committed({ claimed: rows(10, 11, 12), done: new Set([10, 11, 12]) }));
-  assert.deepEqual(floorForClaim(f, [0, 2], 0, 1_001), { floor: 12, generation: '5' });
+  assert.deepEqual(floorForClaim(f, [0, 2], 0, 1_001), { floor: 12, generation: '5', startedOver: false });
   advanceFloor(f, committed({ claimed: rows(20), done: new Set([20]) }));
   assert.equal(f.floor, 100);
 });
@@ -84,16 +84,32 @@ test('floor: the rescan from 0 comes later when a claim from 0 was slow (a long-
   floorForClaim(f, [0], 0, 0);
   advanceFloor(f, committed({ shards: [0], claimed: [], watermark: 100, settled: 100 }));
   // A walk of 2 s from the lowest id: the next comes 100 s later, not 10 s.
-  noteClaimFromZero(f, 2_000);
+  noteRescan(f, 2_000);
   assert.equal(floorForClaim(f, [0], 0, FLOOR_RESCAN_MS).floor, 100, 'not yet: the walk was slow');
   assert.equal(floorForClaim(f, [0], 0, 99_999).floor, 100);
   assert.equal(floorForClaim(f, [0], 0, 100_000).floor, 0, 'due after 50 x the walk');
   // Slower still: capped.
-  noteClaimFromZero(f, 60_000);
+  noteRescan(f, 60_000);
   assert.equal(f.rescanEveryMs, FLOOR_RESCAN_MAX_MS);
   // Cheap again (the horizon moved on, vacuum removed the entries): back to FLOOR_RESCAN_MS.
-  noteClaimFromZero(f, 3);
+  noteRescan(f, 3);
   assert.equal(f.rescanEveryMs, FLOOR_RESCAN_MS);
   advanceFloor(f, committed({ shards: [0], claimed: [], watermark: 200, settled: 200 }));
   assert.equal(floorForClaim(f, [0], 0, 100_000 + FLOOR_RESCAN_MS).floor, 0);
+});
+
+test('floor: it starts over at the low-water mark, under the generation the mark was found in, when the mark holds for the horizon; at 0 otherwise; a claim ahead takes it too', () => {
+  const f = newClaimFloor();
+  const mark = { id: 70, generation: '9', horizonResets: 0 };
+  assert.deepEqual(floorForClaim(f, [0, 2], 0, 0, mark), { floor: 70, generation: '9', startedOver: true }, 'first claim: from the mark');
+  advanceFloor(f, committed({ claimed: rows(71, 72, 73), done: new Set([71, 72, 73]), generation: '9' }));
+  assert.deepEqual(floorForClaim(f, [0, 2], 0, 10, mark), { floor: 73, generation: '9', startedOver: false }, 'not due: the floor as it stands');
+  assert.deepEqual(floorForClaim(f, [0, 2], 0, 10 + FLOOR_RESCAN_MS, mark), { floor: 70, generation: '9', startedOver: true }, 'the rescan: from the mark');
+  assert.deepEqual(floorForClaim(f, [0, 2], 1, 20 + FLOOR_RESCAN_MS, mark), { floor: 0, generation: '-1', startedOver: true }, 'a mark of an earlier horizon (a restart) is not taken');
+  // Ahead of a full batch, when the rescan falls due: the mark too.
+  const g = newClaimFloor();
+  floorForClaim(g, [0], 0, 0);
+  const previous = { shards: [0], horizonResets: 0, generation: '9', lastId: 500, settled: 600 };
+  assert.deepEqual(floorAhead(g, previous, 5, mark), { floor: 500, generation: '9', startedOver: false });
+  assert.deepEqual(floorAhead(g, previous, FLOOR_RESCAN_MS, mark), { floor: 70, generation: '9', startedOver: true });
 });
