@@ -1,8 +1,10 @@
 // Per-statement Postgres time, calls and buffers per call of the 600 s hold (after leases
 // moved to the heartbeat): clean, and 30-60, 300-330 and 560-590 s into the hold.
-// node summarize600.mjs
+// node summarize600.mjs [FILE]  (default pg_stat_statements-600s.json; the run after the
+// low-water mark: pg_stat_statements-600s-lowwater.json)
 import { readFileSync } from 'node:fs';
-const { snaps, phases } = JSON.parse(readFileSync(new URL('./pg_stat_statements-600s.json', import.meta.url)));
+const file = process.argv[2] ?? 'pg_stat_statements-600s.json';
+const { snaps, phases } = JSON.parse(readFileSync(new URL(`./${file}`, import.meta.url)));
 const near = (t) => snaps.reduce((a, b) => (Math.abs(b.t - t) < Math.abs(a.t - t) ? b : a));
 const windows = [['clean', 8, 38], ['held 30-60 s', 70, 100], ['held 300-330 s', 340, 370], ['held 560-590 s', 600, 630]];
 console.log(JSON.stringify(phases));
