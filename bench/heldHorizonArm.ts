@@ -125,7 +125,7 @@ export async function runHeldArm(pool: pg.Pool, databaseUrl: string, system: Hel
     let sampling = true;
     const sampler = (async () => {
       while (sampling) {
-        const s: Sample & { headroom?: number } = await sampleOnce(pool, schema, (Date.now() - t0) / 1000, vacuums);
+        const s: Sample & { headroom?: number } = await sampleOnce(pool, schema, (Date.now() - t0) / 1000, vacuums, { countPending: false });
         if (partitioned) s.headroom = Number((await pool.query<{ headroom: string }>(partitionHeadroomSql(`"${schema}"`))).rows[0]?.headroom ?? NaN);
         samples.push(s);
         await sleep(profile.sampleEveryMs); // pacing of the sampling
