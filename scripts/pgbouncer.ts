@@ -243,14 +243,21 @@ async function startDaemon(dir: string, port: number, timeoutMs: number): Promis
 }
 
 /**
- * Stop a daemon of `dir` that did not become ready: by its pid file, or, when it has not
- * written one yet, by its command line (`-d <dir>/pgbouncer.ini`). `pgbouncer -d` returns
- * once the daemon has detached and closed the output it inherited, so the daemon exists
- * by then, whether or not its pid file does.
+ * Stop a daemon of `dir` that did not become ready: by its command line (`-d
+ * <dir>/pgbouncer.ini`), then by its pid file. `pgbouncer -d` forks twice (the second
+ * child is the daemon, which writes the pid file) and returns once its first process has
+ * exited: the middle process may still be about to fork the daemon. A single scan could
+ * kill the middle one just after that fork and miss the daemon (CI saw one left running),
+ * so the scan runs until two scans 100 ms apart find no process of `dir` (10 s at most).
  */
 async function stopUnready(dir: string): Promise<void> {
-  for (const pid of daemonsOf(dir)) {
-    if (alive(pid)) process.kill(pid, 'SIGKILL');
+  const deadline = Date.now() + 10_000;
+  let emptyScans = 0;
+  while (emptyScans < 2 && Date.now() < deadline) {
+    const pids = daemonsOf(dir).filter(alive);
+    emptyScans = pids.length === 0 ? emptyScans + 1 : 0;
+    for (const pid of pids) process.kill(pid, 'SIGKILL');
+    await sleep(100); // between scans, not a wait for a condition: see above
   }
   await stopDaemon(dir);
 }
