@@ -60,10 +60,13 @@ test('integration: a lease lost while Kafka acknowledges a batch rolls the whole
       [topic, kept, stolen],
     );
     const stolenShard = rows.find((r) => r.key === stolen)!.shard;
-    // Claimed (FOR UPDATE: the batch's transaction holds an xid) and waiting for Kafka.
+    // Claimed (FOR UPDATE: the batch's transaction holds an xid) and waiting for Kafka. The
+    // batch's statements carry its comment (sql/claim.ts): the membership round's heartbeat
+    // transaction also holds an xid between its statements, and was once taken for it.
     await waitFor('the batch claimed and waiting for Kafka', async () => {
       const { rows: open } = await db.pool.query(
-        `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND backend_xid IS NOT NULL AND state = 'idle in transaction'`,
+        `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND backend_xid IS NOT NULL AND state = 'idle in transaction'
+            AND starts_with(query, '/* outbox-relay batch ')`,
         [relay.applicationName],
       );
       return open.length > 0;
