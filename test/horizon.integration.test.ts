@@ -409,7 +409,7 @@ const phaseOf = (arm: HeldArmResult, name: string): Phase => arm.phases.find((p)
 // The short version of `npm run bench -- --only heldhorizon` (issue 36): the same section,
 // on its own cluster with PgQue's autovacuum settings, every relay mode under every hold, at
 // a low rate for a few seconds each. The plain queue arm is the bench's comparison, no
-// behaviour of ours: it stays out of here (37 s of each CI pass). The section checks itself (systems, phases, each hold
+// behaviour of ours: it stays out of here (about 26 s of each CI pass). The section checks itself (systems, phases, each hold
 // still in force at its end, every row through) and throws otherwise. What is asserted
 // here is behaviour, not speed: no hold stops the relay. Before the horizon's writer rule,
 // a transaction holding an id elsewhere stopped publishing for --horizon-max-wait-ms (60 s).
@@ -417,9 +417,9 @@ test('integration: a long transaction elsewhere (a reader of another table, a re
   const result = await heldHorizon(undefined, {
     systems: ['mark', 'delete', 'partition'],
     rate: 200,
-    cleanSeconds: 3,
-    holdSeconds: 5,
-    afterSeconds: 5,
+    cleanSeconds: 2,
+    holdSeconds: 4,
+    afterSeconds: 4,
     partitionSizeIds: 1_000,
     partitionMaintenanceIntervalMs: 1_000,
     partitionRetention: '2s',
