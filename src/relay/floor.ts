@@ -90,7 +90,7 @@ export interface ClaimFloor {
   horizonResets: number;
   /** When it last started over (ms since epoch). */
   startedOverAtMs: number;
-  /** How long after that it starts over again ({@link noteClaimFromZero}). */
+  /** How long after that it starts over again ({@link noteRescan}). */
   rescanEveryMs: number;
 }
 

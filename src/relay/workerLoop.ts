@@ -98,7 +98,12 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
     const moved = watermark > worker.drainedTo;
     const returned = rt.horizon.rowsReturned;
     const sinceClaimMs = Date.now() - worker.lastClaimAtMs;
-    const due = ahead !== undefined || (!rt.breaker.isOpen && shards.length > 0 && (moved || returned > worker.rowsReturnedSeen || sinceClaimMs >= recheckMs));
+    // Before the horizon first releases ids (at start, after a reset) a claim, bounded by
+    // the watermark, can find nothing; and its floor would start over before the low-water
+    // mark can be found (it never passes the settled id), so its first real claim would walk
+    // from 0 every index entry a snapshot held open elsewhere keeps.
+    const due =
+      ahead !== undefined || (watermark > 0 && !rt.breaker.isOpen && shards.length > 0 && (moved || returned > worker.rowsReturnedSeen || sinceClaimMs >= recheckMs));
     if (!due) {
       await rt.workAvailable.wait(Math.max(1, recheckMs - sinceClaimMs));
       continue;
