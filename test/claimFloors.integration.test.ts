@@ -207,6 +207,64 @@ test('integration: under a snapshot held open elsewhere, a claim that starts ove
   }
 });
 
+test('integration: under a snapshot held open elsewhere, a relay\'s rescans start at the low-water mark: across its run the index entries the snapshot keeps are walked once (the mark\'s first walk), not once per worker per rescan', async () => {
+  const lw = await createTestSchema('lowwaterrelay');
+  const s = `"${lw.schema}"`;
+  const topic = await createTopic(2);
+  const holder = await lw.pool.connect();
+  const KEPT = 20_000;
+  let relay: Relay | undefined;
+  try {
+    await lw.pool.query(`INSERT INTO ${s}.outbox (topic, key, payload) SELECT $1, 'k' || (g % 100), '{}' FROM generate_series(1, $2::int) AS g`, [topic, KEPT]);
+    await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+    await holder.query('SELECT 1'); // the snapshot: the index keeps an entry for each row published from here on
+    await lw.pool.query(`UPDATE ${s}.outbox SET sent_at = now()`);
+    const fresh = await writeCommitted(lw, Array.from({ length: 40 }, (_, i) => ({ topic, key: `f${i % 8}`, payload: { i } })));
+    const entriesRead = async (): Promise<number> => {
+      const { rows } = await lw.pool.query<{ n: string }>(`SELECT idx_tup_read::text AS n FROM pg_stat_user_indexes WHERE indexrelid = '${s}.outbox_unsent_idx'::regclass`);
+      return Number(rows[0]!.n);
+    };
+    const before = await entriesRead();
+    relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: lw.databaseUrl, kafkaBrokers: testBrokers(), schema: lw.schema, batchSize: 20 });
+    await relay.start();
+    const r = relay;
+    await readTopic(topic, (m) => m.length >= fresh.length);
+    // Every worker's floor starts over at its first claim and then at each rescan
+    // (FLOOR_RESCAN_MS at the least); from 0, each would walk all KEPT entries again.
+    const startOvers = new Map<ClaimFloor, Set<number>>();
+    await waitFor(
+      'every floor started over twice (its first claim and a rescan)',
+      () => {
+        for (const f of (r as unknown as { floors: Map<unknown, ClaimFloor> }).floors.values()) {
+          if (!startOvers.has(f)) startOvers.set(f, new Set());
+          if (f.startedOverAtMs > 0) startOvers.get(f)!.add(f.startedOverAtMs);
+        }
+        return startOvers.size > 0 && [...startOvers.values()].every((set) => set.size >= 2);
+      },
+      { timeoutMs: 4 * FLOOR_RESCAN_MS + 30_000 },
+    );
+    const { applicationName } = relay;
+    await relay.stop();
+    relay = undefined;
+    // A backend's statistics are flushed when it exits: read them once the relay's are gone.
+    await waitFor('the relay\'s backends gone', async () => {
+      const { rows } = await lw.pool.query(`SELECT 1 FROM pg_stat_activity WHERE starts_with(application_name, $1)`, [applicationName]);
+      return rows.length === 0;
+    });
+    await lw.pool.query('SELECT pg_stat_clear_snapshot()');
+    const read = (await entriesRead()) - before;
+    const starts = [...startOvers.values()].reduce((n, set) => n + set.size, 0);
+    console.log(`measured: ${startOvers.size} workers started their floors over ${starts} times under a snapshot keeping ${KEPT} index entries; the relay read ${read} entries of the unsent-row index in all`);
+    assert.ok(read >= KEPT, `the mark's first walk passes every kept entry once (${read})`);
+    assert.ok(read < 1.5 * KEPT, `${starts} start-overs read ${read} entries: the rescans walked from the mark, not from 0 (${starts * KEPT} if they had)`);
+  } finally {
+    await relay?.stop();
+    await holder.query('ROLLBACK').catch(() => undefined);
+    holder.release();
+    await lw.drop();
+  }
+});
+
 test('integration: a row another session held locked while the relay drained past it goes out once the lock ends, at the next rescan (the floor starts over at the low-water mark, which stayed below it)', async () => {
   const topic = await createTopic(2);
   const [lockedId] = await write([{ topic, key: 'locked', payload: { n: 1 } }]);
