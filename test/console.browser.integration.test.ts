@@ -315,8 +315,10 @@ test(`integration: replay ${REPLAYED} at ${RATE}/s from the browser (dry run, th
   assert.equal(progress.status, 'done');
   assert.equal(progress.moved, REPLAYED);
   // Never above the rate. Below it only by what stalls cost beyond the pacer's 100 ms of
-  // catch-up (src/commands/deadLetters.ts): 17.3/s at load 30-50 here, so the floor is 0.8.
-  assert.ok(progress.ratePerSecond > RATE * 0.8 && progress.ratePerSecond <= RATE * 1.05, `the replay moved ${progress.ratePerSecond}/s`);
+  // catch-up (src/commands/deadLetters.ts): 17.3/s at load 30-50 here, 15.8/s in a CI run
+  // (a 2-core machine at load 10 stalled the 5 s replay for 1.3 s), so the floor is 0.6:
+  // low enough for stalls, high enough that a pacer waiting twice its interval fails.
+  assert.ok(progress.ratePerSecond > RATE * 0.6 && progress.ratePerSecond <= RATE * 1.05, `the replay moved ${progress.ratePerSecond}/s`);
 
   // The relay publishes them: each once, under its id and message id, as they come back.
   await waitFor(`the relay publishing the ${REPLAYED}`, async () =>
