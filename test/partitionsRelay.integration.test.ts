@@ -109,6 +109,8 @@ test('integration: a row committed while its partition is being detached is kept
   const db = await partitioned('partlate');
   const topic = await createTopic(1);
   const relay = createRelay({ producer: TEST_PRODUCER, databaseUrl: db.databaseUrl, kafkaBrokers: testBrokers(), schema: db.schema, partitionMaintenanceIntervalMs: 0 });
+  const batchErrors: string[] = [];
+  relay.on('batchError', (e) => batchErrors.push(e.error.message));
   await relay.start();
   const writer = await db.pool.connect();
   try {
@@ -142,7 +144,21 @@ test('integration: a row committed while its partition is being detached is kept
     assert.deepEqual(result.dropped, []);
     assert.equal(BigInt(await generation()), BigInt(before) + 1n);
     assert.equal((await listPartitions(db.pool, db.schema))[0]!.name, 'outbox_p0');
-    const messages = await readTopic(topic, (m) => m.length >= 1);
+    const messages = await readTopic(topic, (m) => m.length >= 1).catch(async (error: unknown) => {
+      // A CI run (Node 22, kafkajs) waited 120 s here once; say what the relay saw.
+      const internals = relay as unknown as { floors: Map<unknown, { floor: number; generation: string }>; horizon: { watermark: number; settled: number; resets: number } };
+      const row = await db.pool.query(`SELECT id, sent_at FROM "${db.schema}".outbox WHERE message_id = $1`, [rows[0]!.message_id]);
+      const dead = await db.pool.query(`SELECT id, reason FROM "${db.schema}".outbox_dead_letters`);
+      const seen = {
+        row: row.rows,
+        deadLetters: dead.rows,
+        generation: await generation(),
+        floors: [...internals.floors.values()].map((f) => ({ floor: f.floor, generation: f.generation })),
+        horizon: { watermark: internals.horizon.watermark, settled: internals.horizon.settled, resets: internals.horizon.resets },
+        batchErrors,
+      };
+      throw new Error(`${(error as Error).message}; the relay saw ${JSON.stringify(seen)}`);
+    });
     assert.equal(messages[0]!.headers[HEADERS.messageId], rows[0]!.message_id);
   } finally {
     await writer.query('ROLLBACK').catch(() => undefined);
