@@ -12,6 +12,7 @@ import { createTestSchema, type TestSchema } from './helpers/db.js';
 import { createTopic, readTopic, testBrokers, testKafka } from './helpers/kafka.js';
 import { metricValue } from './helpers/metrics.js';
 import { waitFor } from './helpers/wait.js';
+import { replayDeadLetters } from '../src/commands/deadLetters.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
 
 let db: TestSchema;
@@ -233,7 +234,7 @@ test('metric names follow Prometheus conventions', () => {
   assert.equal(new Set(metricNames()).size, metricNames().length, 'no name defined twice');
 });
 
-test("integration: under a held snapshot the backlog sample steps over the rows published since (its walk starts at the last oldest pending row, never above the relay's settled id), a writer's rows still uncommitted at one sample are counted at the next, and a row that reappears below it is counted by the next full walk", async () => {
+test("integration: under a held snapshot the backlog sample steps over the rows published since (its walk starts at the last oldest pending row, never above the relay's settled id), a writer's rows still uncommitted at one sample are counted at the next, and a dead letter replayed below it is counted by the next sample, with no walk from 0 in between", async () => {
   const other = await createTestSchema('metrics_held');
   cleanups.push(() => other.drop());
   await insertRows(other.schema, 'held', 20_000, 1);
@@ -280,10 +281,20 @@ test("integration: under a held snapshot the backlog sample steps over the rows 
   };
   const [fromZero, fromOldest] = [await buffers(0), await buffers(firstUnsent - 1)];
   assert.ok(fromZero > 20 * fromOldest, `buffers from 0: ${fromZero}, from the oldest pending row: ${fromOldest}`);
-  // A dead letter replayed under its old id: below where the samples start; a full walk finds it.
-  await other.pool.query(`UPDATE "${other.schema}".outbox SET sent_at = NULL WHERE id = $1`, [Number(ids[5]!.id)]);
-  await waitFor('the reappeared row counted', async () => (await inst.sample()).pending === 11, { timeoutMs: 60_000 });
-  assert.ok(walks.includes(0) && walks.lastIndexOf(0) > walks.indexOf(firstUnsent - 1), 'a full walk after the incremental ones');
+  // A dead letter replayed under its old id, below where the samples start: the replay
+  // bumps the claim floors' generation, so the next sample's walks start from 0 (in SQL:
+  // the parameter stays) and count it.
+  const poison = Number(ids[5]!.id);
+  await other.pool.query(`WITH gone AS (DELETE FROM "${other.schema}".outbox WHERE id = $1 RETURNING *)
+    INSERT INTO "${other.schema}".outbox_dead_letters (id, message_id, topic, key, payload, payload_bytes, headers, created_at, dedup_key, attempts, reason, error_name, policy)
+    SELECT id, message_id, topic, key, payload, payload_bytes, headers, created_at, dedup_key, 1, 'test', 'test', 'skip' FROM gone`, [poison]);
+  assert.equal((await inst.sample()).pending, 10, 'the dead letter is not pending');
+  const replay = await replayDeadLetters({ databaseUrl: other.databaseUrl, schema: other.schema, ids: [poison], rate: 1000 });
+  assert.deepEqual(replay.replayedIds, [poison]);
+  const afterReplay = await inst.sample();
+  assert.equal(afterReplay.pending, 11, 'the replayed row is counted by the first sample after the replay');
+  assert.equal(walks.indexOf(0), 0, 'only the first sample was asked to walk from 0');
+  assert.ok(walks.slice(1).every((from) => from > 0), `samples after the first start above 0: ${walks.join(', ')}`);
   // Nothing pending, and a writer's transaction open across a sample: its ids are at or
   // below the sequence's value that sample reads, above the relay's settled id; the next
   // sample's walk starts at the settled id, so their commit is counted at once, not at the

@@ -12,12 +12,13 @@ import { errorLabel } from './errorLabel.js';
 import { serialized } from './promises.js';
 import type { RelayMetrics } from './relayMetricTable.js';
 import {
-  backlogCountSql,
   backlogEstimateSql,
   oldestPendingSql,
   parkedKeyCountSql,
+  sampledBacklogCountSql,
   sequenceLastValueSql,
   type OldestPendingRow,
+  type SampledBacklogCountRow,
 } from './sql/metrics.js';
 
 /** A last sample's values, for readiness and tests. */
@@ -79,14 +80,15 @@ export interface BacklogSampler {
  * pending row or the sequence's value, are never skipped (a sample taken while a writer's
  * transaction was open used to start above its rows, and counted them only at the next
  * full walk). The relay's horizon does not wait for transactions that never wrote the
- * outbox, so the settled id keeps up under a held horizon. Only a full walk from 0 sees
- * rows that appear below it later: a replayed dead letter. A full walk comes
- * once its last one's duration times FULL_WALK_COST_FACTOR has passed: at every sample
- * while walks are cheap, as before; under a long hold about once per 50 walk-times (2 % of
- * the time), at most FULL_WALK_MAX_MS apart, which is how late such a row may be counted.
+ * outbox, so the settled id keeps up under a held horizon.
+ *
+ * Rows come back below where a walk starts only with a bump of outbox_claim_floors'
+ * generation (a dead letter replayed under its old id, a key released, a partition
+ * attached again), so each walk starts there only under the generation the last count
+ * read, checked in its own snapshot, and from 0 under another: the first sample after
+ * such a change counts them. (A walk from 0 every few minutes did that before, and under
+ * a 30-minute hold each one stepped over millions of entries.)
  */
-const FULL_WALK_COST_FACTOR = 50;
-const FULL_WALK_MAX_MS = 300_000;
 
 /** Start sampling now (the first sample sets the ingress baseline), then every `intervalMs`. */
 export function startBacklogSampler(options: BacklogSamplerOptions): BacklogSampler {
@@ -106,18 +108,15 @@ export function startBacklogSampler(options: BacklogSamplerOptions): BacklogSamp
     }
   };
 
-  // Where the count and the oldest pending row start (see FULL_WALK_COST_FACTOR).
+  // Where the count and the oldest pending row start, and the generation they start there under (see above).
   let walkFrom = 0;
-  let fullWalkAtMs = Number.NEGATIVE_INFINITY;
-  let fullWalkEveryMs = 0;
+  let walkGeneration = '-1';
 
   const doSample = async (): Promise<RelaySample> => {
     const settled = options.settledId?.() ?? 0;
     const [seq] = await timed<{ last_id: number }>(sequenceLastValueSql(quoted));
-    const full = Date.now() - fullWalkAtMs >= fullWalkEveryMs;
-    const from = full ? 0 : Math.min(walkFrom, settled);
-    const walkStartedMs = Date.now();
-    const [count] = await timed<{ pending: number }>(backlogCountSql(quoted), [cap, from]);
+    const from = Math.min(walkFrom, settled);
+    const [count] = await timed<SampledBacklogCountRow>(sampledBacklogCountSql(quoted), [cap, from, walkGeneration]);
     let pending = count?.pending ?? 0;
     let estimated = false;
     if (pending >= cap) {
@@ -125,13 +124,12 @@ export function startBacklogSampler(options: BacklogSamplerOptions): BacklogSamp
       pending = Math.max(cap, Math.round(plan?.['QUERY PLAN'][0]?.Plan['Plan Rows'] ?? 0));
       estimated = true;
     }
-    const [oldest] = await timed<OldestPendingRow>(oldestPendingSql(quoted), [from]);
-    if (full) {
-      fullWalkAtMs = Date.now();
-      fullWalkEveryMs = Math.min(FULL_WALK_MAX_MS, FULL_WALK_COST_FACTOR * (fullWalkAtMs - walkStartedMs));
-    }
+    const [oldest] = await timed<OldestPendingRow>(oldestPendingSql(quoted), [from, walkGeneration]);
+    // The count's snapshot is the older one: a bump after it is seen by the next count.
+    const countedFrom = count?.generation === walkGeneration ? from : 0;
+    walkGeneration = count?.generation ?? '-1';
     // Nothing pending: every row up to the sequence read before the walk was sent or not yet committed.
-    walkFrom = oldest ? Number(oldest.id) - 1 : Math.max(from, Number(seq?.last_id ?? 0));
+    walkFrom = oldest ? Number(oldest.id) - 1 : Math.max(countedFrom, Number(seq?.last_id ?? 0));
     const [parked] = await timed<{ parked: number }>(parkedKeyCountSql(quoted));
     const parkedKeys = parked?.parked ?? 0;
     m.parkedKeys.set(parkedKeys);

@@ -10,12 +10,7 @@ import { outboxLastIdSql } from '../../shared/outboxSequence.js';
 /**
  * Unsent rows above an id, counted exactly up to a cap: an index scan of outbox_unsent_idx
  * from that id on, stopping at $1 unsent rows. When the count reaches the cap the caller
- * falls back to {@link backlogEstimateSql}.
- *
- * The scan also steps over every entry of a row published since the oldest open snapshot
- * (vacuum may not remove them yet): a handful normally, millions under a held horizon.
- * The sampler passes the id below its last oldest pending row to step over them
- * (../backlogSampler.ts says when it starts from 0).
+ * falls back to {@link backlogEstimateSql}. The console counts with $2 = 0.
  *
  * $1 int     cap
  * $2 bigint  count rows with ids above this only (0: all)
@@ -31,6 +26,44 @@ SELECT count(*)::int AS pending
 }
 
 /**
+ * Where the sampler's walks start: above $2 only while outbox_claim_floors' generation,
+ * read in the statement's own snapshot, is still $3, else from the lowest id. A scan from
+ * 0 also steps over every entry of a row published since the oldest open snapshot (vacuum
+ * may not remove them yet): a handful normally, millions under a held horizon. Rows come
+ * back below ids already walked only with a generation bump (a dead letter replayed under
+ * its old id, a parked key released, a partition attached again: sql/005_claim_floors.sql),
+ * as for the relay's claims (src/relay/sql/claim.ts).
+ */
+const walkStart = (quotedSchema: string, fromParam: string, generationParam: string): string =>
+  `(CASE WHEN (SELECT generation FROM ${quotedSchema}.outbox_claim_floors) = ${generationParam}::bigint THEN ${fromParam}::bigint ELSE 0 END)`;
+
+/**
+ * {@link backlogCountSql} for the relay's sampler (../backlogSampler.ts), with the
+ * generation it walked under, read in the same snapshot as the count.
+ *
+ * $1 int     cap
+ * $2 bigint  count rows with ids above this only
+ * $3 bigint  ... if outbox_claim_floors.generation is still this (else from 0)
+ */
+export function sampledBacklogCountSql(quotedSchema: string): string {
+  return `
+SELECT count(*)::int AS pending,
+       (SELECT generation::text FROM ${quotedSchema}.outbox_claim_floors) AS generation
+  FROM (SELECT 1
+          FROM ${quotedSchema}.outbox
+         WHERE sent_at IS NULL
+           AND id > ${walkStart(quotedSchema, '$2', '$3')}
+         LIMIT $1) AS capped`;
+}
+
+/** A row of {@link sampledBacklogCountSql}. */
+export interface SampledBacklogCountRow {
+  pending: number;
+  /** outbox_claim_floors.generation, bigint as text. */
+  generation: string;
+}
+
+/**
  * The planner's estimate of the unsent rows: EXPLAIN only plans, it reads nothing. The
  * estimate scales the table's statistics by its current size, so it follows a growing
  * backlog between ANALYZE runs; it is used only above the exact count's cap.
@@ -43,10 +76,11 @@ export function backlogEstimateSql(quotedSchema: string): string {
  * The oldest unsent row above an id (lowest id: the first in the partial index after it)
  * and its age by the database's clock, so the relay's clock does not matter. Rows are
  * created in id order up to the length of the writers' transactions, so this is the age
- * of the oldest pending row to within that. No row: no result. $1 as in
- * {@link backlogCountSql}'s $2.
+ * of the oldest pending row to within that. No row: no result. $1 and $2 as in
+ * {@link sampledBacklogCountSql}'s $2 and $3.
  *
- * $1 bigint  look above this id only (0: all)
+ * $1 bigint  look above this id only
+ * $2 bigint  ... if outbox_claim_floors.generation is still this (else from 0)
  */
 export function oldestPendingSql(quotedSchema: string): string {
   return `
@@ -54,7 +88,7 @@ SELECT id,
        extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_seconds
   FROM ${quotedSchema}.outbox
  WHERE sent_at IS NULL
-   AND id > $1::bigint
+   AND id > ${walkStart(quotedSchema, '$1', '$2')}
  ORDER BY id
  LIMIT 1`;
 }
