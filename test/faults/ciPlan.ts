@@ -27,7 +27,9 @@ export const CI_FAULT_COMMANDS: readonly FaultCommandPlan[] = [
   { lane: 1, args: ['--profile', 'ci', '--verify-planted'] },
   { lane: 1, args: ['--profile', 'ci', '--producer', 'kafkajs'] },
   { lane: 2, args: ['--profile', 'pooler-ci'] },
-  { lane: 2, args: ['--profile', 'multi-ci', '--verify-planted'] },
+  // multi-ci without its planted runs, as pooler-ci (CI time: about 95 s of lane 2, the
+  // longer one): the same two planted bugs run in the ci profile and eos-cluster-ci's own.
+  { lane: 2, args: ['--profile', 'multi-ci'] },
   { lane: 2, args: ['--profile', 'eos-cluster-ci', '--verify-planted'] },
 ];
 
