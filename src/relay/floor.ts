@@ -40,6 +40,10 @@
 //   the claim read in that same snapshot (sql/claim.ts returns it with the rows): a
 //   release or replay the claim did not see bumps it past that value, so the next claim
 //   scans from 0; one it saw is in the rows the floor was computed from.
+//   A partition attached again is the exception: a statement may read the bump with a
+//   plan made before the ATTACH, without the partition, so the pass bumps once more after
+//   every transaction that held the outbox through the ATTACH has ended
+//   (partitionReattach.ts).
 // - Another shard set (shards acquired, taken over, released), a horizon reset (a
 //   Postgres restart, a sequence set back), a relay restart (floors live in memory): the
 //   floor starts over (where: next item).

@@ -4,6 +4,7 @@ import { oldestLockHolder, type OutboxLockHolder } from './lockHolder.js';
 import { quoteIdentifier } from '../shared/identifiers.js';
 import { ConfigError, OutboxError, SchemaError } from '../shared/errors.js';
 import { outboxLastIdSql } from '../shared/outboxSequence.js';
+import { dropOrReattach, hasUnsent } from './partitionReattach.js';
 
 // The partitioned outbox (docs/partitioning.md): reading its partitions, creating the
 // ones ahead of the sequence and dropping the old ones whose rows are all sent. The relay
@@ -179,8 +180,9 @@ export interface MaintainSettings {
  * on; it waits for every transaction using the outbox to end, so afterwards nobody can
  * still be inserting into it), then the partition is checked again: a row committed
  * late by a writer that took its id before the check leaves it attached again, and the
- * claim floors' generation is bumped, so relays whose floor passed that id while it was
- * detached scan from the start again (src/relay/floor.ts).
+ * claim floors' generation is bumped (twice: ./partitionReattach.ts says why), so relays
+ * whose floor passed that id while it was detached scan from the start again
+ * (src/relay/floor.ts).
  *
  * @throws SchemaError when the outbox is not partitioned
  */
@@ -220,7 +222,7 @@ export async function maintain(db: Queryable, schema: string, settings: Maintain
         if (!(await detachWithin(holder, db, statement, waitMs))) return await blocked(db, schema, quoted, finished, p.name);
       }
       await holder.query('COMMIT');
-      for (const p of pending) await dropOrReattach(db, quoted, p, finished);
+      for (const p of pending) await settleDetached(db, quoted, p, finished, waitMs);
       await holder.query('BEGIN');
       const again = await holder.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock(hashtext($1)) AS locked', [`outbox-relay:partitions:${schema}`]);
       if (!again.rows[0]!.locked) return await skipped(finished);
@@ -247,13 +249,13 @@ async function maintainLocked(db: Queryable, schema: string, quoted: string, set
   for (const p of parts.filter((x) => x.detachPending)) {
     const statement = `ALTER TABLE ${quoted}.outbox DETACH PARTITION ${quoted}.${quoteIdentifier(p.name)} FINALIZE`;
     if (!(await detachWithin(db, canceller, statement, waitMs))) return await blocked(db, schema, quoted, result, p.name);
-    await dropOrReattach(db, quoted, p, result);
+    await settleDetached(db, quoted, p, result, waitMs);
   }
   // A crash between a detach and its drop leaves a table of the outbox's that is no
   // partition any more; a row committed late into it would be lost with it.
   for (const p of await detachedLeftovers(db, schema)) {
     try {
-      await dropOrReattach(db, quoted, p, result);
+      await settleDetached(db, quoted, p, result, waitMs);
     } catch (error) {
       // Another maintainer on a single client got there first (dropped: 42P01; attached: 42P17).
       const code = (error as { cause?: { code?: string }; code?: string }).cause?.code ?? (error as { code?: string }).code;
@@ -307,7 +309,7 @@ async function maintainLocked(db: Queryable, schema: string, quoted: string, set
       }
       throw error;
     }
-    await dropOrReattach(db, quoted, p, result);
+    await settleDetached(db, quoted, p, result, waitMs);
   }
   const after = (await listPartitions(db, schema)).filter((x) => !x.detachPending);
   result.headroomIds = headroomIds(after, await sequenceLastId(db, quoted));
@@ -373,35 +375,8 @@ async function detachedLeftovers(db: Queryable, schema: string): Promise<OutboxP
   return out;
 }
 
-async function hasUnsent(db: Queryable, table: string): Promise<boolean> {
-  const { rows } = await db.query<{ unsent: boolean }>(`SELECT EXISTS (SELECT 1 FROM ${table} WHERE sent_at IS NULL) AS unsent`);
-  return rows[0]!.unsent;
-}
-
-/** After a detach: drop the partition, or attach it again when a late commit put an unsent row in it. */
-async function dropOrReattach(db: Queryable, quoted: string, p: OutboxPartition, result: PartitionMaintenance): Promise<void> {
-  const name = `${quoted}.${quoteIdentifier(p.name)}`;
-  if (!(await hasUnsent(db, name))) {
-    await db.query(`DROP TABLE ${name}`);
-    result.dropped.push(p.name);
-    return;
-  }
-  // The detach left a CHECK constraint equal to the bound, so this attach reads nothing.
-  const from = p.lower === null ? 'MINVALUE' : String(p.lower);
-  const client = db instanceof pg.Pool ? await db.connect() : db;
-  try {
-    await client.query('BEGIN');
-    await client.query(`ALTER TABLE ${quoted}.outbox ATTACH PARTITION ${name} FOR VALUES FROM (${from}) TO (${p.upper})`);
-    await client.query(`UPDATE ${quoted}.outbox_claim_floors SET generation = generation + 1`);
-    await client.query('COMMIT');
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw new OutboxError(
-      `partition ${p.name} holds unsent rows committed during its detach and could not be attached again: ${(error as Error).message}; attach it by hand (ALTER TABLE ${quoted}.outbox ATTACH PARTITION ${name} FOR VALUES FROM (${from}) TO (${p.upper}))`,
-      { retriable: true, context: { partition: p.name }, cause: error },
-    );
-  } finally {
-    if (db instanceof pg.Pool) (client as pg.PoolClient).release();
-  }
-  result.kept.push({ partition: p.name, reason: 'late commit' });
+/** A detached partition dropped, or attached again for a late commit (./partitionReattach.ts), into `result`. */
+async function settleDetached(db: Queryable, quoted: string, p: OutboxPartition, result: PartitionMaintenance, waitMs: number): Promise<void> {
+  if ((await dropOrReattach(db, quoted, p, waitMs)) === 'dropped') result.dropped.push(p.name);
+  else result.kept.push({ partition: p.name, reason: 'late commit' });
 }

@@ -54,3 +54,20 @@ export interface LockHolderRow {
   state: string | null;
   transaction_age_seconds: number | null;
 }
+
+/**
+ * The virtual transaction ids of the open transactions, other than this connection's,
+ * that hold a lock on the outbox or one of its partitions (a prepared transaction runs
+ * no more statements: not listed).
+ */
+export function outboxLockerTransactionsSql(quotedSchema: string): string {
+  return `
+SELECT DISTINCT l.virtualtransaction
+  FROM pg_catalog.pg_locks AS l
+ WHERE ${onOutboxSql('l', quotedSchema)}
+   AND l.pid IS NOT NULL AND l.pid <> pg_catalog.pg_backend_pid()`;
+}
+
+/** $1 text[] virtual transaction ids: how many of them are still open (each holds the lock on its own id until it ends). */
+export const openTransactionsSql = `
+SELECT count(*)::int AS open FROM pg_catalog.pg_locks WHERE locktype = 'virtualxid' AND virtualxid = ANY($1::text[])`;
