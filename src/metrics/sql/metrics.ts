@@ -1,4 +1,5 @@
 import { outboxLastIdSql } from '../../shared/outboxSequence.js';
+import { walkStartSql } from '../../relay/sql/walkStart.js';
 
 /**
  * The backlog sampler's queries (src/metrics/backlogSampler.ts). Each runs every few
@@ -26,24 +27,12 @@ SELECT count(*)::int AS pending
 }
 
 /**
- * Where the sampler's walks start: above $2 only while outbox_claim_floors' generation,
- * read in the statement's own snapshot, is still $3, else from the lowest id. A scan from
- * 0 also steps over every entry of a row published since the oldest open snapshot (vacuum
- * may not remove them yet): a handful normally, millions under a held horizon. Rows come
- * back below ids already walked only with a generation bump (a dead letter replayed under
- * its old id, a parked key released, a partition attached again: sql/005_claim_floors.sql),
- * as for the relay's claims (src/relay/sql/claim.ts).
- */
-const walkStart = (quotedSchema: string, fromParam: string, generationParam: string): string =>
-  `(CASE WHEN (SELECT generation FROM ${quotedSchema}.outbox_claim_floors) = ${generationParam}::bigint THEN ${fromParam}::bigint ELSE 0 END)`;
-
-/**
  * {@link backlogCountSql} for the relay's sampler (../backlogSampler.ts), with the
  * generation it walked under, read in the same snapshot as the count.
  *
  * $1 int     cap
  * $2 bigint  count rows with ids above this only
- * $3 bigint  ... if outbox_claim_floors.generation is still this (else from 0)
+ * $3 bigint  ... if outbox_claim_floors.generation is still this (else from 0: ../../relay/sql/walkStart.ts)
  */
 export function sampledBacklogCountSql(quotedSchema: string): string {
   return `
@@ -52,7 +41,7 @@ SELECT count(*)::int AS pending,
   FROM (SELECT 1
           FROM ${quotedSchema}.outbox
          WHERE sent_at IS NULL
-           AND id > ${walkStart(quotedSchema, '$2', '$3')}
+           AND id > ${walkStartSql(quotedSchema, '$2', '$3')}
          LIMIT $1) AS capped`;
 }
 
@@ -88,7 +77,7 @@ SELECT id,
        extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_seconds
   FROM ${quotedSchema}.outbox
  WHERE sent_at IS NULL
-   AND id > ${walkStart(quotedSchema, '$1', '$2')}
+   AND id > ${walkStartSql(quotedSchema, '$1', '$2')}
  ORDER BY id
  LIMIT 1`;
 }

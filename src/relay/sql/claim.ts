@@ -1,5 +1,6 @@
 import { liveLeasesSql } from './leases.js';
 import { bigintLiteral, intArrayLiteral, intLiteral, textLiteral } from './literals.js';
+import { walkStartSql } from './walkStart.js';
 
 /**
  * Claim the next batch of unsent rows of some shards, oldest first.
@@ -56,8 +57,7 @@ SELECT id, message_id, topic, key, payload::text AS payload, payload_bytes, head
   FROM ${quotedSchema}.outbox
  WHERE sent_at IS NULL
    AND id <= $1
-   AND id > (CASE WHEN (SELECT generation FROM ${quotedSchema}.outbox_claim_floors) = $7::bigint
-                  THEN $6::bigint ELSE 0 END)
+   AND id > ${walkStartSql(quotedSchema, '$6', '$7')}
    AND shard = ANY($2::smallint[])
    AND shard = ANY (ARRAY(${liveLeasesSql(quotedSchema, '$4')}))
    AND pg_postmaster_start_time() = $5::timestamptz

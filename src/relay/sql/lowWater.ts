@@ -1,4 +1,5 @@
 import { bigintLiteral } from './literals.js';
+import { walkStartSql } from './walkStart.js';
 
 /**
  * The relay's low-water mark (../lowWater.ts): the first row at or below the settled id
@@ -21,7 +22,7 @@ export function lowWaterSql(quotedSchema: string, batchSettingsSql: string, from
 SELECT f.generation::text AS generation,
        (SELECT o.id FROM ${quotedSchema}.outbox AS o
          WHERE o.sent_at IS NULL
-           AND o.id > (CASE WHEN f.generation = ${bigintLiteral(generation)}::bigint THEN ${bigintLiteral(from)}::bigint ELSE 0 END)
+           AND o.id > ${walkStartSql(quotedSchema, bigintLiteral(from), bigintLiteral(generation))}
            AND o.id <= ${bigintLiteral(settled)}::bigint
            AND NOT EXISTS (SELECT 1 FROM ${quotedSchema}.outbox_parked_keys AS p
                             WHERE p.topic = o.topic AND p.key = o.key)
