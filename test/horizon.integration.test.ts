@@ -409,7 +409,7 @@ const phaseOf = (arm: HeldArmResult, name: string): Phase => arm.phases.find((p)
 // The short version of `npm run bench -- --only heldhorizon` (issue 36): the same section,
 // on its own cluster with PgQue's autovacuum settings, every relay mode under every hold, at
 // a low rate for a few seconds each. The plain queue arm is the bench's comparison, no
-// behaviour of ours: it stays out of here (about 26 s of each CI pass). The section checks itself (systems, phases, each hold
+// behaviour of ours: it stays out of here (about 20 s of each CI pass). The section checks itself (systems, phases, each hold
 // still in force at its end, every row through) and throws otherwise. What is asserted
 // here is behaviour, not speed: no hold stops the relay. Before the horizon's writer rule,
 // a transaction holding an id elsewhere stopped publishing for --horizon-max-wait-ms (60 s).
@@ -418,8 +418,8 @@ test('integration: a long transaction elsewhere (a reader of another table, a re
     systems: ['mark', 'delete', 'partition'],
     rate: 200,
     cleanSeconds: 2,
-    holdSeconds: 4,
-    afterSeconds: 4,
+    holdSeconds: 3,
+    afterSeconds: 3,
     partitionSizeIds: 1_000,
     partitionMaintenanceIntervalMs: 1_000,
     partitionRetention: '2s',
@@ -435,7 +435,7 @@ test('integration: a long transaction elsewhere (a reader of another table, a re
   for (const arm of arms) {
     for (const kind of HOLD_KINDS) {
       const held = phaseOf(arm, kind);
-      assert.ok(held.inserted >= 500 && held.holder, `${arm.key} under ${kind}: writers wrote ${held.inserted} rows while the hold (${JSON.stringify(held.holder)}) was in force`);
+      assert.ok(held.inserted >= 400 && held.holder, `${arm.key} under ${kind}: writers wrote ${held.inserted} rows while the hold (${JSON.stringify(held.holder)}) was in force`);
       // Published while held: most of what was written in the phase (the rest within a poll of its end).
       assert.ok(held.acked >= 0.8 * held.inserted, `${arm.key} under ${kind}: ${held.acked} of ${held.inserted} rows acknowledged while held`);
       const after = phaseOf(arm, `after ${kind}`);
