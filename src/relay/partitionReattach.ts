@@ -15,10 +15,12 @@ import { openTransactionsSql, outboxLockerTransactionsSql } from './sql/lockHold
 // the outbox, so statements run through it, and a statement can be planned before the
 // ATTACH commits and read the generation after it: its plan lacks the partition, its
 // snapshot has the new generation, so it walks from 0 past the late row and a floor or
-// mark computed from it holds under the new generation: the row was never published
-// (a CI run: the low-water walk, planned and then given a later snapshot; a transaction
-// that held the outbox across the ATTACH keeps its prepared claim's plan without
-// re-planning, test/partitionsLeftover.integration.test.ts). Postgres plans a statement
+// mark computed from it holds under the new generation: the row was never published.
+// Two such statements: the low-water walk (a simple query, planned, then given a later
+// snapshot), and a claim prepared in a transaction that held the outbox across the ATTACH,
+// which keeps its plan (shown by test/partitionsLeftover.integration.test.ts). A CI run
+// lost a late row with both floors at the settled id under the new generation and no row
+// claimed, which only the walk's mark sets; that window was not reproduced here. Postgres plans a statement
 // against the partitions attached when its transaction first locked the outbox or
 // later. So the first bump, in the ATTACH's own transaction, covers every floor found
 // before it (and is what stays if this pass dies before the second); after it, the pass
@@ -76,18 +78,13 @@ export async function dropOrReattach(
   return 'late commit';
 }
 
-/**
- * Wait until every transaction that holds a lock on the outbox now has ended, or
- * `maxWaitMs` passed. Returns how many were still open then (0: all ended).
- */
-export async function waitForOutboxTransactions(db: Queryable, quoted: string, maxWaitMs: number): Promise<number> {
+/** Wait until every transaction that holds a lock on the outbox now has ended, or `maxWaitMs` passed. */
+async function waitForOutboxTransactions(db: Queryable, quoted: string, maxWaitMs: number): Promise<void> {
   const { rows } = await db.query<{ virtualtransaction: string }>(outboxLockerTransactionsSql(quoted));
   const ids = rows.map((r) => r.virtualtransaction);
   const deadline = performance.now() + maxWaitMs;
-  for (;;) {
-    if (ids.length === 0) return 0;
-    const open = (await db.query<{ open: number }>(openTransactionsSql, [ids])).rows[0]!.open;
-    if (open === 0 || performance.now() >= deadline) return open;
+  while (ids.length > 0 && performance.now() < deadline) {
+    if ((await db.query<{ open: number }>(openTransactionsSql, [ids])).rows[0]!.open === 0) return;
     await sleep(Math.min(POLL_MS, Math.max(1, deadline - performance.now())));
   }
 }
