@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { errorLabel } from '../../src/metrics/errorLabel.js';
+import { DeadlineError, withDeadline } from '../../src/metrics/promises.js';
 
 const withFields = (name: string, fields: Record<string, unknown>): Error => Object.assign(Object.assign(new Error('message never used'), { name }), fields);
 
@@ -19,4 +20,13 @@ test('error labels: kafkajs, Postgres and socket errors keep their labels', () =
   assert.equal(errorLabel(withFields('error', { code: '57P01' })), 'postgres_57p01');
   assert.equal(errorLabel(withFields('Error', { code: 'ECONNREFUSED' })), 'network_econnrefused');
   assert.equal(errorLabel('not an error'), 'other');
+});
+
+test('error labels: a probe that gave up waiting says so (deadline_error), not other', async () => {
+  const never = new Promise<never>(() => undefined);
+  const error = await withDeadline(never, 5, 'Kafka metadata request').catch((e: unknown) => e);
+  assert.ok(error instanceof DeadlineError);
+  assert.equal((error as DeadlineError).message, 'Kafka metadata request timed out after 5 ms');
+  assert.equal((error as DeadlineError).retriable, true);
+  assert.equal(errorLabel(error), 'deadline_error');
 });
