@@ -33,6 +33,9 @@ export interface InjectTargets {
   stallReports?: ReadonlyMap<number, { openMs: number; error: string }>;
   /** Cut off (true) or let back (false) the database of outbox `outbox` (multi-outbox runs). */
   cutDatabase?(outbox: number, cut: boolean): Promise<void>;
+  /** Commit a few rows beside the writers if they have written nothing for a second
+   *  (workload.ts, Workload.nudge); never throws. */
+  nudgeIdleWriters?(): Promise<void>;
 }
 
 /** One restart of PgBouncer, for the report. */
@@ -122,6 +125,25 @@ export class Injector {
     );
   }
 
+  /** `fn`, while rows are nudged in every half second the writers are idle (InjectTargets.nudgeIdleWriters). */
+  private async withRowsToCommit<T>(fn: () => Promise<T>): Promise<T> {
+    const nudge = this.t.nudgeIdleWriters;
+    if (!nudge) return fn();
+    let nudging = true;
+    const loop = (async () => {
+      while (nudging) {
+        await nudge();
+        await sleep(500);
+      }
+    })();
+    try {
+      return await fn();
+    } finally {
+      nudging = false;
+      await loop;
+    }
+  }
+
   /** Wait (60 s at most) until relay slot `relay` has published once; see relayPublished. */
   private async published(relay: number): Promise<void> {
     const check = this.t.relayPublished;
@@ -167,11 +189,16 @@ export class Injector {
             // handler is in ends it at once (exit by SIGUSR2), nowhere near a Kafka commit. And
             // one that has not published yet is still taking over its units (leases, starts),
             // often for longer than the 10 s the kill waits: armed only once it has committed.
-            await waitFor(`relay ${f.relay} committing`, () => slot.currentEvents.has('kafka-committed'), { timeoutMs: 60_000, intervalMs: 50 }).catch(() =>
-              log(`relay ${f.relay}: its current process made no Kafka commit within 60 s; the fault goes ahead`),
-            );
-            log(`FAULT relay ${f.relay}: SIGKILL right after its next Kafka commit, before that batch's Postgres COMMIT (restart in ${f.downMs} ms)`);
-            const outcome = await slot.signalAndAwaitExit('SIGUSR2', 10_000);
+            // Both waits need rows to commit, and a schedule stretched by earlier faults' waits
+            // can get here after the writers are done (CI, seed 95635194: two armed kills of
+            // relay 1 at t = 232 s and 241 s found no commit): rows are nudged in meanwhile.
+            const outcome = await this.withRowsToCommit(async () => {
+              await waitFor(`relay ${f.relay} committing`, () => slot.currentEvents.has('kafka-committed'), { timeoutMs: 60_000, intervalMs: 50 }).catch(() =>
+                log(`relay ${f.relay}: its current process made no Kafka commit within 60 s; the fault goes ahead`),
+              );
+              log(`FAULT relay ${f.relay}: SIGKILL right after its next Kafka commit, before that batch's Postgres COMMIT (restart in ${f.downMs} ms)`);
+              return slot.signalAndAwaitExit('SIGUSR2', 10_000);
+            });
             if (outcome === 'by-itself') this.relayWorstMomentKills++;
             if (outcome === 'unhandled') log(`relay ${f.relay}: ended by SIGUSR2 itself (its hooks were not in yet); not a kill at a Kafka commit`);
             if (outcome === 'killed') log(`relay ${f.relay}: no Kafka commit within 10 s; SIGKILLed anyway`);

@@ -59,6 +59,8 @@ export interface WorkloadStats extends WriterLog {
   reconnects: number;
   /** When the last transaction finished (epoch ms). */
   lastWriteAt: number;
+  /** Rows of `nudge` transactions seen to commit (in `committed` too; not towards `rows`). */
+  nudged: number;
 }
 
 /** A running workload; `done` resolves when every writer has stopped. */
@@ -67,6 +69,13 @@ export interface Workload {
   done: Promise<void>;
   /** Ask the writers to stop after their current transaction. */
   stop(): void;
+  /**
+   * Commit one transaction of `rows` rows on distinct random keys, beside the writers and
+   * after they are done: a relay armed to kill itself at its next Kafka commit needs rows
+   * to commit, and the writers may have finished long before (inject.ts). Never throws;
+   * the rows are logged like the writers' (committed, rolled back or unknown).
+   */
+  nudge(rows: number): Promise<void>;
 }
 
 /** Errors after which the connection is no use any more. */
@@ -85,6 +94,7 @@ export function startWorkload(o: WorkloadOptions): Workload {
     failedTransactions: 0,
     reconnects: 0,
     lastWriteAt: Date.now(),
+    nudged: 0,
   };
   const started = Date.now();
   const deadline = started + o.deadlineMs;
@@ -190,12 +200,43 @@ export function startWorkload(o: WorkloadOptions): Workload {
   };
 
   const done = Promise.all(Array.from({ length: o.writers }, (_, i) => writer(i, o.random.fork()))).then(() => undefined);
+  // Forked after the writers' streams, so a seed's writes stay what they were.
+  const nudgeRandom = o.random.fork();
+  const nudge = async (count: number): Promise<void> => {
+    const client = new pg.Client({ connectionString: o.databaseUrl, application_name: 'faults-nudge', connectionTimeoutMillis: 3_000 });
+    client.on('error', () => undefined);
+    const keys = new Set<string>();
+    while (keys.size < Math.min(count, o.keys)) keys.add(`${o.keyPrefix ?? ''}k-${nudgeRandom.int(0, o.keys - 1)}`);
+    const rows = [...keys].map((key) => ({ messageId: randomUUID(), key }));
+    let phase: 'connect' | 'before-commit' | 'commit' = 'connect';
+    try {
+      await client.connect();
+      phase = 'before-commit';
+      await client.query('BEGIN');
+      for (const [n, row] of rows.entries()) {
+        await client.query(`INSERT INTO ${table} (message_id, topic, key, payload) VALUES ($1, $2, $3, $4)`, [row.messageId, o.topic, row.key, JSON.stringify({ nudge: true, n, at: Date.now() })]);
+      }
+      phase = 'commit';
+      await client.query('COMMIT');
+      for (const r of rows) stats.committed.push(r.messageId);
+      stats.nudged += rows.length;
+    } catch (error) {
+      if (phase === 'connect') return;
+      if (phase === 'commit' && isConnectionLoss(error)) for (const r of rows) stats.unknown.push(r.messageId);
+      else for (const r of rows) stats.rolledBack.push(r.messageId);
+    } finally {
+      stats.lastWriteAt = Date.now();
+      await client.end().catch(() => undefined);
+    }
+  };
+
   return {
     stats,
     done,
     stop: () => {
       stopping = true;
     },
+    nudge,
   };
 }
 
