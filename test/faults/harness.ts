@@ -11,8 +11,10 @@ import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
 import { waitFor } from '../helpers/wait.js';
 import { check, readEffects, readOutbox, readWholeTopic, violations, type Delivered } from './checker.js';
-import { readCommittedWithKafka, readWithKafka } from '../helpers/committedReader.js';
+import { readCommittedWithKafka } from '../helpers/committedReader.js';
 import { Injector } from './inject.js';
+import { injectedDetails } from './injectedDetails.js';
+import { logWhereLostRowsAre } from './lostRows.js';
 import { log } from './log.js';
 import { Slot } from './processes.js';
 import type { RunConfig } from './profiles.js';
@@ -22,7 +24,7 @@ import { emptyTally, expectedTally, FAULT_KINDS, rowsOvershoot, selfCheck, selfC
 import type { Servers } from './servers.js';
 import { PoolerSightings, RelaySightings, relayClientId } from './sightings.js';
 import { migrateSchema, type CodeVersion } from './snapshot.js';
-import { startWorkload, type Workload, type WorkloadStats } from './workload.js';
+import { mergeStats, startWorkload, type Workload, type WorkloadStats } from './workload.js';
 
 export interface RunContext {
   servers: Servers;
@@ -399,40 +401,19 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     relaysClaimingAhead: `relay slots whose processes logged 'claiming ahead' (a batch claimed while the previous one was published): ${claimedAhead.map((n, i) => `relay ${i}: ${n}`).join(', ')}`,
     relaysMovingShards: `relay slots whose processes logged both 'shards handed to worker 0' (a trickle) and 'shards handed back' (a backlog): ${handedOver.map((n, i) => `relay ${i}: ${n} / ${handedBack[i]}`).join(', ')}`,
     consumers: 'reported themselves started and were assigned partitions',
+    ...injectedDetails(injector, { exactlyOnce, transactionTimeoutMs: p.transactionTimeoutMs }),
     brokers: `describeCluster at the start of the run${ctx.servers.cluster ? `; nodes ${ctx.servers.cluster.nodes.map((n) => n.id).join(", ")}` : ""}`,
-    'broker-kill': injector.brokerKills.filter((k) => k.ledPartition === undefined).map((k) => `node ${k.node}, back in sync after ${k.recoveredMs} ms`).join('; ') || undefined,
-    'leader-kill': injector.brokerKills.filter((k) => k.ledPartition !== undefined).map((k) => `node ${k.node} leading partition ${k.ledPartition}, new leader after ${k.failoverMs} ms, back in sync after ${k.recoveredMs} ms`).join('; ') || undefined,
-    'consumer-kill': `${injector.worstMomentKills} killed themselves between the Postgres commit and the offset commit`,
-    'relay-kill': exactlyOnce ? `${injector.relayWorstMomentKills} killed themselves between a Kafka commit and its Postgres COMMIT` : undefined,
     relayKillsAfterKafkaCommit: exactlyOnce ? 'the relay process SIGKILLed itself at a Kafka commit after SIGUSR2 (test/faults/relayHooks.ts)' : undefined,
     relaysMarkingFromProgress: exactlyOnce ? `processes of each slot that logged marking rows sent from a unit's progress: ${markedFromProgress.map((n, i) => `relay ${i}: ${n}`).join(', ')}` : undefined,
     'consumer-join': 'counted once the joining consumer was assigned partitions',
     'database-cut': outboxes.length > 1 ? `of ${outboxes.slice(1).map((o) => o.database).join(', ')}` : undefined,
-    'pgbouncer-restart': injector.pgbouncerRestarts.map((r) => `${r.mode === 'kill' ? 'SIGKILL' : 'clean stop'} of pid ${r.fromPid}, pid ${r.toPid} serving after ${r.backMs} ms`).join('; ') || undefined,
-    'postgres-restart': [
-      injector.postgresRestarts.length > 0 ? `counted when pg_postmaster_start_time() moved: ${injector.postgresRestarts.map((r) => `${r.mode === 'immediate' ? 'crash' : 'clean'} ${r.before} -> ${r.after}`).join('; ')}` : '',
-      injector.postgresRestartsBehindPooler.length > 0 ? `behind PgBouncer, which stayed up: ${injector.postgresRestartsBehindPooler.map((r) => `pid ${r.pgbouncerPid} before and after`).join('; ')}` : '',
-    ].filter(Boolean).join('; ') || undefined,
-    'relay-stall': injector.relayStalls.map((s) => `relay ${s.relay}: transaction open ${s.openMs} ms (timeout ${p.transactionTimeoutMs ?? 'default'} ms), refused with ${s.refusal}; the same process committed again ${s.recoveredMs} ms later`).join('; ') || undefined,
     relaysThroughPooler: seenAs(relaySlots) && `${seenAs(relaySlots)}; OUTBOX_POOLER ${relaySlots.map((s, i) => `${s.o.name} ${relayPooler(i)}${relayPooler(i) === 'auto' ? ` (found the pooler itself in ${poolerDetected[i]} of the ${relaysStarted[i]} processes that got as far as 'relay started', of ${s.starts} started)` : ''}`).join(', ')}`,
     consumersThroughPooler: seenAs(consumerSlots),
     directBackends: poolerSightings && `${poolerSightings.backendsSeen.size} backends of faults- processes seen in pg_stat_activity; not one of PgBouncer's server connections (SHOW SERVERS remote_pid) in two samples in a row: ${[...poolerSightings.direct.values()].slice(0, 5).join(', ') || 'none'}${poolerSightings.direct.size > 5 ? ` and ${poolerSightings.direct.size - 5} more` : ''}`,
     rowsCommitted: `seen to commit by the writers (${ws.unknown.length} of unknown outcome not counted; ${ws.nudged} nudged in for armed relay kills after the writers were idle, not counted); the last transactions may add up to ${rowsOvershoot(p)}`,
   } satisfies Partial<Record<FaultKind | Exclude<keyof typeof actual, 'faults'>, string | undefined>>, rowsOvershoot(p));
 
-  if (exactlyOnce && result.lost > 0) {
-    // Rows never written, or written behind a transaction still open (which holds a
-    // read_committed reader at the partition's last stable offset)? Read both ways.
-    try {
-      const committed = await readWithKafka(topic, 'read_committed', { brokers, timeoutMs: 60_000 });
-      const everything = await readWithKafka(topic, 'read_uncommitted', { brokers, timeoutMs: 60_000 });
-      const lostIds = new Set((result.examples.lost ?? []).map((e) => e.outboxId));
-      log(`lost rows: read_committed ends ${[...committed.ends].map(([p, e]) => `${p}:${e}`).join(' ')}; read_uncommitted ends ${[...everything.ends].map(([p, e]) => `${p}:${e}`).join(' ')}`);
-      for (const r of everything.records.filter((x) => lostIds.has(x.outboxId))) log(`lost row ${r.outboxId} is in partition ${r.partition} at offset ${r.offset} for a read_uncommitted reader`);
-    } catch (error) {
-      log(`could not read the topic again: ${(error as Error).message}`);
-    }
-  }
+  if (exactlyOnce && result.lost > 0) await logWhereLostRowsAre(topic, brokers, result, log);
   const found = violations(result);
   // Exactly once on the wire: the reader gets each row once.
   if (exactlyOnce && result.wireDuplicates > 0) found.push(`wireDuplicates=${result.wireDuplicates}`);
@@ -466,20 +447,6 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     ok: found.length === 0,
     wallMs: Date.now() - started,
     logs,
-  };
-}
-
-/** The writers of every outbox as one log (the checker judges them together). */
-function mergeStats(list: readonly WorkloadStats[]): WorkloadStats {
-  return {
-    committed: list.flatMap((s) => s.committed),
-    rolledBack: list.flatMap((s) => s.rolledBack),
-    unknown: list.flatMap((s) => s.unknown),
-    transactions: list.reduce((n, s) => n + s.transactions, 0),
-    failedTransactions: list.reduce((n, s) => n + s.failedTransactions, 0),
-    reconnects: list.reduce((n, s) => n + s.reconnects, 0),
-    lastWriteAt: Math.max(...list.map((s) => s.lastWriteAt)),
-    nudged: list.reduce((n, s) => n + s.nudged, 0),
   };
 }
 

@@ -5,13 +5,12 @@
  * joining consumer never assigned partitions), is logged and not counted, so the
  * self-check notices it.
  */
-import '../../src/shared/kafkajsIdleFix.js';
-import { Kafka, logLevel, type Admin } from 'kafkajs';
 import pg from 'pg';
 import { waitFor } from '../helpers/wait.js';
 import { describeFault, type Fault, type FaultKind } from './schedule.js';
 import type { Slot } from './processes.js';
 import type { Servers } from './servers.js';
+import { ClusterNodeKiller, type BrokerKill } from './clusterNodeKill.js';
 
 export interface InjectTargets {
   servers: Servers;
@@ -58,27 +57,7 @@ export interface RelayStall {
   recoveredMs: number;
 }
 
-/** One SIGKILL of a cluster node, for the report. */
-export interface BrokerKill {
-  node: number;
-  /** The partition it led when killed (leader kills). */
-  ledPartition?: number;
-  /** Until another node led that partition (leader kills), ms. */
-  failoverMs?: number;
-  /** Until the node was back and every partition of the topic in sync again, ms. */
-  recoveredMs: number;
-}
-
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 export class Injector {
   /** Faults completed, by kind. */
@@ -108,7 +87,17 @@ export class Injector {
   private infraRunning = false;
   private infraEndedAt = 0;
 
-  constructor(private readonly t: InjectTargets) {}
+  /** SIGKILLs of cluster nodes, and the admin client they look leaders up with. */
+  private readonly nodes: ClusterNodeKiller;
+
+  constructor(private readonly t: InjectTargets) {
+    this.nodes = new ClusterNodeKiller(t);
+  }
+
+  /** Close the admin client of leader look-ups. */
+  async close(): Promise<void> {
+    await this.nodes.close();
+  }
 
   /** Inject every fault at its time after `startAt`; resolves when all are over. */
   async runSchedule(faults: readonly Fault[], startAt: number): Promise<void> {
@@ -244,7 +233,12 @@ export class Injector {
         break;
       case 'broker-kill':
       case 'leader-kill':
-        await this.exclusiveInfra(() => this.killBroker(f));
+        await this.exclusiveInfra(async () => {
+          const kill = await this.nodes.kill(f);
+          if (!kill) return;
+          this.mark(f.kind);
+          this.brokerKills.push(kill);
+        });
         break;
       case 'postgres-restart':
         await this.exclusiveInfra(async () => {
@@ -408,57 +402,6 @@ export class Injector {
   }
 
   /**
-   * SIGKILL a cluster node (a given one, or the one leading a partition of the run's topic
-   * now, as the cluster's metadata says), start it again after `downMs`, and wait until it
-   * is back and every partition of the topic has its full set of in-sync replicas, so
-   * that the next kill never takes a second replica away. Counted only when a live node
-   * was killed and, for a leader kill, when it was the leader and another node took over.
-   */
-  private async killBroker(f: Extract<Fault, { kind: 'broker-kill' | 'leader-kill' }>): Promise<void> {
-    const { log, servers } = this.t;
-    const cluster = servers.cluster;
-    if (!cluster) throw new Error(`${f.kind} needs a Kafka cluster, and this run has a single broker`);
-    const admin = await this.admin();
-    let node: number;
-    let ledPartition: number | undefined;
-    if (f.kind === 'leader-kill') {
-      const leader = await this.leaderOf(admin, f.partition);
-      if (leader === undefined) {
-        log(`FAULT leader of partition ${f.partition}: no leader in the metadata; not counted`);
-        return;
-      }
-      node = leader;
-      ledPartition = f.partition;
-    } else node = f.node;
-    const target = cluster.nodes.find((n) => n.id === node);
-    const pid = target?.pid() ?? 0;
-    log(`FAULT Kafka node ${node}${ledPartition === undefined ? '' : ` (leader of partition ${ledPartition})`}: SIGKILL (restart in ${f.downMs} ms)`);
-    const t0 = Date.now();
-    await cluster.killNode(node);
-    const killed = pid !== 0 && !processAlive(pid);
-    let failoverMs: number | undefined;
-    let tookOver = true;
-    if (ledPartition !== undefined) {
-      const p = ledPartition;
-      tookOver = await waitFor(`another leader for partition ${p}`, async () => {
-        const l = await this.leaderOf(admin, p).catch(() => undefined);
-        return l !== undefined && l !== node && l >= 0;
-      }, { timeoutMs: 60_000, intervalMs: 100 }).then(() => true, () => false);
-      failoverMs = Date.now() - t0;
-      log(tookOver ? `partition ${p}: new leader after ${failoverMs} ms` : `partition ${p}: no new leader within 60 s`);
-    }
-    await sleep(Math.max(0, f.downMs - (Date.now() - t0)));
-    await cluster.startNode(node);
-    await waitFor('every partition fully in sync', () => this.allInSync(admin), { timeoutMs: 120_000, intervalMs: 250 }).catch(() => log('partitions not all in sync within 120 s'));
-    const recoveredMs = Date.now() - t0;
-    log(`Kafka node ${node} back, partitions in sync, ${recoveredMs} ms after the kill`);
-    if (killed && tookOver) {
-      this.mark(f.kind);
-      this.brokerKills.push({ node, ...(ledPartition === undefined ? {} : { ledPartition, failoverMs }), recoveredMs });
-    } else log(`Kafka node ${node}: ${killed ? 'no leader took over' : 'was not running'}; not counted`);
-  }
-
-  /**
    * SIGKILL PgBouncer and start it again, or stop it cleanly (SIGTERM: PgBouncer's
    * immediate shutdown) and start it, on the same port. Counted when a process was
    * running before and a new one serves its admin console after.
@@ -485,41 +428,6 @@ export class Injector {
     this.mark(f.kind);
     this.pgbouncerRestarts.push({ mode: f.mode, fromPid, toPid, backMs });
     log(`PgBouncer back (pid ${toPid}) after ${backMs} ms`);
-  }
-
-  private adminClient: Admin | undefined;
-
-  private async admin(): Promise<Admin> {
-    if (!this.adminClient) {
-      const brokers = this.t.servers.kafka.brokers.split(',');
-      this.adminClient = new Kafka({ clientId: 'faults-injector', brokers, logLevel: logLevel.NOTHING, retry: { retries: 3 } }).admin();
-      await this.adminClient.connect();
-    }
-    return this.adminClient;
-  }
-
-  /** Close the admin client of leader look-ups. */
-  async close(): Promise<void> {
-    await this.adminClient?.disconnect().catch(() => undefined);
-    this.adminClient = undefined;
-  }
-
-  private async leaderOf(admin: Admin, partition: number): Promise<number | undefined> {
-    if (!this.t.topic) throw new Error('leader kills need the run topic');
-    const md = await admin.fetchTopicMetadata({ topics: [this.t.topic] });
-    const p = md.topics[0]?.partitions.find((x) => x.partitionId === partition);
-    return p && p.leader >= 0 ? p.leader : undefined;
-  }
-
-  private async allInSync(admin: Admin): Promise<boolean> {
-    if (!this.t.topic) return true;
-    try {
-      const md = await admin.fetchTopicMetadata({ topics: [this.t.topic] });
-      const parts = md.topics[0]?.partitions ?? [];
-      return parts.length > 0 && parts.every((p) => p.leader >= 0 && p.isr.length === p.replicas.length);
-    } catch {
-      return false;
-    }
   }
 
   /** Wait (bounded) for a process that exited by itself to be running again. */

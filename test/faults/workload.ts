@@ -240,6 +240,20 @@ export function startWorkload(o: WorkloadOptions): Workload {
   };
 }
 
+/** The writers of every outbox as one log (the checker judges them together). */
+export function mergeStats(list: readonly WorkloadStats[]): WorkloadStats {
+  return {
+    committed: list.flatMap((s) => s.committed),
+    rolledBack: list.flatMap((s) => s.rolledBack),
+    unknown: list.flatMap((s) => s.unknown),
+    transactions: list.reduce((n, s) => n + s.transactions, 0),
+    failedTransactions: list.reduce((n, s) => n + s.failedTransactions, 0),
+    reconnects: list.reduce((n, s) => n + s.reconnects, 0),
+    lastWriteAt: Math.max(...list.map((s) => s.lastWriteAt)),
+    nudged: list.reduce((n, s) => n + s.nudged, 0),
+  };
+}
+
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, Math.max(0, ms)));
 }
