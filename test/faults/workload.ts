@@ -70,8 +70,8 @@ export interface Workload {
   /** Ask the writers to stop after their current transaction. */
   stop(): void;
   /**
-   * Commit one transaction of `rows` rows on distinct random keys, beside the writers and
-   * after they are done: a relay armed to kill itself at its next Kafka commit needs rows
+   * Commit one transaction of `rows` rows on distinct random keys, beside the writers,
+   * while they are idle: a relay armed to kill itself at its next Kafka commit needs rows
    * to commit, and the writers may have finished long before (inject.ts). Never throws;
    * the rows are logged like the writers' (committed, rolled back or unknown).
    */
@@ -103,6 +103,8 @@ export function startWorkload(o: WorkloadOptions): Workload {
   let issued = 0;
   let stopping = false;
   const table = `"${o.schema}".outbox`;
+  const insertRow = (client: pg.Client, row: { messageId: string; key: string }, payload: object) =>
+    client.query(`INSERT INTO ${table} (message_id, topic, key, payload) VALUES ($1, $2, $3, $4)`, [row.messageId, o.topic, row.key, JSON.stringify(payload)]);
 
   const writer = async (index: number, random: Random): Promise<void> => {
     let client: pg.Client | undefined;
@@ -151,12 +153,7 @@ export function startWorkload(o: WorkloadOptions): Workload {
           // One statement per row: each takes its id when it runs, so a held transaction
           // holds ids that later transactions of the same keys overtake.
           for (const [n, row] of rows.entries()) {
-            await client.query(`INSERT INTO ${table} (message_id, topic, key, payload) VALUES ($1, $2, $3, $4)`, [
-              row.messageId,
-              o.topic,
-              row.key,
-              JSON.stringify({ writer: index, n, at: Date.now() }),
-            ]);
+            await insertRow(client, row, { writer: index, n, at: Date.now() });
           }
           if (holdMs > 0) await sleep(holdMs);
           if (rollback) {
@@ -214,7 +211,7 @@ export function startWorkload(o: WorkloadOptions): Workload {
       phase = 'before-commit';
       await client.query('BEGIN');
       for (const [n, row] of rows.entries()) {
-        await client.query(`INSERT INTO ${table} (message_id, topic, key, payload) VALUES ($1, $2, $3, $4)`, [row.messageId, o.topic, row.key, JSON.stringify({ nudge: true, n, at: Date.now() })]);
+        await insertRow(client, row, { nudge: true, n, at: Date.now() });
       }
       phase = 'commit';
       await client.query('COMMIT');
