@@ -1,32 +1,30 @@
 import { OutboxError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { guardLibraryCall } from '../shared/libraryGuard.js';
-import { BatchProgress, announceCommitted, announceProgressRead, type ExactlyOnceUnit } from './exactlyOnceUnit.js';
+import { BatchProgress, announceCommitted, type UnitProducer } from './exactlyOnceUnit.js';
 import type { PartitionGroup } from './partitioner.js';
 import type { RelayMessage } from './message.js';
 import type { SendResult } from './messageProducer.js';
 import { logClientEvents, platformaticClientOptions, platformaticTopicMetadata, refusal, requirePlatformatic, timestampRuns, toPlatformatic, type Client } from './platformaticProducer.js';
 import type { ProgressCommitter } from './progressCommit.js';
 import { TRANSACTION_RETRIES, transactionRetryDelayMs } from './transactionRetry.js';
-import { decodeProgress, encodeProgress } from './progress.js';
-import type { ProgressReader } from './progressReader.js';
+import { encodeProgress } from './progress.js';
 import { classifyPublishError } from './publishErrors.js';
 import type { ResolvedRelayOptions } from './options.js';
 import type { TopicMetadata } from './topicMetadata.js';
 
-// The @platformatic/kafka exactly-once unit, the default client's (./exactlyOnceUnit.ts
-// says what a unit does): a transactional producer under the unit's id. The progress goes
-// as the metadata of a transactional offset commit, as with kafkajs, sent by
-// ./progressCommit.ts.
+// An @platformatic/kafka producer of an exactly-once unit, the default client's
+// (./exactlyOnceUnit.ts says what a unit does; ./twoProducerUnit.ts uses two in turn),
+// under one of the unit's transactional ids. The progress goes as the metadata of a
+// transactional offset commit, as with kafkajs, sent by ./progressCommit.ts.
 
 type Transaction = Awaited<ReturnType<Client['beginTransaction']>>;
 
 const guarded = <T>(call: string, fn: () => Promise<T>): Promise<T> => guardLibraryCall('@platformatic/kafka', call, fn);
 
-/** What one unit's producer needs; the names come from ./exactlyOnceSetup.ts. */
+/** What one producer of a unit needs; the names come from ./exactlyOnceSetup.ts. */
 export interface PlatformaticUnitOptions {
   client: Pick<ResolvedRelayOptions, 'kafkaBrokers' | 'clientId' | 'compression' | 'kafkaSecurity'>;
-  progress: ProgressReader;
   committer: ProgressCommitter;
   unit: number;
   transactionalId: string;
@@ -64,8 +62,8 @@ function clientApiVersionsOnly(producer: Client): void {
     );
 }
 
-/** One exactly-once unit's transactional producer, on @platformatic/kafka. */
-export class PlatformaticUnit implements ExactlyOnceUnit {
+/** One transactional producer of an exactly-once unit, on @platformatic/kafka. */
+export class PlatformaticUnit implements UnitProducer {
   private producer: Client | undefined;
   /** The batch's Kafka transaction, begun by its first send that got through to Kafka. */
   private transaction: Transaction | undefined;
@@ -87,7 +85,11 @@ export class PlatformaticUnit implements ExactlyOnceUnit {
     return this.o.unit;
   }
 
-  async start(): Promise<number[]> {
+  get transactionalId(): string {
+    return this.o.transactionalId;
+  }
+
+  async start(): Promise<void> {
     await this.dropProducer();
     this.assertOpen();
     const { Producer } = requirePlatformatic();
@@ -126,10 +128,7 @@ export class PlatformaticUnit implements ExactlyOnceUnit {
       await this.dropProducer();
       this.assertOpen();
     }
-    const metadata = await this.o.progress.read(this.o.unit);
-    this.assertOpen();
     this.batch.reset();
-    return announceProgressRead(this.o.unit, decodeProgress(metadata));
   }
 
   roomFor(rows: number): boolean {
@@ -226,15 +225,28 @@ export class PlatformaticUnit implements ExactlyOnceUnit {
     this.progressSent = progress.length;
   }
 
-  async commit(): Promise<void> {
+  async prepareCommit(): Promise<void> {
+    const producer = this.producer;
+    if (!this.transaction || !producer) return;
+    this.assertOpen();
+    const progress = this.batch.progress;
+    // Each send committed the progress so far; the last one names every row of the transaction.
+    if (this.progressSent === progress.length) return;
+    try {
+      await this.commitProgress(producer, progress);
+    } catch (error) {
+      throw refusal(error);
+    }
+  }
+
+  async commit(): Promise<boolean> {
     const producer = this.producer;
     const transaction = this.transaction;
-    if (!transaction || !producer) return;
+    if (!transaction || !producer) return false;
+    await this.prepareCommit();
     this.assertOpen();
     const progress = [...this.batch.progress];
     try {
-      // Each send committed the progress so far; the last one names every row of the transaction.
-      if (this.progressSent !== progress.length) await this.commitProgress(producer, progress);
       await guarded('transaction.commit', () => transaction.commit());
     } catch (error) {
       // The worker starts the unit again, which settles the transaction either way.
@@ -243,7 +255,8 @@ export class PlatformaticUnit implements ExactlyOnceUnit {
     this.transaction = undefined;
     this.batch.reset();
     this.o.onCommitted();
-    announceCommitted(this.o.unit, progress.length, progress);
+    announceCommitted(this.o.unit, this.o.transactionalId, progress);
+    return true;
   }
 
   /** Abort the open transaction, if any (a failed abort is settled by the unit's next start). */
