@@ -4,15 +4,12 @@ import diagnosticsChannel from 'node:diagnostics_channel';
 import { createRelay } from '../src/relay/relay.js';
 import { resolveRelayOptions } from '../src/relay/options.js';
 import { setUpExactlyOnce, exactlyOnceNames } from '../src/relay/exactlyOnceSetup.js';
-import { KAFKA_COMMITTED_CHANNEL, PROGRESS_READ_CHANNEL } from '../src/relay/exactlyOnceUnit.js';
+import { KAFKA_COMMITTED_CHANNEL, PROGRESS_READ_CHANNEL } from '../src/relay/transactionalUnit.js';
 import { innermost, kafkaErrorType } from '../src/relay/publishErrors.js';
 import { HEADERS } from '../src/shared/kafka.js';
 import { createTestSchema, uniqueName, type TestSchema } from './helpers/db.js';
 import { createTopic, testBrokers, testKafka } from './helpers/kafka.js';
-import { readCommittedWithKafka, readWithKafka, tally, transactionStates } from './helpers/committedReader.js';
-import { TransactionalUnit } from '../src/relay/transactionalUnit.js';
-import { PlatformaticUnit } from '../src/relay/platformaticUnit.js';
-import { OutboxError } from '../src/shared/errors.js';
+import { readCommittedWithKafka, type CommittedRecord } from './helpers/committedReader.js';
 import { waitFor } from './helpers/wait.js';
 import { sentCount, writeCommitted } from './helpers/outbox.js';
 import { pino } from 'pino';
@@ -42,6 +39,20 @@ const relayOptions = (prefix: string, extra: Record<string, unknown> = {}) => ({
   batchSize: 50,
   ...extra,
 });
+
+/** Deliveries per outbox id, and whether each key's first deliveries come in id order. */
+function tally(records: CommittedRecord[]): { count: Map<number, number>; outOfOrder: string[] } {
+  const count = new Map<number, number>();
+  const highest = new Map<string, number>();
+  const outOfOrder: string[] = [];
+  for (const m of records) {
+    const id = m.outboxId!;
+    count.set(id, (count.get(id) ?? 0) + 1);
+    if (id < (highest.get(m.key!) ?? 0)) outOfOrder.push(`${m.key}: ${id} after ${highest.get(m.key!)}`);
+    else highest.set(m.key!, id);
+  }
+  return { count, outOfOrder };
+}
 
 test('integration: exactly-once: every row reaches a read_committed reader once, each key in id order, and the units hold their progress in Kafka', async () => {
   const topic = await createTopic(3);
@@ -209,30 +220,27 @@ test("integration: exactly-once: a unit started by another relay fences this one
   try {
     const stale = a.units[1]!;
     await stale.start();
-    const first = stale.begin();
-    assert.deepEqual(await first.send([message(1)]), [{ acknowledged: true }], 'the first owner publishes');
-    await first.commit();
-    first.end();
-    // The unit moves: its new owner starts the producers under the same transactional ids.
+    stale.beginBatch();
+    assert.deepEqual(await stale.send([message(1)]), [{ acknowledged: true }], 'the first owner publishes');
+    await stale.commit();
+    // The unit moves: its new owner starts the producer under the same transactional id.
     const fresh = b.units[1]!;
     assert.deepEqual(await fresh.start(), [1], "the new owner reads the old owner's progress");
-    // The stale owner's next transaction goes through its other producer (the unit's second
-    // id): the new owner fenced that one too.
-    const second = stale.begin();
+    stale.beginBatch();
     // Kafka's error inside either client's wrapper (kafkajs: the error's type; platformatic: an AggregateError's inner ones).
     const fenced = (error: unknown): boolean =>
       [error, ...innermost(error)].some((e) => /fenced|epoch|PRODUCER_FENCED|INVALID_PRODUCER_EPOCH/i.test(`${(e as Error)?.message} ${kafkaErrorType(e) ?? ''}`));
     await assert.rejects(
       (async () => {
-        await second.send([message(2)]);
-        await second.commit();
+        await stale.send([message(2)]);
+        await stale.commit();
       })(),
       fenced,
       'the fenced producer cannot commit',
     );
-    const third = fresh.begin();
-    assert.deepEqual(await third.send([message(3)]), [{ acknowledged: true }], 'the new owner publishes');
-    await third.commit();
+    fresh.beginBatch();
+    assert.deepEqual(await fresh.send([message(3)]), [{ acknowledged: true }], 'the new owner publishes');
+    await fresh.commit();
   } finally {
     await a.close();
     await b.close();
@@ -299,19 +307,15 @@ test('integration: exactly-once: a row Kafka refuses for good (bigger than its t
 
 test('integration: exactly-once: under a steady trickle (5 rows every 10 ms, 300 commits) no batch fails, and a transaction whose claim was not full commits at once: many transactions, not one per unit per 10 s interval', async () => {
   const topic = await createTopic(6);
-  const prefix = uniqueName('eos-trickle');
-  const relay = createRelay(relayOptions(prefix, { batchSize: 500, transactionIntervalMs: 10_000 }));
+  const relay = createRelay(relayOptions(uniqueName('eos-trickle'), { batchSize: 500, transactionIntervalMs: 10_000 }));
   // Kafka refuses a progress commit sent beside the records for a few ms while it adds their
   // partitions to the transaction; the unit retries it (src/relay/progressCommit.ts), so
   // no batch fails for it.
   const batchErrors: string[] = [];
   relay.on('batchError', (e) => batchErrors.push(e.error.message));
   const perTransaction: number[] = [];
-  const committedBy = new Map<number, string[]>();
   const onCommit = (message: unknown): void => {
-    const m = message as { unit: number; transactionalId: string; ids: number[] };
-    perTransaction.push(m.ids.length);
-    committedBy.set(m.unit, [...(committedBy.get(m.unit) ?? []), m.transactionalId]);
+    perTransaction.push((message as { ids: number[] }).ids.length);
   };
   diagnosticsChannel.subscribe(KAFKA_COMMITTED_CHANNEL, onCommit);
   const ids: number[] = [];
@@ -329,20 +333,6 @@ test('integration: exactly-once: under a steady trickle (5 rows every 10 ms, 300
   assert.deepEqual(batchErrors, [], 'no batch failed');
   // Transactions held open for the interval would number about one per unit per 10 s (2 to 4 here, at the default 2 units).
   assert.ok(perTransaction.length > 50, `${perTransaction.length} transactions committed ${ids.length} rows`);
-  // Each unit's transactions alternate between its two transactional ids (src/relay/twoProducerUnit.ts),
-  // and Kafka's own Admin client finds all of them, each with its last transaction committed.
-  const names = exactlyOnceNames(prefix, db.schema);
-  const units = resolveRelayOptions(relayOptions(prefix)).exactlyOnceUnits;
-  assert.deepEqual([...committedBy.keys()].sort(), Array.from({ length: units }, (_, u) => u), 'every unit committed');
-  for (const [unit, sequence] of committedBy) {
-    const [first, second] = names.transactionalIds(unit);
-    assert.deepEqual(sequence, sequence.map((_, i) => (i % 2 === 0 ? first : second)), `unit ${unit} took its ids in turn`);
-  }
-  const states = await transactionStates(`${prefix}.${db.schema}.unit-`);
-  assert.deepEqual(
-    states.map((s) => `${s.id} ${s.state}`),
-    Array.from({ length: units }, (_, u) => names.transactionalIds(u).map((id) => `${id} CompleteCommit`)).flat().sort(),
-  );
   const { count, outOfOrder } = tally(await readCommittedWithKafka(topic));
   assert.deepEqual([...count.keys()].sort((a, b) => a - b), ids, 'every row delivered');
   assert.deepEqual([...count.values()].filter((n) => n > 1), [], 'none twice');
@@ -357,9 +347,9 @@ test('integration: exactly-once: a relay starts at once beside a transaction a k
   const ghost = 2_000_000_000;
   const unit = dead.units[0]!;
   await unit.start();
-  const transaction = unit.begin();
+  unit.beginBatch();
   // The transaction opens with this send (and, on the default client, the progress commit beside it).
-  assert.deepEqual(await transaction.send([{ id: ghost, message_id: `m${ghost}`, topic, key: 'k', value: '{}', headers: { [HEADERS.outboxId]: String(ghost) } }]), [{ acknowledged: true }]);
+  assert.deepEqual(await unit.send([{ id: ghost, message_id: `m${ghost}`, topic, key: 'k', value: '{}', headers: { [HEADERS.outboxId]: String(ghost) } }]), [{ acknowledged: true }]);
   // The relay dies here: no commit, no abort; its producer is left as it is.
   const ids = await writeCommitted(db, Array.from({ length: 40 }, (_, i) => ({ topic, key: `o${i}`, payload: { i } })));
   const relay = createRelay(relayOptions(prefix, extra));
@@ -378,53 +368,4 @@ test('integration: exactly-once: a relay starts at once beside a transaction a k
   assert.deepEqual([...count.keys()].sort((a, b) => a - b), ids, "every row delivered, the dead transaction's message not");
   assert.deepEqual([...count.values()].filter((n) => n > 1), [], 'none twice');
   assert.deepEqual(outOfOrder, [], 'each key in id order');
-});
-
-test("integration: exactly-once, pipelined: a batch whose Kafka commit fails after the next batch was produced into the unit's other transactional id: the next one rolls back before its commit, the unit starts again, and a read_committed reader gets every row once, in key order", async () => {
-  const topic = await createTopic(2);
-  const prefix = uniqueName('eos-pipe');
-  const names = exactlyOnceNames(prefix, db.schema);
-  const rows = await writeCommitted(db, Array.from({ length: 300 }, (_, i) => ({ topic, key: `p${i % 13}`, payload: { i } })));
-  // The adapter's producer: the first commit waits until the unit's other producer sent
-  // (the next batch, begun while this one commits), then fails without committing, as
-  // an EndTxn whose answer never came would.
-  type Producer = { unit: number; transactionalId: string };
-  const proto = (TEST_PRODUCER === 'kafkajs' ? TransactionalUnit.prototype : PlatformaticUnit.prototype) as unknown as Record<'send' | 'commit', (...args: unknown[]) => Promise<unknown>>;
-  const { send, commit } = proto;
-  const sends: string[] = [];
-  let injected: { failed: string; next: string } | undefined;
-  proto.send = async function (this: Producer, ...args: unknown[]) {
-    sends.push(this.transactionalId);
-    return send.apply(this, args);
-  };
-  proto.commit = async function (this: Producer, ...args: unknown[]) {
-    if (injected === undefined) {
-      const other = names.transactionalIds(this.unit).find((id) => id !== this.transactionalId)!;
-      injected = { failed: this.transactionalId, next: other };
-      const before = sends.filter((id) => id === other).length;
-      await waitFor('the next batch produced into the other transactional id', () => sends.filter((id) => id === other).length > before, { timeoutMs: 15_000 });
-      throw new OutboxError('injected: the Kafka commit failed', { retriable: true });
-    }
-    return commit.apply(this, args);
-  };
-  const errors: string[] = [];
-  const relay = createRelay(relayOptions(prefix, { batchSize: 20, transactionIntervalMs: 0 }));
-  relay.on('batchError', (e) => errors.push(e.error.message));
-  try {
-    await relay.start();
-    await waitFor('every row sent', async () => (await sentCount(db, topic)) === rows.length);
-  } finally {
-    proto.send = send;
-    proto.commit = commit;
-    await relay.stop();
-  }
-  assert.ok(injected, 'the failure was injected');
-  assert.deepEqual(errors, ['injected: the Kafka commit failed'], 'one failed batch reported; the one behind it rolled back with it');
-  const { count, outOfOrder } = tally(await readCommittedWithKafka(topic));
-  assert.deepEqual([...count.keys()].sort((a, b) => a - b), rows, 'every row delivered');
-  assert.deepEqual([...count.values()].filter((n) => n > 1), [], 'none twice');
-  assert.deepEqual(outOfOrder, [], 'each key in id order');
-  // Both transactions' records are in the log, aborted: the next batch had been produced.
-  const all = (await readWithKafka(topic, 'read_uncommitted')).records;
-  assert.ok(all.length > rows.length, `read_uncommitted sees ${all.length} records for ${rows.length} rows: the aborted ones too`);
 });

@@ -108,11 +108,8 @@ export interface BatchContext {
   options: Pick<ResolvedRelayOptions, 'batchSize' | 'maxMessageBytes' | 'missingTopicTimeoutMs' | 'deadLetterPolicy' | 'deadLetterPolicyByTopic' | 'onPublish'>;
   /** Publish messages; one result per message, in order (the producer port, ./producer.ts). */
   send(messages: RelayMessage[]): Promise<SendResult[]>;
-  /**
-   * Called after a batch's sends, before {@link BatchHooks.published} (exactly-once mode:
-   * the transaction's progress commit, final after this).
-   */
-  prepareCommit?(): Promise<void>;
+  /** Called before a batch's first send (exactly-once mode: its transaction starts empty). */
+  beginPublish?(): void;
   /** Called after a batch's sends, before anything is marked (exactly-once mode: Kafka's commit). */
   commitPublish?(): Promise<void>;
   /** Exactly-once mode: whether and what the batch claims again inside its transaction (./claimsInTransaction.ts). */
@@ -231,19 +228,6 @@ export async function abandonBatch(open: OpenBatch): Promise<void> {
   await endBatch(open, new OutboxError('batch abandoned', { retriable: true }), undefined);
 }
 
-/** What the worker learns of a batch while {@link finishBatch} runs it (exactly-once mode: ./unitBatches.ts). */
-export interface BatchHooks {
-  /**
-   * Every send of the batch is done and its transaction's progress final, before its
-   * commits; `allSent`: every claimed row was published (no dead letter, no row held
-   * behind a parked key, none left unsent). Not called when the batch claimed nothing
-   * or failed before.
-   */
-  published?(allSent: boolean): void;
-  /** Awaited after `published`, before Kafka's commit; a rejection fails the batch (rolled back). */
-  beforeCommit?(): Promise<void>;
-}
-
 /**
  * Publish an open batch, dead-letter what Kafka can never take, mark sent (or delete),
  * commit; always releases the connection.
@@ -253,7 +237,7 @@ export interface BatchHooks {
  *   rows); any other error when Postgres failed or the lease was lost. Either way the
  *   transaction was rolled back.
  */
-export async function finishBatch(ctx: BatchContext, open: OpenBatch, hooks: BatchHooks = {}): Promise<BatchResult> {
+export async function finishBatch(ctx: BatchContext, open: OpenBatch): Promise<BatchResult> {
   const { client, rows, startedAtMs, claimMs } = open;
   let failedIds: number[] | undefined;
   try {
@@ -264,6 +248,7 @@ export async function finishBatch(ctx: BatchContext, open: OpenBatch, hooks: Bat
       return { claimed: 0, published: [], deadLetters: [], unsent: [], unsentError: undefined, floorRows: [], claims: 1, startedAtMs, ackedAtMs: 0, claimMs: 0, publishMs: 0, markMs: 0 };
     }
     const publishStarted = Date.now();
+    ctx.beginPublish?.();
     let outcome;
     let claimed: ClaimedRow[] = rows;
     try {
@@ -289,9 +274,6 @@ export async function finishBatch(ctx: BatchContext, open: OpenBatch, hooks: Bat
       failedIds = unsent.map((r) => r.id);
       throw outcome.unsentError ?? new OutboxError('no row of the batch was acknowledged', { retriable: true });
     }
-    await ctx.prepareCommit?.();
-    hooks.published?.(deadLetters.length === 0 && held.length === 0 && unsent.length === 0);
-    await hooks.beforeCommit?.();
     await ctx.commitPublish?.();
     // Acknowledged: by Kafka's answer, or in exactly-once mode by its commit (a
     // read_committed reader sees nothing earlier).

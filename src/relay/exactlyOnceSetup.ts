@@ -5,8 +5,7 @@ import { KafkajsTopicMetadata } from './producer.js';
 import { TransactionalUnit } from './transactionalUnit.js';
 import { PlatformaticUnit } from './platformaticUnit.js';
 import { ProgressCommitter } from './progressCommit.js';
-import type { ExactlyOnceUnit, UnitProducer } from './exactlyOnceUnit.js';
-import { TwoProducerUnit } from './twoProducerUnit.js';
+import type { ExactlyOnceUnit } from './exactlyOnceUnit.js';
 import { guardLibraryCall } from '../shared/libraryGuard.js';
 import { ProgressReader } from './progressReader.js';
 import { innermost, kafkaErrorType } from './publishErrors.js';
@@ -29,24 +28,16 @@ const INIT_CHECK_TIMEOUT_MS = 30_000;
 
 /** The Kafka names of one outbox in exactly-once mode. */
 export interface ExactlyOnceNames {
-  /** The unit's first transactional id; its second is this with {@link SECOND_PRODUCER_SUFFIX}. */
   transactionalId(unit: number): string;
-  /** Both transactional ids of the unit, whose producers take its transactions in turn (./twoProducerUnit.ts). */
-  transactionalIds(unit: number): [string, string];
   /** The consumer group whose offsets hold each unit's progress (it never has members). */
   progressGroup: string;
   /** The topic those offsets are on, one partition per unit; no record is ever written to it. */
   progressTopic: string;
 }
 
-/** What the second transactional id of a unit adds to the first (the first is the one relays before 2026-12-06 used alone). */
-export const SECOND_PRODUCER_SUFFIX = '.2';
-
 export function exactlyOnceNames(prefix: string, schema: string): ExactlyOnceNames {
-  const transactionalId = (unit: number): string => `${prefix}.${schema}.unit-${unit}`;
   return {
-    transactionalId,
-    transactionalIds: (unit) => [transactionalId(unit), `${transactionalId(unit)}${SECOND_PRODUCER_SUFFIX}`],
+    transactionalId: (unit) => `${prefix}.${schema}.unit-${unit}`,
     progressGroup: `${prefix}.${schema}.progress`,
     progressTopic: `${prefix}.progress`,
   };
@@ -101,13 +92,14 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
       logger.info({ producer: o.producer, delivery: 'exactly-once' }, 'producer adapter publishing');
     };
     logger.info({ progressTopic: names.progressTopic, progressGroup: names.progressGroup, transactionalIds: names.transactionalId(0).replace(/0$/, '*'), units: o.exactlyOnceUnits }, 'exactly-once delivery: Kafka checks passed');
-    const producer = (unit: number, transactionalId: string): UnitProducer =>
+    const units = Array.from({ length: o.exactlyOnceUnits }, (_, unit): ExactlyOnceUnit =>
       committers
         ? new PlatformaticUnit({
             client: o,
+            progress,
             committer: committers[unit]!,
             unit,
-            transactionalId,
+            transactionalId: names.transactionalId(unit),
             progressGroup: names.progressGroup,
             transactionTimeoutMs: o.transactionTimeoutMs,
             maxProgressChars,
@@ -115,23 +107,20 @@ export async function setUpExactlyOnce(kafka: Kafka, o: ResolvedRelayOptions, in
             onCommitted,
           })
         : new TransactionalUnit({
-            kafka,
-            metadata: metadata.metadata,
-            unit,
-            transactionalId,
-            progressGroup: names.progressGroup,
-            progressTopic: names.progressTopic,
-            transactionTimeoutMs: o.transactionTimeoutMs,
-            compression: o.compression,
-            maxProgressChars,
-            logger,
-            onCommitted,
-          });
-    const units = Array.from({ length: o.exactlyOnceUnits }, (_, unit): ExactlyOnceUnit => {
-      const [first, second] = names.transactionalIds(unit);
-      // One committer per unit serves both: a transaction's progress commit is final before the next one's first send.
-      return new TwoProducerUnit(unit, [producer(unit, first), producer(unit, second)], progress);
-    });
+          kafka,
+          progress,
+          metadata: metadata.metadata,
+          unit,
+          transactionalId: names.transactionalId(unit),
+          progressGroup: names.progressGroup,
+          progressTopic: names.progressTopic,
+          transactionTimeoutMs: o.transactionTimeoutMs,
+          compression: o.compression,
+          maxProgressChars,
+          logger,
+          onCommitted,
+        }),
+    );
     return {
       names,
       units,

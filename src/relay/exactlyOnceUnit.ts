@@ -25,9 +25,9 @@ export const PROGRESS_READ_CHANNEL = 'outbox-relay:progress-read';
 const kafkaCommitted = diagnosticsChannel.channel(KAFKA_COMMITTED_CHANNEL);
 const progressRead = diagnosticsChannel.channel(PROGRESS_READ_CHANNEL);
 
-/** Announce the ids a unit's committed progress names (the batch's so far), and the transactional id that committed it. */
-export function announceCommitted(unit: number, transactionalId: string, ids: readonly number[]): void {
-  if (kafkaCommitted.hasSubscribers) kafkaCommitted.publish({ unit, transactionalId, count: ids.length, ids });
+/** Announce the ids a unit's committed progress names (the batch's so far). */
+export function announceCommitted(unit: number, count: number, ids: readonly number[]): void {
+  if (kafkaCommitted.hasSubscribers) kafkaCommitted.publish({ unit, count, ids });
 }
 
 /** The ids a (re)started unit's progress names, as the subscribers left them: what is marked sent. */
@@ -38,85 +38,52 @@ export function announceProgressRead(unit: number, ids: number[]): number[] {
 }
 
 /**
- * One unit's Kafka side in exactly-once mode: two transactional producers under the unit's
- * two transactional ids, which take its transactions in turn (./twoProducerUnit.ts). A
- * Postgres batch is one Kafka transaction ({@link UnitTransaction}): its sends (several
- * when it claims more rows within the transaction interval, or publishBatch isolates a
- * refused record) go into it, and its commit ends it with the unit's progress
- * (./progress.ts: the ids of every row in it), so a read_committed reader sees the
- * messages if and only if the progress says they are out. The worker (./unitBatches.ts)
- * marks a batch's rows sent in Postgres only after its Kafka commit, and commits a
- * batch's transaction only after the previous batch committed in Kafka and in Postgres:
+ * One unit's Kafka side in exactly-once mode: a producer under the unit's transactional
+ * id. A Postgres batch is one Kafka transaction: its sends (several when it claims more
+ * rows within the transaction interval, or publishBatch isolates a refused record) go into
+ * it, and {@link ExactlyOnceUnit.commit} ends it with the unit's progress (./progress.ts:
+ * the ids of every row in it), so a read_committed reader sees the messages if and only if
+ * the progress says they are out. The worker (workerLoop.ts) runs a unit's batches one
+ * after the other and marks a batch's rows sent in Postgres only after its Kafka commit:
  * at most one batch of a unit is in Kafka and not yet marked sent, and the progress names
- * exactly its rows.
+ * exactly its rows. ./transactionalUnit.ts (kafkajs) and ./platformaticUnit.ts implement it.
  */
 export interface ExactlyOnceUnit {
   readonly unit: number;
   /**
-   * (Re)start the producers under the unit's transactional ids and read its progress.
-   * InitProducerId fences every other producer of an id (a relay that lost the unit, or
-   * this one's previous producers) and makes the coordinator finish its open transaction
-   * first, so the progress read after both is final. Returns the ids the unit's last
-   * committed transaction published: the caller marks them sent before it claims anything.
-   * Never while a transaction of the unit is in flight.
+   * (Re)start under the unit's transactional id and read its progress. InitProducerId
+   * fences every other producer of the id (a relay that lost the unit, or this one's
+   * previous producer) and makes the coordinator finish its open transaction first, so
+   * the progress read after it is final. Returns the ids the unit's last committed
+   * transaction published: the caller marks them sent before it claims anything.
    */
   start(): Promise<number[]>;
+  /** A new Postgres batch begins: its transaction starts empty (nothing may be open). */
+  beginBatch(): void;
   /**
-   * The next batch's transaction, on the producer whose turn it is; nothing is sent yet.
-   * At most two at once, one per producer: the next may begin while the previous one
-   * commits; a third throws.
-   */
-  begin(): UnitTransaction;
-  /** Disconnect for good (the relay stops): a later start() refuses. */
-  close(): Promise<void>;
-}
-
-/** One batch's Kafka transaction on one of its unit's producers. */
-export interface UnitTransaction {
-  /**
-   * Publish `messages` into the transaction (begun by the first send), not yet committed.
-   * Answers per message as {@link MessageProducer.send} does: a message Kafka refuses for
-   * good (too large, say) refuses the whole send, reported on every message of it, and
-   * publishBatch then sends them one at a time. Kafka aborts the transaction with it, so
-   * the producer produces the batch's earlier sends again in a new one before it answers.
-   * Anything else that fails (a send, fencing) rejects: the batch rolls back, and the
-   * worker starts the unit again before its next claim.
+   * Publish `messages` into the batch's Kafka transaction (begun by the first send), not
+   * yet committed. Answers per message as {@link MessageProducer.send} does: a message
+   * Kafka refuses for good (too large, say) refuses the whole send, reported on every
+   * message of it, and publishBatch then sends them one at a time. Kafka aborts the
+   * transaction with it, so the unit produces the batch's earlier sends again in a new
+   * one before it answers. Anything else that fails (a send, fencing) rejects: the batch
+   * rolls back, and the worker starts the unit again before its next claim.
    */
   send(messages: readonly RelayMessage[]): Promise<SendResult[]>;
-  /** Make the transaction's progress commit final (kafkajs sends it here): after this only EndTxn goes out. */
-  prepareCommit(): Promise<void>;
   /**
-   * Commit the transaction with its progress (nothing to do when no send got through).
-   * Rejects when the commit failed or may not have happened: the batch rolls back and the
-   * unit is started again, which settles the transaction either way.
+   * Commit the batch's Kafka transaction with its progress (nothing to do when no send
+   * got through). Rejects when the commit failed or may not have happened: the batch
+   * rolls back and the unit is started again, which settles the transaction either way.
    */
   commit(): Promise<void>;
   /**
-   * Whether the transaction's progress record likely has room for `rows` more ids (an
-   * estimate from the ids it names so far). A batch claims again within the transaction
-   * only when it does: rows claimed beyond the record's room would wait, claimed for
-   * nothing, for the next batch.
+   * Whether the open transaction's progress record likely has room for `rows` more ids
+   * (an estimate from the ids it names so far). A batch claims again within the
+   * transaction only when it does: rows claimed beyond the record's room would wait,
+   * claimed for nothing, for the next batch.
    */
   roomFor(rows: number): boolean;
-  /** The batch is over (committed or failed): its producer may take another transaction. */
-  end(): void;
-}
-
-/**
- * One transactional producer of a unit, under one of its two transactional ids:
- * ./transactionalUnit.ts (kafkajs) and ./platformaticUnit.ts implement it. One transaction
- * at a time, as {@link UnitTransaction} says; the unit reads the progress.
- */
-export interface UnitProducer {
-  /** (Re)start under the id: InitProducerId, which fences the id's other producers and settles its open transaction. */
-  start(): Promise<void>;
-  /** A new transaction begins: it starts empty (nothing may be open). */
-  beginBatch(): void;
-  send(messages: readonly RelayMessage[]): Promise<SendResult[]>;
-  prepareCommit(): Promise<void>;
-  /** Resolves true when a transaction committed, false when none was open. */
-  commit(): Promise<boolean>;
-  roomFor(rows: number): boolean;
+  /** Disconnect for good (the relay stops): a later start() refuses. */
   close(): Promise<void>;
 }
 
@@ -156,7 +123,7 @@ export class BatchProgress {
     this.sends = [];
   }
 
-  /** See {@link UnitTransaction.roomFor}: the record's length so far, and as many more ids at its average length per id, with a tenth to spare. */
+  /** See {@link ExactlyOnceUnit.roomFor}: the record's length so far, and as many more ids at its average length per id, with a tenth to spare. */
   roomFor(rows: number): boolean {
     if (this.ids.length === 0) return true;
     const used = encodeProgress(this.ids).length;

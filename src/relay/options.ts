@@ -124,8 +124,8 @@ export interface RelayOptions extends KafkaSecurityOptions {
    */
   transactionIntervalMs?: number;
   /**
-   * Exactly-once mode: units of shards (default 2), each under two transactional ids of its
-   * own, published by one worker, committing one transaction at a time; at most this many relays publish
+   * Exactly-once mode: units of shards (default 2), each under its own transactional id,
+   * published by one worker, one transaction at a time; at most this many relays publish
    * at once. Every relay of a prefix must use the same count: a relay whose count differs
    * from the progress topic's partitions is refused at start (docs/exactly-once.md#units).
    */

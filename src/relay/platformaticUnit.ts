@@ -1,30 +1,32 @@
 import { OutboxError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { guardLibraryCall } from '../shared/libraryGuard.js';
-import { BatchProgress, announceCommitted, type UnitProducer } from './exactlyOnceUnit.js';
+import { BatchProgress, announceCommitted, announceProgressRead, type ExactlyOnceUnit } from './exactlyOnceUnit.js';
 import type { PartitionGroup } from './partitioner.js';
 import type { RelayMessage } from './message.js';
 import type { SendResult } from './messageProducer.js';
 import { logClientEvents, platformaticClientOptions, platformaticTopicMetadata, refusal, requirePlatformatic, timestampRuns, toPlatformatic, type Client } from './platformaticProducer.js';
 import type { ProgressCommitter } from './progressCommit.js';
 import { TRANSACTION_RETRIES, transactionRetryDelayMs } from './transactionRetry.js';
-import { encodeProgress } from './progress.js';
+import { decodeProgress, encodeProgress } from './progress.js';
+import type { ProgressReader } from './progressReader.js';
 import { classifyPublishError } from './publishErrors.js';
 import type { ResolvedRelayOptions } from './options.js';
 import type { TopicMetadata } from './topicMetadata.js';
 
-// An @platformatic/kafka producer of an exactly-once unit, the default client's
-// (./exactlyOnceUnit.ts says what a unit does; ./twoProducerUnit.ts uses two in turn),
-// under one of the unit's transactional ids. The progress goes as the metadata of a
-// transactional offset commit, as with kafkajs, sent by ./progressCommit.ts.
+// The @platformatic/kafka exactly-once unit, the default client's (./exactlyOnceUnit.ts
+// says what a unit does): a transactional producer under the unit's id. The progress goes
+// as the metadata of a transactional offset commit, as with kafkajs, sent by
+// ./progressCommit.ts.
 
 type Transaction = Awaited<ReturnType<Client['beginTransaction']>>;
 
 const guarded = <T>(call: string, fn: () => Promise<T>): Promise<T> => guardLibraryCall('@platformatic/kafka', call, fn);
 
-/** What one producer of a unit needs; the names come from ./exactlyOnceSetup.ts. */
+/** What one unit's producer needs; the names come from ./exactlyOnceSetup.ts. */
 export interface PlatformaticUnitOptions {
   client: Pick<ResolvedRelayOptions, 'kafkaBrokers' | 'clientId' | 'compression' | 'kafkaSecurity'>;
+  progress: ProgressReader;
   committer: ProgressCommitter;
   unit: number;
   transactionalId: string;
@@ -62,8 +64,8 @@ function clientApiVersionsOnly(producer: Client): void {
     );
 }
 
-/** One transactional producer of an exactly-once unit, on @platformatic/kafka. */
-export class PlatformaticUnit implements UnitProducer {
+/** One exactly-once unit's transactional producer, on @platformatic/kafka. */
+export class PlatformaticUnit implements ExactlyOnceUnit {
   private producer: Client | undefined;
   /** The batch's Kafka transaction, begun by its first send that got through to Kafka. */
   private transaction: Transaction | undefined;
@@ -85,11 +87,7 @@ export class PlatformaticUnit implements UnitProducer {
     return this.o.unit;
   }
 
-  get transactionalId(): string {
-    return this.o.transactionalId;
-  }
-
-  async start(): Promise<void> {
+  async start(): Promise<number[]> {
     await this.dropProducer();
     this.assertOpen();
     const { Producer } = requirePlatformatic();
@@ -128,7 +126,10 @@ export class PlatformaticUnit implements UnitProducer {
       await this.dropProducer();
       this.assertOpen();
     }
+    const metadata = await this.o.progress.read(this.o.unit);
+    this.assertOpen();
     this.batch.reset();
+    return announceProgressRead(this.o.unit, decodeProgress(metadata));
   }
 
   roomFor(rows: number): boolean {
@@ -225,28 +226,15 @@ export class PlatformaticUnit implements UnitProducer {
     this.progressSent = progress.length;
   }
 
-  async prepareCommit(): Promise<void> {
-    const producer = this.producer;
-    if (!this.transaction || !producer) return;
-    this.assertOpen();
-    const progress = this.batch.progress;
-    // Each send committed the progress so far; the last one names every row of the transaction.
-    if (this.progressSent === progress.length) return;
-    try {
-      await this.commitProgress(producer, progress);
-    } catch (error) {
-      throw refusal(error);
-    }
-  }
-
-  async commit(): Promise<boolean> {
+  async commit(): Promise<void> {
     const producer = this.producer;
     const transaction = this.transaction;
-    if (!transaction || !producer) return false;
-    await this.prepareCommit();
+    if (!transaction || !producer) return;
     this.assertOpen();
     const progress = [...this.batch.progress];
     try {
+      // Each send committed the progress so far; the last one names every row of the transaction.
+      if (this.progressSent !== progress.length) await this.commitProgress(producer, progress);
       await guarded('transaction.commit', () => transaction.commit());
     } catch (error) {
       // The worker starts the unit again, which settles the transaction either way.
@@ -255,8 +243,7 @@ export class PlatformaticUnit implements UnitProducer {
     this.transaction = undefined;
     this.batch.reset();
     this.o.onCommitted();
-    announceCommitted(this.o.unit, this.o.transactionalId, progress);
-    return true;
+    announceCommitted(this.o.unit, progress.length, progress);
   }
 
   /** Abort the open transaction, if any (a failed abort is settled by the unit's next start). */

@@ -1,28 +1,31 @@
 import { Partitioners, type Kafka, type Producer, type Transaction } from 'kafkajs';
+import type { ProgressReader } from './progressReader.js';
 import { OutboxError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { RelayMessage } from './message.js';
 import type { SendResult } from './messageProducer.js';
 import { classifyPublishError } from './publishErrors.js';
 import { COMPRESSION, toKafkajs, unanswered } from './producer.js';
-import { encodeProgress } from './progress.js';
+import { decodeProgress, encodeProgress } from './progress.js';
 import type { TopicMetadata } from './topicMetadata.js';
 import { guardLibraryCall } from '../shared/libraryGuard.js';
-import { BatchProgress, announceCommitted, type UnitProducer } from './exactlyOnceUnit.js';
+import { BatchProgress, announceCommitted, announceProgressRead, type ExactlyOnceUnit } from './exactlyOnceUnit.js';
 import type { PartitionGroup } from './partitioner.js';
 
 export { KAFKA_COMMITTED_CHANNEL, PROGRESS_READ_CHANNEL, ProgressFullError } from './exactlyOnceUnit.js';
 
-// A kafkajs producer of an exactly-once unit (./exactlyOnceUnit.ts says what a unit does;
-// ./twoProducerUnit.ts uses two in turn), under one of the unit's transactional ids; the
-// progress goes as the metadata of a transactional offset commit (sendOffsets).
+// The kafkajs exactly-once unit (./exactlyOnceUnit.ts says what a unit does): a kafkajs
+// producer under the unit's transactional id; the progress goes as the metadata of a
+// transactional offset commit (sendOffsets).
 
 /** Every call into kafkajs: nothing it throws from its callbacks escapes (../shared/libraryGuard.ts). */
 const guarded = <T>(call: string, fn: () => Promise<T>): Promise<T> => guardLibraryCall('kafkajs', call, fn);
 
-/** What one producer of a unit needs; the names come from ./exactlyOnceSetup.ts. */
+/** What one unit's producer needs; the names come from ./exactlyOnceNames.ts. */
 export interface TransactionalUnitOptions {
   kafka: Kafka;
+  /** Reads the progress back (OffsetFetch, require_stable); shared by a relay's units. */
+  progress: ProgressReader;
   /** Partition counts, shared by a relay's units. */
   metadata: TopicMetadata;
   unit: number;
@@ -38,13 +41,11 @@ export interface TransactionalUnitOptions {
   onCommitted(): void;
 }
 
-/** One transactional producer of an exactly-once unit, on kafkajs. */
-export class TransactionalUnit implements UnitProducer {
+/** One exactly-once unit's transactional producer, on kafkajs. */
+export class TransactionalUnit implements ExactlyOnceUnit {
   private producer: Producer | undefined;
   /** The batch's Kafka transaction, begun by its first send that got through to Kafka. */
   private transaction: Transaction | undefined;
-  /** Whether the open transaction's progress went (sendOffsets): it is final then, and no send may follow. */
-  private offsetsSent = false;
   private readonly batch: BatchProgress;
   /** Closed with its relay: never started again (a restart would fence the unit's next owner). */
   private closed = false;
@@ -57,11 +58,7 @@ export class TransactionalUnit implements UnitProducer {
     return this.o.unit;
   }
 
-  get transactionalId(): string {
-    return this.o.transactionalId;
-  }
-
-  async start(): Promise<void> {
+  async start(): Promise<number[]> {
     await this.dropProducer();
     this.assertOpen();
     const producer = this.o.kafka.producer({
@@ -93,7 +90,10 @@ export class TransactionalUnit implements UnitProducer {
       await producer.disconnect().catch(() => undefined);
       this.assertOpen();
     }
+    const metadata = await this.o.progress.read(this.o.unit);
+    this.assertOpen();
     this.batch.reset();
+    return announceProgressRead(this.o.unit, decodeProgress(metadata));
   }
 
   roomFor(rows: number): boolean {
@@ -107,7 +107,6 @@ export class TransactionalUnit implements UnitProducer {
   async send(messages: readonly RelayMessage[]): Promise<SendResult[]> {
     const producer = this.producer;
     if (!producer) throw new OutboxError(`exactly-once unit ${this.o.unit} is not started`, { retriable: true });
-    if (this.offsetsSent) throw new OutboxError(`exactly-once unit ${this.o.unit}: a send after the transaction's progress went`, { retriable: true });
     const counts = await this.o.metadata.partitions(messages.map((m) => m.topic));
     this.assertOpen();
     const planned = this.batch.plan(messages, counts);
@@ -158,9 +157,9 @@ export class TransactionalUnit implements UnitProducer {
     }
   }
 
-  async prepareCommit(): Promise<void> {
+  async commit(): Promise<void> {
     const transaction = this.transaction;
-    if (!transaction || this.offsetsSent) return;
+    if (!transaction) return;
     this.assertOpen();
     const progress = [...this.batch.progress];
     await guarded('transaction.sendOffsets', () =>
@@ -169,31 +168,19 @@ export class TransactionalUnit implements UnitProducer {
         topics: [{ topic: this.o.progressTopic, partitions: [{ partition: this.o.unit, offset: String(progress[progress.length - 1]!), metadata: encodeProgress(progress) } as { partition: number; offset: string }] }],
       }),
     );
-    this.offsetsSent = true;
-  }
-
-  async commit(): Promise<boolean> {
-    const transaction = this.transaction;
-    if (!transaction) return false;
-    await this.prepareCommit();
-    this.assertOpen();
-    const progress = [...this.batch.progress];
     await guarded('transaction.commit', () => transaction.commit());
     this.transaction = undefined;
-    this.offsetsSent = false;
     this.batch.reset();
     this.o.onCommitted();
     // The ids the committed progress names: the fault suite logs them to find which
     // transaction first carried a row that later went out twice (docs/faults.md, finding 6).
-    announceCommitted(this.o.unit, this.o.transactionalId, progress);
-    return true;
+    announceCommitted(this.o.unit, progress.length, progress);
   }
 
   /** Abort the open transaction, if any; a failed abort leaves it to the unit's next start. */
   private async abort(): Promise<void> {
     const transaction = this.transaction;
     this.transaction = undefined;
-    this.offsetsSent = false;
     if (transaction) await guarded('transaction.abort', () => transaction.abort());
   }
 
@@ -211,7 +198,6 @@ export class TransactionalUnit implements UnitProducer {
     const producer = this.producer;
     this.producer = undefined;
     this.transaction = undefined;
-    this.offsetsSent = false;
     this.batch.reset();
     await producer?.disconnect().catch(() => undefined);
   }

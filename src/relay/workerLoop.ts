@@ -3,13 +3,14 @@ import { backoffDelayMs } from '../shared/backoff.js';
 import { preparedStatementsLost } from './poolerProbe.js';
 import { PublishError } from './publishBatch.js';
 import { abandonBatch, claimBatch, finishBatch, type BatchContext, type BatchResult, type ClaimedBatch, type Worker } from './batch.js';
+import type { ClaimArguments } from './sql/claim.js';
 import { kafkaTimestampMs } from './message.js';
-import { FLOOR_RESCAN_MS, advanceFloor, floorAhead, noteRescan, type ClaimFloor } from './floor.js';
+import { FLOOR_RESCAN_MS, advanceFloor, floorAhead, floorForClaim, noteRescan, startOverDue, type ClaimFloor } from './floor.js';
 import { RETRY_BASE_MS, type RelayRuntime } from './relayRuntime.js';
-import { ProgressFullError } from './exactlyOnceUnit.js';
+import { ProgressFullError, type ExactlyOnceUnit } from './exactlyOnceUnit.js';
 import { handBack, handOverIfQuiet, holdsOthersShards, noteBatch } from './workerShards.js';
 import { startUnit } from './unitStart.js';
-import { claimArguments, claimNext, dropNextUnitBatches, hasNextUnitBatch, runUnitBatch, takeNextUnitBatch, type UnitBatch } from './unitBatches.js';
+import type { ClaimsWithin } from './claimsInTransaction.js';
 
 /** Idle workers look again this often even when the horizon did not move, to pick up
  *  rows that a failed batch or another transaction's lock left behind; after each recheck
@@ -21,6 +22,9 @@ import { claimArguments, claimNext, dropNextUnitBatches, hasNextUnitBatch, runUn
  *  rescan would not find as soon (issue 34, idle cost). */
 const RECHECK_MS = 1_000;
 const RECHECK_MAX_MS = FLOOR_RESCAN_MS;
+
+/** A low-water mark found this recently serves a floor that starts over as it is. */
+const LOW_WATER_MAX_AGE_MS = 1_000;
 
 /**
  * One worker: claims and publishes batches of its shards (batch.ts) when the horizon
@@ -37,33 +41,20 @@ const RECHECK_MAX_MS = FLOOR_RESCAN_MS;
  * parked, the shards or the horizon changed, a stop) rolls it back unpublished and the
  * next claim starts afresh. A batch that was not full claims nothing ahead: at a steady
  * trickle the worker runs one transaction at a time, as before.
- *
- * Exactly-once mode pipelines instead (./unitBatches.ts): the next batch is claimed and
- * produced into the unit's other producer while the previous one commits, and commits
- * only after it.
  */
 export async function runWorkerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
   try {
     await workerLoop(rt, worker);
   } finally {
     await dropAhead(worker);
-    await dropNextUnitBatches(worker);
   }
 }
 
 async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
   // Exactly-once mode: this worker's unit, whose shards never move to another worker.
   const unit = rt.units?.[worker.index];
-  const ctx = batchContext(rt);
-  // Exactly-once mode: a batch begun while the previous one committed runs to its end,
-  // a stop included (a soft stop drains it; a hard one fails it).
-  while (!rt.stopping || hasNextUnitBatch(worker)) {
-    const next = takeNextUnitBatch(worker);
-    if (next) {
-      const pending = await next;
-      if (pending && (await settleBatch(rt, worker, pending))) break;
-      continue;
-    }
+  const ctx = batchContext(rt, worker, unit);
+  while (!rt.stopping) {
     // Between this worker's batches: shards may move to or from worker 0 (workerShards.ts).
     // Logged at info the first time per worker (the fault suite's report counts these
     // lines), then at debug: a trickle between bursts moves shards often.
@@ -123,106 +114,76 @@ async function workerLoop(rt: RelayRuntime, worker: Worker): Promise<void> {
       await rt.sleepOrDatabaseBack(backoffDelayMs(worker.failures, RETRY_BASE_MS, rt.options.retryMaxDelayMs));
       continue;
     }
-    if (unit) {
-      let claimed: ClaimedBatch;
-      try {
-        claimed = await claimNext(rt, worker, ctx, shards);
-      } catch (error) {
-        if (await batchFailed(rt, worker, error)) break;
-        continue;
-      }
-      let batch: UnitBatch;
-      try {
-        batch = runUnitBatch(rt, worker, unit, ctx, claimed);
-      } catch (error) {
-        // The unit refused a transaction (closed by a hard stop).
-        await abandonBatch(claimed.batch);
-        if (await batchFailed(rt, worker, error)) break;
-        continue;
-      }
-      if (await settleBatch(rt, worker, batch, moved)) break;
-      continue;
-    }
     let result: BatchResult;
     let current: ClaimedBatch;
     const floor = rt.floors.get(worker) as ClaimFloor;
     try {
       worker.ahead = undefined;
-      current = ahead ?? (await claimNext(rt, worker, ctx, shards));
-      const next = claimsAhead(rt, worker, current) ? claimAhead(rt, ctx, worker, current, floor) : undefined;
+      if (ahead) current = ahead;
+      else {
+        worker.lastClaimAtMs = Date.now();
+        worker.rowsReturnedSeen = returned;
+        // A floor that starts over starts at the relay's low-water mark, found again first
+        // (lowWater.ts; workers due together share one walk).
+        const lowWater = startOverDue(floor, shards, resets, Date.now())
+          ? await rt.lowWater.refresh(rt.pool, settled, resets, Date.now(), LOW_WATER_MAX_AGE_MS)
+          : undefined;
+        const from = floorForClaim(floor, shards, resets, Date.now(), lowWater);
+        const claimStartedMs = Date.now();
+        current = { batch: await claimBatch(ctx, claimArguments(rt, watermark, incarnation, shards, from), worker.clients), settled, resets };
+        // What a claim that started over costs now sets when the next one comes (floor.ts).
+        if (from.startedOver) noteRescan(floor, Date.now() - claimStartedMs);
+      }
+      // Exactly-once mode claims again inside the batch's transaction instead (claimsInTransaction.ts).
+      const next = !unit && claimsAhead(rt, worker, current) ? claimAhead(rt, ctx, worker, current, floor) : undefined;
       result = await finishBatch(ctx, current.batch).catch(async (error: unknown) => {
         await settleAhead(rt, worker, next, undefined);
         throw error;
       });
       await settleAhead(rt, worker, next, result);
     } catch (error) {
-      if (await batchFailed(rt, worker, error)) break;
+      // Its Kafka transaction may have committed: start the unit again before the next claim.
+      worker.unitReady = false;
+      if (rt.aborted) break;
+      if (error instanceof PublishError && rt.breaker.failure()) {
+        rt.logger.warn(
+          { err: describeError(error), failuresToOpen: rt.options.breakerFailures },
+          'Kafka keeps refusing batches: circuit breaker open, claiming paused until a probe reaches it',
+        );
+        rt.emit('breaker', { state: 'open' });
+        rt.breakerOpened.notify();
+      }
+      if (preparedStatementsLost(error)) rt.preparedStatementsLost(error);
+      const retryInMs = backoffDelayMs(worker.failures, RETRY_BASE_MS, rt.options.retryMaxDelayMs);
+      worker.failures++;
+      rt.logger.warn(
+        { worker: worker.index, attempt: worker.failures, retryInMs, err: describeError(error) },
+        'batch failed; rolled back, will retry',
+      );
+      rt.emit('batchError', { worker: worker.index, error: error as Error, attempt: worker.failures, retryInMs });
+      await rt.sleepOrDatabaseBack(retryInMs);
       continue;
     }
-    batchDone(rt, worker, current, result, moved, ahead !== undefined);
+    worker.failures = 0;
+    const { claim, generation } = current.batch;
+    advanceFloor(floor, {
+      shards: claim.shards,
+      horizonResets: current.resets,
+      generation,
+      watermark: claim.watermark,
+      settled: current.settled,
+      batchSize: rt.options.batchSize,
+      claimed: result.floorRows,
+      done: new Set([...result.published.map((r) => r.id), ...result.deadLetters.map((d) => d.row.id)]),
+      parkedKeys: new Set(result.deadLetters.filter((d) => d.policy === 'park').map((d) => `${d.row.topic}\u0000${d.row.key}`)),
+    });
+    if (result.claimed < rt.options.batchSize) worker.drainedTo = claim.watermark;
+    noteBatch(worker, result.claimed, rt.options.batchSize);
+    if (result.claimed >= rt.options.batchSize && holdsOthersShards(worker, rt.workers.length)) worker.handBackDue = true;
+    // A recheck (the horizon had not moved) that found nothing: wait longer for the next.
+    worker.emptyRechecks = result.claimed === 0 && !moved ? worker.emptyRechecks + 1 : 0;
+    if (result.claimed > 0) batchCommitted(rt, worker, result, ahead !== undefined);
   }
-}
-
-/**
- * Exactly-once mode: wait for a unit's batch to end (`moved`: whether the horizon had
- * moved when it was claimed). True when the worker stops (a hard stop).
- */
-async function settleBatch(rt: RelayRuntime, worker: Worker, batch: UnitBatch, moved = true): Promise<boolean> {
-  let result: BatchResult;
-  try {
-    result = await batch.result;
-  } catch (error) {
-    // The batch begun behind it fails before its commit: let it end before the unit starts again.
-    await dropNextUnitBatches(worker);
-    return batchFailed(rt, worker, error);
-  }
-  batchDone(rt, worker, batch.claimed, result, moved, batch.pipelined);
-  return false;
-}
-
-/** A batch failed (rolled back): count it, tell, back off. True when the worker stops (a hard stop). */
-async function batchFailed(rt: RelayRuntime, worker: Worker, error: unknown): Promise<boolean> {
-  // Its Kafka transaction may have committed: start the unit again before the next claim.
-  worker.unitReady = false;
-  if (rt.aborted) return true;
-  if (error instanceof PublishError && rt.breaker.failure()) {
-    rt.logger.warn(
-      { err: describeError(error), failuresToOpen: rt.options.breakerFailures },
-      'Kafka keeps refusing batches: circuit breaker open, claiming paused until a probe reaches it',
-    );
-    rt.emit('breaker', { state: 'open' });
-    rt.breakerOpened.notify();
-  }
-  if (preparedStatementsLost(error)) rt.preparedStatementsLost(error);
-  const retryInMs = backoffDelayMs(worker.failures, RETRY_BASE_MS, rt.options.retryMaxDelayMs);
-  worker.failures++;
-  rt.logger.warn({ worker: worker.index, attempt: worker.failures, retryInMs, err: describeError(error) }, 'batch failed; rolled back, will retry');
-  rt.emit('batchError', { worker: worker.index, error: error as Error, attempt: worker.failures, retryInMs });
-  await rt.sleepOrDatabaseBack(retryInMs);
-  return false;
-}
-
-/** A committed batch: the claim floor rises, the worker's counters move, listeners hear of it. */
-function batchDone(rt: RelayRuntime, worker: Worker, current: ClaimedBatch, result: BatchResult, moved: boolean, claimedAhead: boolean): void {
-  worker.failures = 0;
-  const { claim, generation } = current.batch;
-  advanceFloor(rt.floors.get(worker) as ClaimFloor, {
-    shards: claim.shards,
-    horizonResets: current.resets,
-    generation,
-    watermark: claim.watermark,
-    settled: current.settled,
-    batchSize: rt.options.batchSize,
-    claimed: result.floorRows,
-    done: new Set([...result.published.map((r) => r.id), ...result.deadLetters.map((d) => d.row.id)]),
-    parkedKeys: new Set(result.deadLetters.filter((d) => d.policy === 'park').map((d) => `${d.row.topic}\u0000${d.row.key}`)),
-  });
-  if (result.claimed < rt.options.batchSize) worker.drainedTo = claim.watermark;
-  noteBatch(worker, result.claimed, rt.options.batchSize);
-  if (result.claimed >= rt.options.batchSize && holdsOthersShards(worker, rt.workers.length)) worker.handBackDue = true;
-  // A recheck (the horizon had not moved) that found nothing: wait longer for the next.
-  worker.emptyRechecks = result.claimed === 0 && !moved ? worker.emptyRechecks + 1 : 0;
-  if (result.claimed > 0) batchCommitted(rt, worker, result, claimedAhead);
 }
 
 /** Whether to claim the next batch while `current` is published: only behind a full batch that saw all its shards leased. */
@@ -278,14 +239,49 @@ function sameShards(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((s, i) => s === b[i]);
 }
 
-/** What a batch needs from the relay; in exactly-once mode ./unitBatches.ts puts the unit's transaction in it. */
-function batchContext(rt: RelayRuntime): BatchContext {
+function claimArguments(rt: RelayRuntime, watermark: number, incarnation: string | undefined, shards: readonly number[], from: { floor: number; generation: string }): ClaimArguments {
+  return {
+    watermark,
+    shards,
+    batchSize: rt.options.batchSize,
+    relayId: rt.instanceId,
+    incarnation: incarnation ?? '-infinity',
+    floor: from.floor,
+    generation: from.generation,
+  };
+}
+
+/**
+ * What a batch needs from the relay; in exactly-once mode it publishes through the worker's
+ * unit, one Kafka transaction per batch, which claims again while the interval lasts.
+ */
+function batchContext(rt: RelayRuntime, worker: Worker, unit: ExactlyOnceUnit | undefined): BatchContext {
+  const { batchSize, onPublish, transactionIntervalMs } = rt.options;
+  const claimsWithin: ClaimsWithin = {
+    quotedSchema: rt.quotedSchema,
+    onPublish,
+    batchSize,
+    next: (lastId, generation, startedAtMs) => {
+      const { watermark, incarnation, resets } = rt.horizon;
+      const shards = worker.shards.filter((s) => rt.membership.owned.has(s) && rt.membership.wanted.has(s));
+      // The unit whole, the horizon as at the batch's claim, time left, no stop: else commit now.
+      if (rt.stopping || rt.breaker.isOpen || shards.length < worker.shards.length || resets !== rt.floors.get(worker)?.horizonResets) return undefined;
+      if (Date.now() - startedAtMs >= transactionIntervalMs) return undefined;
+      // A full claim more must fit the transaction's progress record (offset.metadata.max.bytes),
+      // beside the claim still being published (claimsInTransaction.ts claims the next one
+      // while the previous one's rows go out, before they are in the record).
+      if (unit && !unit.roomFor(2 * batchSize)) return undefined;
+      return claimArguments(rt, watermark, incarnation, shards, { floor: lastId, generation });
+    },
+  };
   return {
     pool: rt.pool,
     quotedSchema: rt.quotedSchema,
     instanceId: rt.instanceId,
     options: rt.options,
-    send: (rows) => rt.producer.send(rows),
+    send: unit ? (rows) => unit.send(rows) : (rows) => rt.producer.send(rows),
+    ...(unit ? { beginPublish: () => unit.beginBatch(), commitPublish: () => unit.commit() } : {}),
+    ...(unit && transactionIntervalMs > 0 ? { claimsWithin } : {}),
     aborted: () => rt.aborted,
     inline: () => rt.inlineStatements,
   };
@@ -319,9 +315,7 @@ function batchCommitted(rt: RelayRuntime, worker: Worker, result: BatchResult, c
     rt.logger.info(
       { worker: worker.index, count: published.length, claims: result.claims },
       claimedAhead
-        ? rt.units
-          ? 'claiming ahead: this batch was claimed and produced while the previous one committed (exactly-once mode)'
-          : 'claiming ahead: this batch was claimed while the previous one was published (a backlog)'
+        ? 'claiming ahead: this batch was claimed while the previous one was published (a backlog)'
         : "claiming ahead: this batch's Kafka transaction took several claims, each claimed while the previous one was published (a backlog, exactly-once mode)",
     );
   }

@@ -44,8 +44,8 @@ process.on('SIGWINCH', () => {
 // should have named it (docs/faults.md, finding 6). Reported before the plant below empties
 // what was read.
 diagnosticsChannel.subscribe(KAFKA_COMMITTED_CHANNEL, (message) => {
-  const { unit, transactionalId, ids } = message as { unit: number; transactionalId: string; ids?: number[] };
-  report('kafka-committed', { unit, transactionalId, ids });
+  const { unit, ids } = message as { unit: number; ids?: number[] };
+  report('kafka-committed', { unit, ids });
 });
 diagnosticsChannel.subscribe(PROGRESS_READ_CHANNEL, (message) => {
   const { unit, ids } = message as { unit: number; ids: number[] };

@@ -59,35 +59,3 @@ export async function readWithKafka(
     });
   return { records, ends };
 }
-
-/**
- * The transactional ids starting with `prefix` that the brokers know, with their states
- * (Ongoing, CompleteCommit, ...), as Kafka's own Admin client lists them
- * (test/fixtures/TransactionStates.java), sorted by id.
- */
-export async function transactionStates(prefix: string, brokers = testBrokers()): Promise<Array<{ id: string; state: string }>> {
-  const classes = compiledAgainstKafka('test/fixtures/TransactionStates.java');
-  const { stdout } = await promisify(execFile)('java', ['-cp', `${classes}:${KAFKA_LIBS}/*`, 'TransactionStates', brokers.join(','), prefix]);
-  return stdout
-    .split('\n')
-    .filter((l) => l !== '')
-    .map((line) => {
-      const [id, state] = line.split('\t') as [string, string];
-      return { id, state };
-    });
-}
-
-/** Deliveries per outbox id, and whether each key's first deliveries come in id order. */
-export function tally(records: CommittedRecord[]): { count: Map<number, number>; outOfOrder: string[] } {
-  const count = new Map<number, number>();
-  const highest = new Map<string, number>();
-  const outOfOrder: string[] = [];
-  for (const m of records) {
-    const id = m.outboxId!;
-    count.set(id, (count.get(id) ?? 0) + 1);
-    if (id < (highest.get(m.key!) ?? 0)) outOfOrder.push(`${m.key}: ${id} after ${highest.get(m.key!)}`);
-    else highest.set(m.key!, id);
-  }
-  return { count, outOfOrder };
-}
-

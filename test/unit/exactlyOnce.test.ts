@@ -7,10 +7,7 @@ import { SHARD_COUNT, shardsOf } from '../../src/relay/shards.js';
 import { resolveRelayOptions } from '../../src/relay/options.js';
 import { ConfigError } from '../../src/shared/errors.js';
 import { createRelayGroup } from '../../src/relay/relayGroup.js';
-import { BatchProgress, PROGRESS_READ_CHANNEL, type UnitProducer } from '../../src/relay/exactlyOnceUnit.js';
-import { TwoProducerUnit } from '../../src/relay/twoProducerUnit.js';
-import { exactlyOnceNames } from '../../src/relay/exactlyOnceSetup.js';
-import diagnosticsChannel from 'node:diagnostics_channel';
+import { BatchProgress } from '../../src/relay/exactlyOnceUnit.js';
 import type { RelayMessage } from '../../src/relay/message.js';
 
 // The pure parts of exactly-once delivery (docs/exactly-once.md): the progress record a
@@ -131,110 +128,4 @@ test("a transaction's progress has room for another full claim only while one wo
   assert.ok(progress.plan(claim(next, 500), counts).sending.length < 500, 'another claim would not have fitted');
   progress.reset();
   assert.ok(progress.roomFor(500), 'a new transaction has room again');
-});
-
-/** A unit producer that records what was asked of it (the real ones need Kafka: test/exactlyOnce.integration.test.ts). */
-function recordingProducer(name: string, log: string[], startError?: Error): UnitProducer {
-  let open = false;
-  return {
-    start: async () => {
-      log.push(`${name} start`);
-      if (startError) throw startError;
-    },
-    beginBatch: () => log.push(`${name} begin`),
-    send: async (messages) => {
-      open = true;
-      log.push(`${name} send ${messages.map((m) => m.id).join(',')}`);
-      return messages.map(() => ({ acknowledged: true }));
-    },
-    prepareCommit: async () => void log.push(`${name} prepare`),
-    commit: async () => {
-      log.push(`${name} commit${open ? '' : ' (nothing open)'}`);
-      const committed = open;
-      open = false;
-      return committed;
-    },
-    roomFor: () => true,
-    close: async () => void log.push(`${name} close`),
-  };
-}
-
-test("a unit's transactions alternate between its two producers (a transaction that sent nothing does not take a turn), at most one in flight on each; a start fences both ids before it reads the progress", async () => {
-  const log: string[] = [];
-  const reads: string[] = [];
-  const unit = new TwoProducerUnit(3, [recordingProducer('first', log), recordingProducer('second', log)], {
-    read: async (u) => {
-      reads.push(`read unit ${u} after: ${log.join('; ')}`);
-      return encodeProgress([7, 9]);
-    },
-  });
-  const message = (id: number) => ({ id, message_id: `m${id}`, topic: 't', key: 'k', value: '{}', headers: {} }) as RelayMessage;
-  assert.deepEqual(await unit.start(), [7, 9], "the progress's ids");
-  assert.deepEqual(reads, ['read unit 3 after: first start; second start'], 'both producers started (fenced) before the read');
-  log.length = 0;
-  // The next transaction begins while the previous one commits: on the other producer.
-  const one = unit.begin();
-  await one.send([message(1)]);
-  await one.prepareCommit();
-  const two = unit.begin();
-  await two.send([message(2)]);
-  // A third would need the first producer, still committing the first transaction.
-  assert.throws(() => unit.begin(), /both producers have a transaction in flight/);
-  await one.commit();
-  one.end();
-  const three = unit.begin();
-  await two.commit();
-  two.end();
-  await three.commit();
-  three.end();
-  // The third sent nothing: the next transaction still takes the first producer's turn.
-  const four = unit.begin();
-  await four.send([message(4)]);
-  await four.commit();
-  four.end();
-  const five = unit.begin();
-  await five.send([message(5)]);
-  await five.commit();
-  five.end();
-  assert.deepEqual(log, [
-    'first begin', 'first send 1', 'first prepare',
-    'second begin', 'second send 2',
-    'first commit',
-    'first begin',
-    'second commit',
-    'first commit (nothing open)',
-    'first begin', 'first send 4', 'first commit',
-    'second begin', 'second send 5', 'second commit',
-  ]);
-  await unit.close();
-  assert.deepEqual(log.slice(-2), ['first close', 'second close']);
-  await assert.rejects(unit.start(), /closed: its relay stopped/);
-  assert.throws(() => unit.begin(), /closed: its relay stopped/);
-});
-
-test("a unit's start fails when either of its ids cannot be fenced, and reads no progress then (marking from it could be wrong)", async () => {
-  const log: string[] = [];
-  let read = 0;
-  const seen: number[][] = [];
-  const listener = (m: unknown) => seen.push((m as { ids: number[] }).ids);
-  diagnosticsChannel.subscribe(PROGRESS_READ_CHANNEL, listener);
-  try {
-    const unit = new TwoProducerUnit(0, [recordingProducer('first', log), recordingProducer('second', log, new Error('PRODUCER_FENCED'))], {
-      read: async () => {
-        read++;
-        return null;
-      },
-    });
-    await assert.rejects(unit.start(), /PRODUCER_FENCED/);
-    assert.equal(read, 0);
-    assert.deepEqual(seen, []);
-  } finally {
-    diagnosticsChannel.unsubscribe(PROGRESS_READ_CHANNEL, listener);
-  }
-});
-
-test("a unit's two transactional ids are its first (the one older relays used alone) and that with .2, under the outbox's prefix and schema", () => {
-  const names = exactlyOnceNames('shop', 'public');
-  assert.deepEqual(names.transactionalIds(4), ['shop.public.unit-4', 'shop.public.unit-4.2']);
-  assert.equal(names.transactionalId(4), 'shop.public.unit-4');
 });
