@@ -34,8 +34,6 @@ const readableCertificate = (() => {
   return cert;
 })();
 
-export type { CaseClass, HostileCase, World } from './caseTypes.js';
-
 export async function makeWorld(): Promise<World> {
   const base = await createTestSchema('hostile_base');
   const topic = await createTopic(2, testBrokers(), 'hostile_base');

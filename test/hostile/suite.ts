@@ -1,6 +1,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { hostileCases, makeWorld, type CaseClass, type HostileCase, type World } from './cases.js';
+import { hostileCases, makeWorld } from './cases.js';
+import type { CaseClass, HostileCase, World } from './caseTypes.js';
 import { closeAdmin, pooled } from './support.js';
 
 /**
