@@ -19,6 +19,8 @@ export const CI_LIMIT_SECONDS = 25 * 60;
 export interface Phase {
   name: string;
   seconds: number;
+  /** The share of the machine's CPU time that was busy during the phase (0-1), when .ci/run measured it. */
+  busy?: number;
 }
 export interface FileTime {
   file: string;
@@ -45,10 +47,15 @@ export function parsePhases(text: string): Phase[] {
     .split('\n')
     .filter((l) => l.trim() !== '')
     .map((l) => {
-      const [name, seconds] = l.split('\t');
+      const [name, seconds, busyTicks, allTicks] = l.split('\t');
       const n = Number(seconds);
       if (!name || !Number.isFinite(n)) throw new Error(`ciTimeTable: bad phase line ${JSON.stringify(l)}`);
-      return { name, seconds: n };
+      if (busyTicks === undefined) return { name, seconds: n };
+      // .ci/run's clock ticks of /proc/stat: busy, and all (busy and idle), over the phase.
+      const busy = Number(busyTicks);
+      const all = Number(allTicks);
+      if (!Number.isInteger(busy) || !Number.isInteger(all) || busy < 0 || busy > all) throw new Error(`ciTimeTable: bad phase line ${JSON.stringify(l)}`);
+      return all > 0 ? { name, seconds: n, busy: busy / all } : { name, seconds: n };
     });
 }
 
@@ -71,9 +78,16 @@ export function renderTable(input: { phases: Phase[]; passes: Array<{ label: str
   out.push('');
   out.push('## Phases');
   out.push('');
-  out.push('| phase | seconds | share |');
-  out.push('|---|---:|---:|');
-  for (const p of input.phases) out.push(`| ${p.name} | ${p.seconds} | ${total > 0 ? Math.round((100 * p.seconds) / total) : 0} % |`);
+  // CPU busy: of all cores' time during the phase, the share not idle (/proc/stat). Near
+  // 100 % a phase is short of CPU, and running less is what shortens it; well below, it
+  // waits on something else, and more at once would.
+  out.push('| phase | seconds | share | CPU busy |');
+  out.push('|---|---:|---:|---:|');
+  for (const p of input.phases) {
+    out.push(`| ${p.name} | ${p.seconds} | ${total > 0 ? Math.round((100 * p.seconds) / total) : 0} % | ${p.busy === undefined ? '' : `${Math.round(100 * p.busy)} %`} |`);
+  }
+  out.push('');
+  out.push('CPU busy: of all the cores\' time during the phase, the share that was not idle (`/proc/stat`, read by `.ci/run` at each phase\'s start).');
   out.push('');
   out.push('## Test files, slowest first');
   out.push('');

@@ -18,18 +18,19 @@ export interface FaultCommandPlan {
 }
 
 export const CI_FAULT_COMMANDS: readonly FaultCommandPlan[] = [
-  // Balanced on two clean-clone CI runs' times (both lanes busy; eos-cluster-ci varied from
-  // 156 to 314 s): about 120-145 + 140-170 + 70-95 s against 60-100 + 125-160 + 155-314 s.
-  // The clusters: lane 1's first (to about 145 s), lane 2's last (from about 185 s). A run
-  // of 4b17a04 tried ci on kafkajs first in lane 2, beside cluster-ci's start: its consumer
-  // join missed its window (self-check 0 of 1), so it stays last in lane 1.
+  // Balanced on the clean-clone CI run of d6dabfe (docs/ci-times.md then): cluster-ci 132,
+  // ci on kafkajs 63, pooler-ci 69, multi-ci 71 s (335) against ci with its planted runs 157
+  // and eos-cluster-ci with its own 159 s (316); the lanes were 352 and 299 s before. The
+  // clusters: lane 1's first (to about 135 s), lane 2's last (from about 160 s). A run of
+  // 4b17a04 tried ci on kafkajs first in lane 2, beside cluster-ci's start: its consumer
+  // join missed its window (self-check 0 of 1), so it runs after cluster-ci here.
   { lane: 1, args: ['--profile', 'cluster-ci'] },
-  { lane: 1, args: ['--profile', 'ci', '--verify-planted'] },
   { lane: 1, args: ['--profile', 'ci', '--producer', 'kafkajs'] },
-  { lane: 2, args: ['--profile', 'pooler-ci'] },
-  // multi-ci without its planted runs, as pooler-ci (CI time: about 95 s of lane 2, the
-  // longer one): the same two planted bugs run in the ci profile and eos-cluster-ci's own.
-  { lane: 2, args: ['--profile', 'multi-ci'] },
+  { lane: 1, args: ['--profile', 'pooler-ci'] },
+  // multi-ci without its planted runs, as pooler-ci (CI time): the same two planted bugs
+  // run in the ci profile and eos-cluster-ci's own.
+  { lane: 1, args: ['--profile', 'multi-ci'] },
+  { lane: 2, args: ['--profile', 'ci', '--verify-planted'] },
   { lane: 2, args: ['--profile', 'eos-cluster-ci', '--verify-planted'] },
 ];
 

@@ -34,6 +34,16 @@ test('the CI time table sums the phases, lists test files slowest first and name
   assert.throws(() => parsePhases('npm ci\tabc\n'), /bad phase line/);
 });
 
+test('a phase line with /proc/stat ticks (busy, all) shows how busy the cores were; a line without them shows nothing there; impossible ticks are refused', () => {
+  const phases = parsePhases('npm ci\t40\t3000\t8000\nPostgres check\t1\n');
+  assert.deepEqual(phases, [{ name: 'npm ci', seconds: 40, busy: 0.375 }, { name: 'Postgres check', seconds: 1 }]);
+  const table = renderTable({ phases, passes: [], faults: null, commit: 'c', date: 'd', machine: 'm' });
+  assert.match(table, /\| npm ci \| 40 \| 98 % \| 38 % \|/);
+  assert.match(table, /\| Postgres check \| 1 \| 2 % \|  \|/);
+  assert.throws(() => parsePhases('npm ci\t40\t9000\t8000\n'), /bad phase line/);
+  assert.throws(() => parsePhases('npm ci\t40\tx\t8000\n'), /bad phase line/);
+});
+
 test('docs/ci-times.md, the committed table, states its total against the limit and names every test file of the tree, and only those', () => {
   const text = readFileSync('docs/ci-times.md', 'utf8');
   const total = Number(/^Total: \*\*(\d+) s\*\*/m.exec(text)?.[1]);
