@@ -18,9 +18,11 @@ export interface FaultCommandPlan {
 }
 
 export const CI_FAULT_COMMANDS: readonly FaultCommandPlan[] = [
-  // Balanced on the clean-clone CI run of d6dabfe (docs/ci-times.md then): cluster-ci 132,
-  // ci on kafkajs 63, pooler-ci 69, multi-ci 71 s (335) against ci with its planted runs 157
-  // and eos-cluster-ci with its own 159 s (316); the lanes were 352 and 299 s before. The
+  // Balanced on the clean-clone CI run of d6dabfe: cluster-ci 132, ci on kafkajs 63,
+  // pooler-ci 69, multi-ci 71 s (335) against ci with its planted runs 157 and eos-cluster-ci
+  // with its own 159 s (316); the lanes were 352 and 299 s. The next run (dcfe195) took 381
+  // and 318 s, the phase 386 s against 356: the two cores were 92 % busy through it, so the
+  // lanes share the CPU and their split moves little (docs/ci-times.md). The
   // clusters: lane 1's first (to about 135 s), lane 2's last (from about 160 s). A run of
   // 4b17a04 tried ci on kafkajs first in lane 2, beside cluster-ci's start: its consumer
   // join missed its window (self-check 0 of 1), so it runs after cluster-ci here.
