@@ -23,7 +23,7 @@ export const CI_FAULT_COMMANDS: readonly FaultCommandPlan[] = [
   // with its own 159 s (316); the lanes were 352 and 299 s. The next run (dcfe195) took 381
   // and 318 s, the phase 386 s against 356: the two cores were 92 % busy through it, so the
   // lanes share the CPU and their split moves little (docs/ci-times.md). The
-  // clusters: lane 1's first (to about 135 s), lane 2's last (from about 160 s). A run of
+  // clusters: lane 1's first (to 155 s in dcfe195's run), lane 2's last (from 164 s). A run of
   // 4b17a04 tried ci on kafkajs first in lane 2, beside cluster-ci's start: its consumer
   // join missed its window (self-check 0 of 1), so it runs after cluster-ci here.
   { lane: 1, args: ['--profile', 'cluster-ci'] },

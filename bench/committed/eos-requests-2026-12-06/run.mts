@@ -34,9 +34,13 @@ for (const key of wanted) {
   const dir = join(out, `${tag}-${key}-${rate}`);
   mkdirSync(dir, { recursive: true });
   process.env.OUTBOX_REQUESTS_DIR = dir;
-  process.env.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ''} --import ${preload}`.trim();
-  const l = await latencyAt(pool, rate, seconds, false, arms[key]!());
-  process.env.NODE_OPTIONS = process.env.NODE_OPTIONS.replace(` --import ${preload}`, '').replace(`--import ${preload}`, '');
+  // The relay child inherits the environment: the preload goes in for this arm only.
+  const nodeOptions = process.env.NODE_OPTIONS;
+  process.env.NODE_OPTIONS = `${nodeOptions ?? ''} --import ${preload}`.trim();
+  const l = await latencyAt(pool, rate, seconds, false, arms[key]!()).finally(() => {
+    if (nodeOptions === undefined) delete process.env.NODE_OPTIONS;
+    else process.env.NODE_OPTIONS = nodeOptions;
+  });
   results[key] = { achieved: l.achieved, rows: l.rows, p50: pct(l.ackSorted, 0.5), p95: pct(l.ackSorted, 0.95), p99: pct(l.ackSorted, 0.99), via: l.ackedVia() };
   console.log(tag, key, rate, JSON.stringify(results[key]));
 }
