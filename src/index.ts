@@ -4,7 +4,7 @@
 
 // The relay (src/relay/) and the `run` command that wraps it.
 export { createRelay, Relay } from './relay/relay.js';
-export type { RelayEvents } from './relay/relay.js';
+export type { RelayEvents, RelayResources } from './relay/relay.js';
 export type { RelayOptions } from './relay/options.js';
 export type { DeadLetterPolicy } from './relay/publishBatch.js';
 export { runRelay, EXIT } from './commands/run.js';
@@ -16,6 +16,11 @@ export type { RelayGroupOptions, RelayGroupEvents, RelayGroupOutbox, OutboxState
 export type { OutboxDefinition } from './shared/outboxList.js';
 export { runRelayGroup } from './commands/run.js';
 export type { RunRelayGroupOptions } from './commands/run.js';
+// Many tenants found by a rule, one connection budget (docs/tenants.md).
+export { createTenantRelay, TenantRelay } from './tenants/tenantRelay.js';
+export type { TenantRelayEvents, TenantState, TenantStatus } from './tenants/tenantRelay.js';
+export type { TenantRelayOptions, TenantRule } from './tenants/options.js';
+export type { TenantNaming } from './tenants/naming.js';
 
 // Writing events: plain SQL, or this helper inside the application's transaction.
 export { enqueue } from './enqueue.js';

@@ -30,7 +30,8 @@ export function addMaintenanceCommands(program: Command): void {
       program
         .command('migrate')
         .description('Create or upgrade the outbox tables (of every outbox of a list, or the one --outbox names). Safe to run from several processes at once.')
-        .option('--print', 'print the SQL for a DBA instead of applying it (needs no database)'),
+        .option('--print', 'print the SQL for a DBA instead of applying it (needs no database)')
+        .option('--notify-on-insert', "also create the outbox's insert trigger, which wakes the tenant relay (docs/tenants.md)"),
     ),
     MIGRATE_SETTINGS,
   ).action(async (flags: Record<string, unknown>) => {
@@ -39,14 +40,14 @@ export function addMaintenanceCommands(program: Command): void {
       // The schema alone: --print connects to nothing, so DATABASE_URL is not required.
       for (const target of scope.each()) {
         if (target) process.stdout.write(`-- outbox ${target.name}\n`);
-        process.stdout.write(await migrationScript(target ? target.schema : (readOne(schema, flags) as string)));
+        process.stdout.write(await migrationScript(target ? target.schema : (readOne(schema, flags) as string), { notifyOnInsert: flags.notifyOnInsert === true }));
       }
       return;
     }
     for (const target of scope.each()) {
       const o = resolve(MIGRATE_SETTINGS, flags, target);
       const logger = createLogger(o.logLevel as LogLevel);
-      const result = await migrate({ databaseUrl: o.databaseUrl as string, schema: o.schema as string, logger });
+      const result = await migrate({ databaseUrl: o.databaseUrl as string, schema: o.schema as string, notifyOnInsert: flags.notifyOnInsert === true, logger });
       process.stdout.write(
         (target ? `outbox ${target.name}: ` : '') +
           (result.applied.length ? `applied ${result.applied.join(', ')}\n` : `schema ${o.schema as string} is up to date (${result.alreadyApplied.length} migrations)\n`),

@@ -4,6 +4,7 @@ import { ConfigError, OutboxError, SchemaError } from '../shared/errors.js';
 import { loadMigrations, schemaDrift } from '../shared/schema.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { connect } from '../shared/database.js';
+import { insertNotifySql } from '../tenants/sql/tenantQueries.js';
 
 /** Options of {@link migrate}: where to connect and which schema. */
 export interface MigrateOptions {
@@ -13,6 +14,12 @@ export interface MigrateOptions {
   client?: pg.ClientBase;
   /** Schema to create the tables in (default `public`). */
   schema?: string;
+  /**
+   * Also create (or replace) the outbox's insert trigger, which notifies the tenant relay
+   * at commit so that it can leave idle tenants alone (docs/tenants.md). Off by default:
+   * a notifying transaction takes a lock shared by the whole server while it commits.
+   */
+  notifyOnInsert?: boolean;
   logger?: Logger;
 }
 
@@ -29,7 +36,7 @@ export interface MigrateResult {
  * It includes the bookkeeping statements, so applying it by hand and running `migrate`
  * afterwards is a no-op.
  */
-export async function migrationScript(schema = DEFAULT_SCHEMA): Promise<string> {
+export async function migrationScript(schema = DEFAULT_SCHEMA, options: { notifyOnInsert?: boolean } = {}): Promise<string> {
   const quoted = quoteSchema(schema);
   const parts = [`-- outbox-relay schema for ${quoted}; each block runs in its own transaction.`];
   parts.push(`CREATE SCHEMA IF NOT EXISTS ${quoted};\n${bookkeepingTable(quoted)};`);
@@ -39,6 +46,7 @@ export async function migrationScript(schema = DEFAULT_SCHEMA): Promise<string> 
         `INSERT INTO ${quoted}.outbox_migrations (id, name) VALUES (${m.id}, '${m.name}');\nCOMMIT;`,
     );
   }
+  if (options.notifyOnInsert) parts.push(`-- the insert trigger (--notify-on-insert); may be applied again\nBEGIN;\n${insertNotifySql(quoted)}\nCOMMIT;`);
   return parts.join('\n\n') + '\n';
 }
 
@@ -92,6 +100,17 @@ export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
           context: { migration: m.name, schema },
           cause: error,
         });
+      }
+    }
+    if (options.notifyOnInsert) {
+      await client.query('BEGIN');
+      try {
+        await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`outbox-relay:migrate:${schema}`]);
+        await client.query(insertNotifySql(quoted));
+        await client.query('COMMIT');
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        throw new OutboxError(`the insert trigger could not be created: ${(error as Error).message}`, { retriable: false, context: { schema }, cause: error });
       }
     }
     // Applied is not the same as intact: a table altered by hand after its migration

@@ -37,7 +37,10 @@ import { installLibraryGuard, runAsLibraryGuardOwner } from '../shared/libraryGu
 import { guardPoolCalls } from '../shared/guardedPool.js';
 import { relayLibraryGuardOwner } from './libraryErrors.js';
 
+import type { RelayResources } from './relayResources.js';
+
 export type { RelayEvents } from './relayEvents.js';
+export type { RelayResources } from './relayResources.js';
 
 /** What everything after a hard stop (or the shutdown timeout) may take before it is left behind. */
 const CLOSE_AFTER_HARD_STOP_MS = 500;
@@ -93,13 +96,16 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private readonly abortSignal: Promise<void>;
   private signalAbort!: () => void;
 
-  constructor(options: RelayOptions | ResolvedRelayOptions) {
+  private readonly resources: RelayResources;
+  constructor(options: RelayOptions | ResolvedRelayOptions, resources: RelayResources = {}) {
     super();
+    this.resources = resources;
     // Stopping also wakes every loop asleep on a wake-up, so it sees `stopping` at once.
     const wakeEveryLoop = (): void => [this.workAvailable, this.stopRequested, this.databaseBack, this.breakerOpened].forEach((w) => w.notify());
     this.stopSignal = new Promise<void>((resolve) => (this.signalStop = () => (resolve(), wakeEveryLoop())));
     this.abortSignal = new Promise<void>((resolve) => (this.signalAbort = resolve));
     this.options = resolveRelayOptions(options);
+    if (resources.producer && this.exactlyOnceMode) throw new OutboxError('a relay given a producer publishes at least once only', { retriable: false });
     this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
     this.inlineStatements = this.options.pooler === 'transaction';
     this.logger = this.options.logger.child({ component: 'relay', relay: this.instanceId });
@@ -122,19 +128,13 @@ export class Relay extends TypedEmitter<RelayEvents> {
   }
 
   /** Whether this relay publishes in Kafka transactions (the `delivery` option). */
-  get exactlyOnceMode(): boolean {
-    return this.options.delivery === 'exactly-once';
-  }
+  get exactlyOnceMode(): boolean { return this.options.delivery === 'exactly-once'; }
 
   /** Concurrent batch runners: batchesInFlight, or one per unit in exactly-once mode. */
-  private get workerCount(): number {
-    return this.exactlyOnceMode ? this.options.exactlyOnceUnits : this.options.batchesInFlight;
-  }
+  private get workerCount(): number { return this.exactlyOnceMode ? this.options.exactlyOnceUnits : this.options.batchesInFlight; }
 
   /** Prefix of the application_name of every connection: how a successor finds them. */
-  get applicationName(): string {
-    return `${this.options.clientId}:${this.instanceId}`;
-  }
+  get applicationName(): string { return `${this.options.clientId}:${this.instanceId}`; }
 
   /** Shards this relay currently owns. */
   get ownedShards(): number[] { return [...this.membership.owned].sort((a, b) => a - b); }
@@ -149,9 +149,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   get horizonWaitMs(): number { return this.horizon.oldestWaitMs(); }
 
   /** The kafkajs client the relay publishes with (after `start()`), for health checks. */
-  get kafka(): Kafka | undefined {
-    return this.kafkaClient;
-  }
+  get kafka(): Kafka | undefined { return this.kafkaClient; }
 
   /**
    * Check the database and schema, then start relaying. Resolves once work has begun.
@@ -224,7 +222,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
         throw this.stopping ? stoppedWhileStarting() : error;
       }
     }
-    this.producer = createMessageProducer(kafka, o);
+    this.producer = this.resources.producer ?? createMessageProducer(kafka, o);
 
     this.workers = Array.from({ length: this.workerCount }, (_, index) => newWorker(index, this.workerCount));
     for (const w of this.workers) this.floors.set(w, newClaimFloor());
@@ -317,7 +315,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     if (hard) await settlesWithin(Promise.all(this.loops), budgetMs());
     const closeMs = budgetMs();
     const [producerClosed, poolClosed] = await Promise.all([
-      settlesWithin(Promise.all([this.producer?.disconnect(), this.exactlyOnce?.close()]), closeMs),
+      settlesWithin(Promise.all([this.resources.producer ? undefined : this.producer?.disconnect(), this.exactlyOnce?.close()]), closeMs),
       settlesWithin(this.pool?.end() ?? Promise.resolve(), closeMs),
     ]);
     if (!producerClosed) this.logger.warn({ waitedMs: closeMs }, 'the Kafka producer did not disconnect in time (broker not answering); left behind');
@@ -440,8 +438,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
  * Create a relay; call `start()` on it. Options are validated here, unless they are
  * already resolved ({@link resolveRelayOptions}): those are used as they are.
  */
-export function createRelay(options: RelayOptions | ResolvedRelayOptions): Relay {
-  return new Relay(options);
+export function createRelay(options: RelayOptions | ResolvedRelayOptions, resources?: RelayResources): Relay {
+  return new Relay(options, resources);
 }
 
 /** What `start()` rejects with when `stop()` came first. */

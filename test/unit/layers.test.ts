@@ -1,5 +1,5 @@
 // Lower layers never import upper ones, so each folder can be read on its own:
-//   shared  <  relay, consumer  <  metrics  <  commands  <  console  <  cli (cli.ts and src/cli/), index.ts
+//   shared  <  relay, consumer  <  tenants  <  metrics  <  commands  <  console  <  cli (cli.ts and src/cli/), index.ts
 // The relay and the consumer do not know each other (nor the cache helper, src/cache/,
 // nor the effect guard, src/effects/, which need only shared); the metrics observe them from the
 // outside; the operator commands may use all of them.
@@ -18,10 +18,11 @@ const MAY_IMPORT: Record<string, string[]> = {
   consumer: ['shared'],
   cache: ['shared'],
   effects: ['shared'],
-  metrics: ['shared', 'relay', 'consumer'],
-  commands: ['shared', 'relay', 'consumer', 'metrics'],
-  console: ['shared', 'relay', 'consumer', 'metrics', 'commands'],
-  cli: ['shared', 'relay', 'consumer', 'metrics', 'commands', 'console'],
+  tenants: ['shared', 'relay'],
+  metrics: ['shared', 'relay', 'consumer', 'tenants'],
+  commands: ['shared', 'relay', 'consumer', 'metrics', 'tenants'],
+  console: ['shared', 'relay', 'consumer', 'metrics', 'commands', 'tenants'],
+  cli: ['shared', 'relay', 'consumer', 'metrics', 'commands', 'console', 'tenants'],
 };
 
 function sources(dir: string): string[] {

@@ -1,0 +1,11 @@
+import type { MessageProducer } from './messageProducer.js';
+
+/**
+ * What a relay may be given instead of making its own: the tenant relay (src/tenants/)
+ * shares one producer among the relays of its tenants. What is given is not closed by
+ * the relay's stop; its owner closes it.
+ */
+export interface RelayResources {
+  /** Publishes the relay's messages; at-least-once mode only. */
+  producer?: MessageProducer;
+}
