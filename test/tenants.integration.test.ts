@@ -10,6 +10,7 @@ import { readTopic, testBrokers, testKafka, type ReadMessage } from './helpers/k
 import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
 import { judge, runWriters } from './helpers/workload.js';
+import { spawnCli } from './helpers/processes.js';
 
 // Tenants as schemas of one database, found by a pattern, against the real Postgres and
 // Kafka: each tenant's rows reach its own topic ({tenant}.{topic}) in order per key, a
@@ -168,8 +169,13 @@ test('integration: a tenant with a backlog does not hold back the fresh rows of 
   }
 });
 
+const pick = (o: { connectionsPerTenant: number; maxDatabaseConnections: number }) => ({ connectionsPerTenant: o.connectionsPerTenant, maxDatabaseConnections: o.maxDatabaseConnections });
+
 test('tenant relay options are checked before anything connects', () => {
   const tenants = { kind: 'schemas', databaseUrl: DATABASE_URL, pattern: '^x' } as const;
+  // One batch in flight per tenant unless asked: 2 × 1 + 3 connections each, 30 in all.
+  assert.deepEqual(pick(createTenantRelay({ tenants, kafkaBrokers: testBrokers(), batchesInFlight: undefined }).options), { connectionsPerTenant: 5, maxDatabaseConnections: 30 });
+  assert.deepEqual(pick(createTenantRelay({ tenants, kafkaBrokers: testBrokers(), batchesInFlight: 3 }).options), { connectionsPerTenant: 9, maxDatabaseConnections: 30 });
   assert.throws(() => createTenantRelay({ tenants, kafkaBrokers: testBrokers(), maxDatabaseConnections: 6 }), (e: unknown) => e instanceof ConfigError && /cannot serve one tenant.*at least 7/.test(e.message));
   assert.throws(() => createTenantRelay({ tenants, kafkaBrokers: testBrokers(), topicTemplate: 'all-orders' }), /keyTemplate: with a topic shared by every tenant, the key must carry the tenant/);
   assert.throws(() => createTenantRelay({ tenants, kafkaBrokers: testBrokers(), topicTemplate: '{tenant}/{topic}' }), /topicTemplate: .* is not a legal Kafka topic name/);
@@ -185,4 +191,39 @@ test('integration: a pattern or a query Postgres refuses fails the start with a 
     await assert.rejects(relay.start(), (e: unknown) => e instanceof ConfigError && e.setting === setting);
     await relay.stop();
   }
+});
+
+test('integration: `outbox-relay run --tenant-schemas` serves the tenants; /metrics counts them by state, /readyz answers, a tenant setting without a rule is refused, SIGTERM exits 0', async () => {
+  const [x, y] = [await addTenant('cli_x'), await addTenant('cli_y')];
+  const refused = spawnCli(['run', '--topic-template', '{tenant}-{topic}'], { DATABASE_URL, KAFKA_BROKERS: testBrokers().join(',') });
+  assert.equal(await refused.exited, 2, refused.output());
+  assert.match(refused.output(), /--topic-template: applies to tenants only/);
+
+  const clientId = uniqueName('tenants-cli');
+  const relay = spawnCli(['run', '--tenant-schemas', `^${base}_cli_`, '--client-id', clientId, '--tenant-idle-ms', '300', '--metrics-sample-interval-ms', '200'], { DATABASE_URL, KAFKA_BROKERS: testBrokers().join(',') });
+  try {
+    const address = await waitFor('the metrics address', () => /"address":"(http:\/\/[^"]+)"/.exec(relay.output())?.[1]);
+    const ids = new Map<string, Set<string>>();
+    for (const schema of [x, y]) {
+      const { rows } = await admin.query<{ message_id: string }>(`INSERT INTO "${schema}".outbox (topic, key, payload) SELECT 'orders', 'k' || (i % 3), '{}' FROM generate_series(1, 20) i RETURNING message_id`);
+      ids.set(schema, new Set(rows.map((r) => r.message_id)));
+    }
+    for (const schema of [x, y]) {
+      const messages = await delivered(schema, ids.get(schema)!);
+      assert.ok(messages.every((m) => ids.get(schema)!.has(m.headers[HEADERS.messageId]!)), `${schema}: only its own rows`);
+    }
+    const metrics = await waitFor('both tenants counted idle again', async () => {
+      const text = await (await fetch(`${address}/metrics`)).text();
+      return /^outbox_relay_tenants\{state="idle"\} 2$/m.test(text) ? text : undefined;
+    });
+    assert.match(metrics, /^outbox_relay_tenant_published_rows_total 40$/m);
+    assert.match(metrics, /^outbox_relay_tenant_connections_max 30$/m);
+    const ready = await fetch(`${address}/readyz`);
+    assert.equal(ready.status, 200);
+    assert.match(JSON.stringify(await ready.json()), /2 tenants, none unavailable/);
+  } finally {
+    relay.child.kill('SIGTERM');
+    assert.equal(await relay.exited, 0, relay.output());
+  }
+  assert.match(relay.output(), /"msg":"tenant relay started"/);
 });

@@ -85,15 +85,20 @@ export async function runRelayGroup(options: RunRelayGroupOptions): Promise<numb
   }
 }
 
-/** A relay or a relay group, as the signal handling sees it. */
-interface Stoppable {
+/** A relay, a relay group or a tenant relay, as the signal handling sees it. */
+export interface Stoppable {
   start(): Promise<void>;
   stop(): Promise<{ hard: boolean }>;
   abort(): Promise<{ hard: boolean }>;
   once(event: 'stopped', listener: (e: { hard: boolean }) => void): unknown;
 }
 
-async function runUntilSignalled(
+/**
+ * Start `target` and keep it running until SIGTERM/SIGINT/SIGHUP (first: soft stop; second:
+ * hard) or `options.signal`; `afterStart` starts what serves it (metrics) and is closed at
+ * the end. Returns the exit code.
+ */
+export async function runUntilSignalled(
   target: Stoppable,
   options: Pick<RunRelayOptions, 'logger' | 'handleSignals' | 'signal'>,
   afterStart: () => Promise<{ close(): Promise<void> } | undefined>,

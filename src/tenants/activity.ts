@@ -1,10 +1,11 @@
+import type pg from 'pg';
 import { connect } from '../shared/database.js';
 import { quoteIdentifier } from '../shared/identifiers.js';
 import type { Logger } from '../shared/logger.js';
 import type { ControlConnection } from './controlConnection.js';
 import { databaseUrlOf, type Tenant } from './discovery.js';
 import type { ResolvedTenantRelayOptions } from './options.js';
-import { INSERTS_PER_DATABASE, INSERTS_PER_SCHEMA, SCHEMAS_NOTIFYING, schemasWithUnsent, unsentExists } from './sql/tenantQueries.js';
+import { backlogSql, INSERTS_PER_DATABASE, INSERTS_PER_SCHEMA, SCHEMAS_NOTIFYING, schemasWithUnsent, unsentExists } from './sql/tenantQueries.js';
 
 /** Schemas checked for waiting rows by one statement. */
 const SWEEP_CHUNK = 200;
@@ -54,14 +55,7 @@ export class TenantActivity {
       if (database === this.here) {
         for (let i = 0; i < tenants.length; i += SWEEP_CHUNK) await this.wakeWithRows(tenants.slice(i, i + SWEEP_CHUNK), (sql) => this.control.query<{ i: number }>(sql));
       } else {
-        await this.withCheckSlot(async () => {
-          const client = await connect(databaseUrlOf(this.options.rule.databaseUrl, database), `${this.options.relay.clientId}:tenant-check`);
-          try {
-            await this.wakeWithRows(tenants, (sql) => client.query<{ i: number }>(sql));
-          } finally {
-            await client.end().catch(() => undefined);
-          }
-        }).catch((error: unknown) => this.logger.warn({ database, err: (error as Error).message }, 'tenant relay: could not sweep a database'));
+        await this.inDatabase(database, (client) => this.wakeWithRows(tenants, (sql) => client.query<{ i: number }>(sql))).catch((error: unknown) => this.logger.warn({ database, err: (error as Error).message }, 'tenant relay: could not sweep a database'));
       }
     }
   }
@@ -96,17 +90,36 @@ export class TenantActivity {
     if (before !== undefined && before !== inserted) this.wake(t);
   }
 
-  /** Whether one tenant has rows waiting (asked as its relay is released). */
-  async hasRows(t: Tenant): Promise<boolean> {
-    const sql = unsentExists(quoteIdentifier(t.schema, 'schema'));
-    if (t.database === this.here) return (await this.control.query<{ exists: boolean }>(sql)).rows[0]?.exists === true;
+  /** Rows waiting in each of `tenants`, counted up to `cap`. */
+  async backlogs(tenants: Tenant[], cap: number): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
+    for (const t of tenants) {
+      const sql = backlogSql(quoteIdentifier(t.schema, 'schema'));
+      const count = async (query: (sql: string, params: unknown[]) => Promise<{ rows: Array<{ n: number }> }>): Promise<void> => {
+        out.set(t.name, (await query(sql, [cap])).rows[0]?.n ?? 0);
+      };
+      if (t.database === this.here) await count((q, p) => this.control.query<{ n: number }>(q, p)).catch(() => undefined);
+      else await this.inDatabase(t.database, (client) => count((q, p) => client.query<{ n: number }>(q, p))).catch(() => undefined);
+    }
+    return out;
+  }
+
+  /** Run `work` on a short connection to another database of the server, in the check slot. */
+  private inDatabase<T>(database: string, work: (client: pg.ClientBase) => Promise<T>): Promise<T> {
     return this.withCheckSlot(async () => {
-      const client = await connect(databaseUrlOf(this.options.rule.databaseUrl, t.database), `${this.options.relay.clientId}:tenant-check`);
+      const client = await connect(databaseUrlOf(this.options.rule.databaseUrl, database), `${this.options.relay.clientId}:tenant-check`);
       try {
-        return (await client.query<{ exists: boolean }>(sql)).rows[0]?.exists === true;
+        return await work(client);
       } finally {
         await client.end().catch(() => undefined);
       }
     });
+  }
+
+  /** Whether one tenant has rows waiting (asked as its relay is released). */
+  async hasRows(t: Tenant): Promise<boolean> {
+    const sql = unsentExists(quoteIdentifier(t.schema, 'schema'));
+    if (t.database === this.here) return (await this.control.query<{ exists: boolean }>(sql)).rows[0]?.exists === true;
+    return this.inDatabase(t.database, async (client) => (await client.query<{ exists: boolean }>(sql)).rows[0]?.exists === true);
   }
 }

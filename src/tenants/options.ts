@@ -4,6 +4,8 @@ import { schemaNameProblem } from '../shared/identifiers.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from '../relay/options.js';
 import { tenantNamingProblem, type TenantNaming } from './naming.js';
+import { optionValue } from '../shared/settings.js';
+import { activityIntervalMs, discoveryIntervalMs, keyTemplate, sweepIntervalMs, tenantHeader, tenantIdleMs, tenantTurnMs, topicTemplate } from './settings.js';
 
 /**
  * How the tenant relay finds its tenants. Re-evaluated every `discoveryIntervalMs` and on
@@ -61,11 +63,8 @@ export interface ResolvedTenantRelayOptions {
 /** The tenant relay's own connections: the control connection (discovery, LISTEN) and one for checks. */
 export const CONTROL_CONNECTIONS = 2;
 
-function bounded(setting: string, value: number | undefined, fallback: number, min: number, max: number): number {
-  const v = value ?? fallback;
-  if (!Number.isSafeInteger(v) || v < min || v > max) throw new ConfigError(setting, `${JSON.stringify(v)} is not a whole number from ${min} to ${max}`);
-  return v;
-}
+/** Default of {@link TenantRelayOptions.maxDatabaseConnections}. */
+export const DEFAULT_TENANT_CONNECTIONS = 30;
 
 function checkRule(rule: TenantRule | undefined): TenantRule {
   if (!rule || typeof rule !== 'object') throw new ConfigError('tenants', 'is required: { kind: "schemas" | "databases" | "query", databaseUrl, … }');
@@ -94,9 +93,9 @@ function checkRule(rule: TenantRule | undefined): TenantRule {
 export function resolveTenantRelayOptions(options: TenantRelayOptions): ResolvedTenantRelayOptions {
   const rule = checkRule(options.tenants);
   const naming: TenantNaming = {
-    topicTemplate: options.topicTemplate ?? '{tenant}.{topic}',
-    keyTemplate: options.keyTemplate ?? '{key}',
-    tenantHeader: options.tenantHeader ?? 'outbox-tenant',
+    topicTemplate: optionValue(topicTemplate, options.topicTemplate),
+    keyTemplate: optionValue(keyTemplate, options.keyTemplate),
+    tenantHeader: optionValue(tenantHeader, options.tenantHeader),
   };
   const namingProblem = tenantNamingProblem(naming);
   if (namingProblem) throw new ConfigError(namingProblem.setting, namingProblem.problem);
@@ -104,9 +103,12 @@ export function resolveTenantRelayOptions(options: TenantRelayOptions): Resolved
     throw new ConfigError('delivery', 'the tenant relay publishes at least once (exactly-once delivery needs transactional ids per tenant, not built)');
   }
   const { tenants: _r, maxDatabaseConnections: _m, discoveryIntervalMs: _d, sweepIntervalMs: _s, activityIntervalMs: _a, tenantIdleMs: _i, tenantTurnMs: _t, topicTemplate: _tt, keyTemplate: _kt, tenantHeader: _th, ...relayOptions } = options;
-  const relay = resolveRelayOptions({ batchesInFlight: 1, ...relayOptions, databaseUrl: rule.databaseUrl, delivery: 'at-least-once' });
+  const relay = resolveRelayOptions({ ...relayOptions, batchesInFlight: relayOptions.batchesInFlight ?? 1, databaseUrl: rule.databaseUrl, delivery: 'at-least-once' });
   const connectionsPerTenant = 2 * relay.batchesInFlight + 3;
-  const maxDatabaseConnections = bounded('maxDatabaseConnections', options.maxDatabaseConnections, 30, 1, 100_000);
+  const maxDatabaseConnections = options.maxDatabaseConnections ?? DEFAULT_TENANT_CONNECTIONS;
+  if (!Number.isSafeInteger(maxDatabaseConnections) || maxDatabaseConnections < 1 || maxDatabaseConnections > 100_000) {
+    throw new ConfigError('maxDatabaseConnections', `${JSON.stringify(maxDatabaseConnections)} is not a whole number from 1 to 100000`);
+  }
   if (maxDatabaseConnections < CONTROL_CONNECTIONS + connectionsPerTenant) {
     throw new ConfigError(
       'maxDatabaseConnections',
@@ -117,11 +119,11 @@ export function resolveTenantRelayOptions(options: TenantRelayOptions): Resolved
     rule,
     naming,
     maxDatabaseConnections,
-    discoveryIntervalMs: bounded('discoveryIntervalMs', options.discoveryIntervalMs, 30_000, 100, 86_400_000),
-    sweepIntervalMs: bounded('sweepIntervalMs', options.sweepIntervalMs, 60_000, 100, 86_400_000),
-    activityIntervalMs: bounded('activityIntervalMs', options.activityIntervalMs, 500, 50, 3_600_000),
-    tenantIdleMs: bounded('tenantIdleMs', options.tenantIdleMs, 2_000, 100, 3_600_000),
-    tenantTurnMs: bounded('tenantTurnMs', options.tenantTurnMs, 1_000, 100, 3_600_000),
+    discoveryIntervalMs: optionValue(discoveryIntervalMs, options.discoveryIntervalMs),
+    sweepIntervalMs: optionValue(sweepIntervalMs, options.sweepIntervalMs),
+    activityIntervalMs: optionValue(activityIntervalMs, options.activityIntervalMs),
+    tenantIdleMs: optionValue(tenantIdleMs, options.tenantIdleMs),
+    tenantTurnMs: optionValue(tenantTurnMs, options.tenantTurnMs),
     connectionsPerTenant,
     relay,
     logger: options.logger ?? silentLogger(),

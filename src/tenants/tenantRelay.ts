@@ -95,6 +95,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
   private hard = false;
   private stopPromise: Promise<{ hard: boolean }> | undefined;
   private readonly here: string;
+  private lastRefused = 0;
   /** Discovery and the checks share one connection slot of the budget: one at a time. */
   private checks: Promise<unknown> = Promise.resolve();
 
@@ -108,6 +109,26 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
   /** Postgres connections the tenant relay may hold now at most (its own, and the relays' of the tenants it serves). */
   get connectionsInUse(): number {
     return CONTROL_CONNECTIONS + this.used;
+  }
+
+  /** Whether the control connection (LISTEN, discovery, checks) is open. */
+  get controlConnected(): boolean {
+    return this.control?.current !== undefined;
+  }
+
+  /** Rows the rule's last evaluation passed over. */
+  get refusedTenants(): number {
+    return this.lastRefused;
+  }
+
+  /**
+   * Rows waiting (up to `cap`) in each tenant that is not idle (idle tenants have none by
+   * definition): what the top-tenants gauge shows. Runs on the tenant relay's own
+   * connections, inside the budget.
+   */
+  async backlogs(cap = 100_000): Promise<Map<string, number>> {
+    const busy = [...this.entries.values()].filter((e) => e.state !== 'idle').map((e) => e.tenant);
+    return this.activity ? this.activity.backlogs(busy, cap) : new Map();
   }
 
   /** Every tenant found, with its state. */
@@ -178,6 +199,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
       if (this.started && this.producer) this.wake(t);
     }
     for (const r of refused) this.logger.warn(r, 'tenant relay: the rule found a tenant it cannot serve; passed over');
+    this.lastRefused = refused.length;
     if (added.length > 0 || removed.length > 0) this.logger.info({ tenants: this.entries.size, added: added.length, removed: removed.length }, 'tenants changed');
     this.emit('discovery', { tenants: this.entries.size, added, removed, refused });
   }

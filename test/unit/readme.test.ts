@@ -3,13 +3,14 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { RUN_SETTINGS } from '../../src/commands/run.js';
 import { readSetting, type Setting } from '../../src/shared/settings.js';
+import { TENANT_SETTINGS } from '../../src/tenants/settings.js';
 
 const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
 const configuration = readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8');
 
 /** The rows of docs/configuration.md's settings table (flag | environment | default | meaning). */
-function settingRows(): Array<{ line: string; flag: string; envs: string[]; defaultCell: string }> {
-  return configuration
+function settingRows(text = configuration): Array<{ line: string; flag: string; envs: string[]; defaultCell: string }> {
+  return text
     .split('\n')
     .filter((l) => l.startsWith('| ') && !l.startsWith('| flag') && /^\| (—|`--)/.test(l))
     .map((line) => {
@@ -73,4 +74,17 @@ test('the README has exactly the two newcomer commands: the demo and npm test', 
 test('the README stays a front door: at most 350 lines', () => {
   const lines = readme.split('\n').length;
   assert.ok(lines <= 350, `README.md has ${lines} lines`);
+});
+
+test('docs/tenants.md lists every tenant setting of `outbox-relay run` with its flag, variable and default, and no other', () => {
+  const rows = settingRows(readFileSync(new URL('../../docs/tenants.md', import.meta.url), 'utf8'));
+  assert.deepEqual(rows.map((r) => r.envs[0]), TENANT_SETTINGS.map((s) => s.env));
+  for (const s of TENANT_SETTINGS as readonly Setting<unknown>[]) {
+    const row = rows.find((r) => r.envs.includes(s.env))!;
+    assert.equal(row.flag, `\`${s.flag}\``);
+    const cell = row.defaultCell.replace(/`/g, '');
+    const actual = readSetting(s, undefined, {});
+    if (cell === '—') assert.equal(actual, '', `${s.env}: the table gives no default`);
+    else assert.deepEqual(readSetting(s, undefined, { [s.env]: cell }), actual, `${s.env}: the table's default ${cell}`);
+  }
 });

@@ -35,6 +35,11 @@ export function unsentExists(quotedSchema: string): string {
 )`;
 }
 
+/** Unsent rows of one schema's outbox, counted up to $1 (the unsent index; a huge backlog is not counted to its end). */
+export function backlogSql(quotedSchema: string): string {
+  return `SELECT count(*)::int AS n FROM (SELECT 1 FROM ${quotedSchema}.outbox WHERE sent_at IS NULL LIMIT $1) AS waiting`;
+}
+
 /** Which of several schemas have rows waiting: one statement for many, each branch on the unsent index. */
 export function schemasWithUnsent(quotedSchemas: readonly string[]): string {
   return quotedSchemas.map((q, i) => `SELECT ${i} AS i WHERE (${unsentExists(q)})`).join('\nUNION ALL\n');
