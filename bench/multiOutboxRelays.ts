@@ -82,11 +82,27 @@ export function startRun(outboxes: OutboxPlace[], clientId: string): RunProcess 
       env[`OUTBOX_${o.name.toUpperCase()}_SCHEMA`] = o.schema;
     }
   }
-  const proc: ChildProcess = spawn(process.execPath, [CLI, 'run', '--metrics-address', '127.0.0.1:0'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  return spawnRun(env, [], outboxes, outboxes.map((o) => o.name).join(','));
+}
+
+/**
+ * `outbox-relay run --tenant-… ` (docs/tenants.md): the tenant relay over the bench
+ * database's tenants, with `args` (the rule and its settings) and DATABASE_URL.
+ */
+export function startTenantRun(args: string[], clientId: string): RunProcess {
+  buildCli();
+  const env: Record<string, string | undefined> = { ...process.env };
+  for (const k of Object.keys(env)) if (k === 'DATABASE_URL' || k.startsWith('OUTBOX_')) delete env[k];
+  Object.assign(env, { DATABASE_URL, KAFKA_BROKERS: brokers().join(','), OUTBOX_CLIENT_ID: clientId, OUTBOX_LOG_LEVEL: 'info' });
+  return spawnRun(env, args, [], 'tenants');
+}
+
+function spawnRun(env: Record<string, string | undefined>, args: string[], outboxes: OutboxPlace[], name: string): RunProcess {
+  const proc: ChildProcess = spawn(process.execPath, [CLI, 'run', '--metrics-address', '127.0.0.1:0', ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   const spawnedAt = wall();
   const lines: string[] = [];
   let forwarded = 0;
-  const label = `relay ${proc.pid} (${outboxes.map((o) => o.name).join(',')})`;
+  const label = `relay ${proc.pid} (${name})`;
   const keep = (line: string): void => {
     lines.push(line);
     if (lines.length > TAIL_LINES) lines.shift();

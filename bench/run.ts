@@ -40,8 +40,9 @@ import { consoleSection } from './sections/console.js';
 import { exactlyOnce } from './sections/exactlyOnce.js';
 import { HELD_SYSTEM_KEYS, heldHorizon, type HeldSystemKey } from './sections/heldHorizon.js';
 import { idle } from './sections/idle.js';
+import { tenants } from './sections/tenants.js';
 
-const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler', 'effects', 'console', 'exactlyonce', 'idle', 'heldhorizon'] as const;
+const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler', 'effects', 'console', 'exactlyonce', 'idle', 'heldhorizon', 'tenants'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
@@ -177,6 +178,23 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
         partitionSizeIds: P.heldRate * (args.quick ? 10 : 60),
         partitionMaintenanceIntervalMs: args.quick ? 2_000 : 10_000,
         partitionRetention: args.quick ? '5s' : '30s',
+      }),
+  },
+  // issue 37: 1,000 idle schema tenants (CPU, connections), a row in any of them, one tenant's backlog beside the others' rows, 200 tenant databases with 20 busy: `outbox-relay run --tenant-…` at its defaults.
+  {
+    name: 'tenants',
+    title: '19. many tenants',
+    run: (pool) =>
+      tenants(pool, {
+        idleTenants: P.tenantSchemas,
+        idleSeconds: P.tenantIdleSeconds,
+        rowRate: P.tenantRowRate,
+        latencySeconds: P.tenantLatencySeconds,
+        backlogRows: P.tenantBacklogRows,
+        databases: P.tenantDatabases,
+        busyDatabases: P.tenantBusyDatabases,
+        busyRate: P.tenantBusyRate,
+        busySeconds: P.tenantBusySeconds,
       }),
   },
 ];

@@ -1,10 +1,13 @@
 import type { Command } from 'commander';
-import { describeError } from '../shared/errors.js';
+import { ConfigError, describeError } from '../shared/errors.js';
 import { createLogger, type LogLevel } from '../shared/logger.js';
 import { readSetting } from '../shared/settings.js';
 import { databaseUrl, logLevel, schema } from '../shared/commonSettings.js';
 import { EXIT } from '../commands/run.js';
 import { migrate, migrationScript } from '../commands/migrate.js';
+import { formatTenantStatuses, tenantStatuses } from '../commands/tenantStatus.js';
+import { tenantRuleFromSettings } from '../commands/runTenants.js';
+import { tenantDatabases, tenantQueryFile, tenantSchemas } from '../tenants/settings.js';
 import { formatStatus, getStatus } from '../commands/status.js';
 import { cleanupOutbox } from '../commands/cleanup.js';
 import { cleanupBatchSize, cleanupRetention } from '../commands/options.js';
@@ -59,12 +62,22 @@ export function addMaintenanceCommands(program: Command): void {
     withOutboxFlags(
       program
         .command('status')
-        .description('Backlog, oldest pending age, and which relay owns which shards (of every outbox of a list, or the one --outbox names).')
-        .option('--json', 'print JSON instead of a table'),
+        .description('Backlog, oldest pending age, and which relay owns which shards (of every outbox of a list, or the one --outbox names; or one line per tenant of a tenant rule, --tenant narrowing it).')
+        .option('--json', 'print JSON instead of a table')
+        .option('--tenant <text>', 'with a tenant rule: only the tenants whose name holds this text'),
     ),
-    STATUS_SETTINGS,
+    [...STATUS_SETTINGS, tenantSchemas, tenantDatabases, tenantQueryFile],
   ).action(async (flags: Record<string, unknown>) => {
     const scope = scopeOf(flags);
+    const ruleFlags = resolve([tenantSchemas, tenantDatabases, tenantQueryFile], flags);
+    if (ruleFlags.tenantSchemas || ruleFlags.tenantDatabases || ruleFlags.tenantQueryFile) {
+      const o = resolve([...STATUS_SETTINGS, tenantSchemas, tenantDatabases, tenantQueryFile], flags);
+      const { tenants, refused } = await tenantStatuses(tenantRuleFromSettings(o as never)!, (flags.tenant as string | undefined) ?? '');
+      process.stdout.write(flags.json ? `${JSON.stringify({ tenants, refused }, null, 2)}\n` : formatTenantStatuses(tenants));
+      if (tenants.some((t) => t.error)) process.exit(EXIT.failure);
+      return;
+    }
+    if (flags.tenant !== undefined) throw new ConfigError('--tenant', 'applies with a tenant rule only (--tenant-schemas, --tenant-databases or --tenant-query-file)');
     if (scope.list && flags.outbox === undefined) {
       // Every outbox; one that cannot be read is reported and the others still shown.
       const results: Array<{ outbox: string; status?: unknown; error?: string }> = [];

@@ -67,11 +67,21 @@ export class ControlConnection {
     }
   }
 
-  /** Run a statement on the control connection; rejects while it is down. */
-  async query<R extends pg.QueryResultRow>(sql: string, params?: unknown[]): Promise<pg.QueryResult<R>> {
-    if (!this.client) throw new Error('the control connection is down');
-    return this.client.query<R>(sql, params);
+  /**
+   * Run a statement on the control connection; rejects while it is down. One at a time:
+   * discovery, the sweep, the statistics and the checks all use it (node-pg queues them
+   * itself, but deprecates being asked to).
+   */
+  query<R extends pg.QueryResultRow>(sql: string, params?: unknown[]): Promise<pg.QueryResult<R>> {
+    const run = this.queue.then(() => {
+      if (!this.client) throw new Error('the control connection is down');
+      return this.client.query<R>(sql, params);
+    });
+    this.queue = run.then(() => undefined, () => undefined);
+    return run;
   }
+
+  private queue: Promise<void> = Promise.resolve();
 
   /** The open connection, for statements that need a client (discovery), or undefined while down. */
   get current(): pg.Client | undefined {

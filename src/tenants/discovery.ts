@@ -38,17 +38,20 @@ function ruleError(setting: string, error: unknown): unknown {
 }
 
 /**
- * Evaluate the rule once, on the control connection (a connection to the rule's
+ * Evaluate the rule once, on the control connection (`query`, a connection to the rule's
  * database). A `databases` rule connects once to each matching database it has not seen
  * before (`known`) to check that it holds a migrated outbox.
  *
  * @throws ConfigError when Postgres refuses the pattern or the query itself.
  */
-export async function discoverTenants(rule: TenantRule, client: pg.ClientBase, known: ReadonlySet<string>): Promise<Discovery> {
+/** Runs one statement on the control connection. */
+export type Query = <R extends pg.QueryResultRow>(sql: string, params?: unknown[]) => Promise<{ rows: R[] }>;
+
+export async function discoverTenants(rule: TenantRule, query: Query, known: ReadonlySet<string>): Promise<Discovery> {
   const here = ruleDatabase(rule.databaseUrl);
   const refused: Discovery['refused'] = [];
   if (rule.kind === 'schemas') {
-    const { rows } = await client.query<{ schema: string }>(SCHEMAS_WITH_OUTBOX, [rule.pattern]).catch((e: unknown) => Promise.reject(ruleError('tenants.pattern', e)));
+    const { rows } = await query<{ schema: string }>(SCHEMAS_WITH_OUTBOX, [rule.pattern]).catch((e: unknown) => Promise.reject(ruleError('tenants.pattern', e)));
     const tenants: Tenant[] = [];
     for (const r of rows) {
       const problem = schemaNameProblem(r.schema);
@@ -59,7 +62,7 @@ export async function discoverTenants(rule: TenantRule, client: pg.ClientBase, k
   }
   if (rule.kind === 'databases') {
     const schema = rule.schema ?? 'public';
-    const { rows } = await client.query<{ database: string }>(DATABASES_MATCHING, [rule.pattern]).catch((e: unknown) => Promise.reject(ruleError('tenants.pattern', e)));
+    const { rows } = await query<{ database: string }>(DATABASES_MATCHING, [rule.pattern]).catch((e: unknown) => Promise.reject(ruleError('tenants.pattern', e)));
     const tenants: Tenant[] = [];
     for (const r of rows) {
       if (known.has(r.database)) {
@@ -70,7 +73,7 @@ export async function discoverTenants(rule: TenantRule, client: pg.ClientBase, k
       let other: pg.Client | undefined;
       try {
         other = r.database === here ? undefined : await connect(databaseUrlOf(rule.databaseUrl, r.database), 'outbox-relay:tenant-discovery');
-        const { rows: found } = await (other ?? client).query<{ present: boolean }>(HAS_OUTBOX, [schema]);
+        const { rows: found } = other ? await other.query<{ present: boolean }>(HAS_OUTBOX, [schema]) : await query<{ present: boolean }>(HAS_OUTBOX, [schema]);
         if (found[0]?.present) tenants.push({ name: r.database, database: r.database, schema });
         else refused.push({ row: r.database, reason: `no migrated outbox in schema ${schema} (yet)` });
       } catch (error) {
@@ -81,7 +84,7 @@ export async function discoverTenants(rule: TenantRule, client: pg.ClientBase, k
     }
     return { tenants, refused };
   }
-  const { rows } = await client.query<{ tenant: unknown; schema: unknown; database: unknown }>(rule.sql).catch((e: unknown) => Promise.reject(ruleError('tenants.sql', e)));
+  const { rows } = await query<{ tenant: unknown; schema: unknown; database: unknown }>(rule.sql).catch((e: unknown) => Promise.reject(ruleError('tenants.sql', e)));
   const tenants: Tenant[] = [];
   for (const r of rows) {
     if (typeof r.tenant !== 'string' || typeof r.schema !== 'string' || (r.database !== null && r.database !== undefined && typeof r.database !== 'string')) {

@@ -53,6 +53,8 @@ interface Entry {
   relay: Relay | undefined;
   servedSinceMs: number;
   lastActivityMs: number;
+  /** Batches published in the current turn: a tenant that has not published yet is not "quiet", only starting. */
+  batchesThisTurn: number;
   /** A notification came while the relay was releasing: look again at once. */
   woken: boolean;
   removed: boolean;
@@ -65,6 +67,12 @@ interface Entry {
 
 /** How often the scheduler looks at the tenants being served (idle, turn over). */
 const SERVING_TICK_MS = 100;
+/**
+ * While tenants wait for room, a served tenant that published nothing for this long is
+ * released at once: it has likely caught up, and holding its connections for the whole
+ * tenantIdleMs would make the waiting tenants wait that long too.
+ */
+const CONTENDED_IDLE_MS = 200;
 
 /**
  * Many tenants' outboxes relayed by one process within one connection budget: tenants
@@ -172,10 +180,10 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
 
   /** Evaluate the rule now (it also runs every discoveryIntervalMs): tenants found are served, tenants gone are released. */
   async discover(): Promise<void> {
-    const client = this.control?.current;
-    if (!client) throw new Error('the control connection is down');
+    const control = this.control;
+    if (!control?.current) throw new Error('the control connection is down');
     const known = new Set([...this.entries.values()].map((e) => e.tenant.database));
-    const found = await this.withCheckSlot(() => discoverTenants(this.options.rule, client, known));
+    const found = await this.withCheckSlot(() => discoverTenants(this.options.rule, (sql, params) => control.query(sql, params), known));
     const refused = [...found.refused];
     const seen = new Map<string, Tenant>();
     for (const t of found.tenants) {
@@ -194,7 +202,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     for (const [name, t] of seen) {
       if (this.entries.has(name)) continue;
       added.push(name);
-      this.entries.set(name, { tenant: t, state: 'idle', relay: undefined, servedSinceMs: 0, lastActivityMs: 0, woken: false, removed: false, failedStarts: 0, retryAtMs: 0, error: undefined, published: 0, turns: 0 });
+      this.entries.set(name, { tenant: t, state: 'idle', relay: undefined, servedSinceMs: 0, lastActivityMs: 0, batchesThisTurn: 0, woken: false, removed: false, failedStarts: 0, retryAtMs: 0, error: undefined, published: 0, turns: 0 });
       // Rows may be waiting already: a new tenant is looked at once.
       if (this.started && this.producer) this.wake(t);
     }
@@ -277,11 +285,15 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
           void this.serve(this.queue.shift()!);
           continue;
         }
-        const longest = [...this.entries.values()]
-          .filter((e) => e.state === 'serving' && now - e.servedSinceMs >= o.tenantTurnMs)
-          .sort((a, b) => a.servedSinceMs - b.servedSinceMs)[0];
-        // Back in the queue, at its end, if rows are left (release() looks).
-        if (longest) void this.release(longest);
+        // Room goes first to a tenant waiting while a served one has gone quiet (no batch
+        // for CONTENDED_IDLE_MS): only without others waiting may it keep its connections
+        // for the whole tenantIdleMs. Else the tenant served longest past its turn gives
+        // way, and goes back to the end of the queue if rows are left (release() looks).
+        const serving = [...this.entries.values()].filter((e) => e.state === 'serving');
+        const quiet = serving.filter((e) => e.batchesThisTurn > 0 && now - e.lastActivityMs >= Math.min(CONTENDED_IDLE_MS, o.tenantIdleMs)).sort((a, b) => a.lastActivityMs - b.lastActivityMs)[0];
+        const longest = serving.filter((e) => now - e.servedSinceMs >= o.tenantTurnMs).sort((a, b) => a.servedSinceMs - b.servedSinceMs)[0];
+        const giving = quiet ?? longest;
+        if (giving) void this.release(giving);
         break;
       }
       const busy = [...this.entries.values()].some((e) => e.state !== 'idle');
@@ -301,6 +313,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     );
     relay.on('batch', (b) => {
       e.lastActivityMs = Date.now();
+      e.batchesThisTurn++;
       e.published += b.count;
       this.emit('batch', { tenant: t.name, count: b.count, topics: b.topics, createdAtMs: b.createdAtMs, ackedAtMs: b.ackedAtMs });
     });
@@ -321,6 +334,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     }
     e.failedStarts = 0;
     e.turns++;
+    e.batchesThisTurn = 0;
     e.servedSinceMs = e.lastActivityMs = Date.now();
     this.setState(e, 'serving');
     if (e.removed || this.stopping) void this.release(e);
