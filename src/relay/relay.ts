@@ -184,7 +184,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
         throw this.stopping ? error : connectionError(o.databaseUrl, error);
       });
       try {
-        await this.unlessStopped(assertRelaySchema(client, o.schema));
+        if (!this.resources.schemaChecked) await this.unlessStopped(assertRelaySchema(client, o.schema));
       } finally {
         // Destroyed rather than returned when the stop cut the check short: its query may still run.
         client.release(this.stopping ? true : undefined);

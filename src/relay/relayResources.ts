@@ -8,4 +8,9 @@ import type { MessageProducer } from './messageProducer.js';
 export interface RelayResources {
   /** Publishes the relay's messages; at-least-once mode only. */
   producer?: MessageProducer;
+  /**
+   * The schema was found migrated and intact by an earlier relay of this owner: start
+   * without checking it again (the tenant relay starts a tenant's relay at every turn).
+   */
+  schemaChecked?: boolean;
 }

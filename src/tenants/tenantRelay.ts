@@ -53,6 +53,8 @@ interface Entry {
   relay: Relay | undefined;
   servedSinceMs: number;
   lastActivityMs: number;
+  /** Its schema was found migrated by its first relay: later turns start without the check. */
+  schemaChecked: boolean;
   /** Batches published in the current turn: a tenant that has not published yet is not "quiet", only starting. */
   batchesThisTurn: number;
   /** A notification came while the relay was releasing: look again at once. */
@@ -202,7 +204,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     for (const [name, t] of seen) {
       if (this.entries.has(name)) continue;
       added.push(name);
-      this.entries.set(name, { tenant: t, state: 'idle', relay: undefined, servedSinceMs: 0, lastActivityMs: 0, batchesThisTurn: 0, woken: false, removed: false, failedStarts: 0, retryAtMs: 0, error: undefined, published: 0, turns: 0 });
+      this.entries.set(name, { tenant: t, state: 'idle', relay: undefined, servedSinceMs: 0, lastActivityMs: 0, batchesThisTurn: 0, schemaChecked: false, woken: false, removed: false, failedStarts: 0, retryAtMs: 0, error: undefined, published: 0, turns: 0 });
       // Rows may be waiting already: a new tenant is looked at once.
       if (this.started && this.producer) this.wake(t);
     }
@@ -309,7 +311,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     const t = e.tenant;
     const relay = createRelay(
       resolveRelayOptions({ ...o.relay, databaseUrl: databaseUrlOf(o.rule.databaseUrl, t.database), schema: t.schema, logger: o.relay.logger.child({ tenant: t.name }) }),
-      { producer: tenantProducer(this.producer!, o.naming, t.name) },
+      { producer: tenantProducer(this.producer!, o.naming, t.name), schemaChecked: e.schemaChecked },
     );
     relay.on('batch', (b) => {
       e.lastActivityMs = Date.now();
@@ -333,6 +335,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
       return;
     }
     e.failedStarts = 0;
+    e.schemaChecked = true;
     e.turns++;
     e.batchesThisTurn = 0;
     e.servedSinceMs = e.lastActivityMs = Date.now();
