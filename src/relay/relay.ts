@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import type { Kafka } from 'kafkajs';
 import { quoteIdentifier } from '../shared/identifiers.js';
-import { connectionError, createPool, describeDatabase } from '../shared/database.js';
+import { connectionError, createPool, describeDatabase, endPool } from '../shared/database.js';
 import { assertRelaySchema } from '../shared/schema.js';
 import { OutboxError, describeError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
@@ -316,7 +316,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     const closeMs = budgetMs();
     const [producerClosed, poolClosed] = await Promise.all([
       settlesWithin(Promise.all([this.resources.producer ? undefined : this.producer?.disconnect(), this.exactlyOnce?.close()]), closeMs),
-      settlesWithin(this.pool?.end() ?? Promise.resolve(), closeMs),
+      settlesWithin(this.pool ? endPool(this.pool) : Promise.resolve(), closeMs),
     ]);
     if (!producerClosed) this.logger.warn({ waitedMs: closeMs }, 'the Kafka producer did not disconnect in time (broker not answering); left behind');
     if (!poolClosed) this.logger.warn({ waitedMs: closeMs }, 'Postgres connections did not close in time; left behind');

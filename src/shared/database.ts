@@ -99,6 +99,22 @@ export async function connect(url: string, applicationName: string): Promise<pg.
   return client;
 }
 
+/**
+ * End a pool and resolve once each of its connections has closed. pg-pool's own end()
+ * resolves as soon as it has let go of them, with their sockets still closing: a caller
+ * that counts connections (the tenant relay's budget) would hand their room on early.
+ */
+export function endPool(pool: pg.Pool): Promise<void> {
+  let open = pool.totalCount;
+  const closed = new Promise<void>((resolve) => {
+    if (open === 0) return resolve();
+    pool.on('remove', () => {
+      if (--open <= 0) resolve();
+    });
+  });
+  return pool.end().then(() => closed);
+}
+
 /** A pool whose idle-client errors are logged instead of crashing the process. */
 export function createPool(url: string, applicationName: string, max: number, logger: Logger): pg.Pool {
   const pool = new pg.Pool({

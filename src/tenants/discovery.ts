@@ -47,7 +47,7 @@ function ruleError(setting: string, error: unknown): unknown {
 /** Runs one statement on the control connection. */
 export type Query = <R extends pg.QueryResultRow>(sql: string, params?: unknown[]) => Promise<{ rows: R[] }>;
 
-export async function discoverTenants(rule: TenantRule, query: Query, known: ReadonlySet<string>): Promise<Discovery> {
+export async function discoverTenants(rule: TenantRule, query: Query, known: ReadonlySet<string>, applicationName = 'outbox-relay:tenant-discovery'): Promise<Discovery> {
   const here = ruleDatabase(rule.databaseUrl);
   const refused: Discovery['refused'] = [];
   if (rule.kind === 'schemas') {
@@ -72,7 +72,7 @@ export async function discoverTenants(rule: TenantRule, query: Query, known: Rea
       // A database seen for the first time: is its outbox there (migrated) yet?
       let other: pg.Client | undefined;
       try {
-        other = r.database === here ? undefined : await connect(databaseUrlOf(rule.databaseUrl, r.database), 'outbox-relay:tenant-discovery');
+        other = r.database === here ? undefined : await connect(databaseUrlOf(rule.databaseUrl, r.database), applicationName);
         const { rows: found } = other ? await other.query<{ present: boolean }>(HAS_OUTBOX, [schema]) : await query<{ present: boolean }>(HAS_OUTBOX, [schema]);
         if (found[0]?.present) tenants.push({ name: r.database, database: r.database, schema });
         else refused.push({ row: r.database, reason: `no migrated outbox in schema ${schema} (yet)` });

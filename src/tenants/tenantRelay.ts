@@ -185,7 +185,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     const control = this.control;
     if (!control?.current) throw new Error('the control connection is down');
     const known = new Set([...this.entries.values()].map((e) => e.tenant.database));
-    const found = await this.withCheckSlot(() => discoverTenants(this.options.rule, (sql, params) => control.query(sql, params), known));
+    const found = await this.withCheckSlot(() => discoverTenants(this.options.rule, (sql, params) => control.query(sql, params), known, `${this.options.relay.clientId}:tenant-discovery`));
     const refused = [...found.refused];
     const seen = new Map<string, Tenant>();
     for (const t of found.tenants) {

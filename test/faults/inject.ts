@@ -35,6 +35,8 @@ export interface InjectTargets {
   /** Commit a few rows beside the writers if they have written nothing for a second
    *  (workload.ts, Workload.nudge); never throws. */
   nudgeIdleWriters?(): Promise<void>;
+  /** Add or drop a tenant (tenant profiles: tenantHarness.ts); resolves when it is done, throws if it could not be. */
+  tenantFault?(f: Extract<Fault, { kind: 'tenant-add' | 'tenant-drop' }>): Promise<void>;
 }
 
 /** One restart of PgBouncer, for the report. */
@@ -284,6 +286,12 @@ export class Injector {
         break;
       case 'pgbouncer-restart':
         await this.exclusiveInfra(() => this.restartPgBouncer(f));
+        break;
+      case 'tenant-add':
+      case 'tenant-drop':
+        if (!this.t.tenantFault) throw new Error(`${f.kind} needs a tenant profile's run`);
+        await this.t.tenantFault(f);
+        this.mark(f.kind);
         break;
       case 'consumer-kill': {
         const slot = this.slot(this.t.consumers, f.consumer, 'consumer');

@@ -46,6 +46,8 @@ export class Slot {
   /** running: alive and meant to be; paused: SIGSTOPped; down: killed by a fault; stopped: at the end. */
   state: 'running' | 'paused' | 'down' | 'stopped' = 'down';
   starts = 0;
+  /** When the current (or last) process was spawned (epoch ms). */
+  startedAt = 0;
   /** Set by a `{"event":"started"}` report of the current process (consumers). */
   ready = false;
   /** Reports of its processes, by event (`started`, `assigned`...): what they did. */
@@ -81,6 +83,7 @@ export class Slot {
     allChildren.add(child);
     this.child = child;
     this.state = 'running';
+    this.startedAt = Date.now();
     this.ready = false;
     this.currentEvents = new Set();
     this.starts++;

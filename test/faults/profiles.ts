@@ -46,6 +46,10 @@ export interface Profile {
    *  writers; the second and later each in a database of their own on the same server
    *  (default 1: DATABASE_URL). */
   outboxes?: number;
+  /** Tenant profiles: every relay process runs the tenant relay (`run --tenant-databases`)
+   *  over tenant databases of the suite's Postgres instead of one outbox; the writers are
+   *  shared out over the tenants (tenantHarness.ts). */
+  tenants?: TenantSetup;
   leaseTtlMs: number;
   batchSize: number;
   /** Exactly-once profiles: the relays' Kafka transaction timeout (OUTBOX_TRANSACTION_TIMEOUT_MS);
@@ -67,6 +71,17 @@ export interface Profile {
   counts: FaultCounts;
   /** Bound on the wait for everything to drain after the writers and faults are done. */
   drainTimeoutMs: number;
+}
+
+export interface TenantSetup {
+  /** Tenant databases at the start; `counts.tenantAdds` more come while the writers run. */
+  initial: number;
+  /** Tenants (by index) migrated without the insert trigger (`migrate --notify-on-insert`); the others with it. */
+  withoutTrigger: readonly number[];
+  /** Each relay process' `--max-database-connections`. */
+  maxDatabaseConnections: number;
+  /** The relays' `--discovery-interval-ms`: how soon an added or dropped tenant is noticed. */
+  discoveryIntervalMs: number;
 }
 
 const BASE: Omit<Profile, 'rows' | 'writeMs' | 'counts' | 'drainTimeoutMs'> = {
@@ -149,6 +164,23 @@ export const PROFILES: Record<string, Profile> = {
     relays: 2,
     outboxes: 2,
     counts: { relayKills: 3, relayPauses: 1, brokerRestarts: 1, postgresRestarts: 1, consumerKills: 2, consumerJoins: 0, brokerKills: 0, leaderKills: 0, databaseCuts: 2 },
+    drainTimeoutMs: 90_000,
+  },
+  // Two relay processes in tenant mode (issue 37 item 7) over 4 tenant databases, each
+  // within 12 connections: its own 2 and 5 for each tenant served (2 x 1 batch in flight
+  // + 3), so 2 tenants at once and the others take turns. A tenant is added and one
+  // dropped while the writers run, two cuts fall on tenant 1 or 2, relays are SIGKILLed.
+  // No consumers: the checker reads every tenant's topic itself (wrong-tenant check).
+  'tenants-ci': {
+    ...BASE,
+    rows: 4_000,
+    writeMs: 40_000,
+    relays: 2,
+    consumers: 0,
+    // Tenant 0 is the rule's database (DATABASE_URL): its trigger's notifications reach the
+    // control connection; the others are woken through pg_stat_database, trigger or not.
+    tenants: { initial: 4, withoutTrigger: [1, 3], maxDatabaseConnections: 12, discoveryIntervalMs: 1_000 },
+    counts: { relayKills: 4, relayPauses: 0, brokerRestarts: 0, postgresRestarts: 0, consumerKills: 0, consumerJoins: 0, brokerKills: 0, leaderKills: 0, databaseCuts: 2, tenantAdds: 1, tenantDrops: 1 },
     drainTimeoutMs: 90_000,
   },
   // Everything the application side runs (2 relays, 2 consumers, the writers) through a

@@ -41,6 +41,12 @@ export interface RunReport {
   drainAfterQuietMs: number | null;
   processes: Record<string, { starts: number; unexpectedExits: number; exitCodes: Array<number | string> }>;
   check: CheckResult;
+  /** Tenant profiles: messages on a wrong tenant's topic, each tenant's rows, the relays' connections as sampled. */
+  tenants?: {
+    wrongTenant: number;
+    perTenant: Array<{ tenant: string; trigger: boolean; added: boolean; dropped: boolean; committed: number; delivered: number; lost: number; reorderings: number }>;
+    budget: { samples: number; most: number[]; mostByName: number[]; mostTenantsAtOnce: number[]; unnamed: Record<string, number>; overBudget: string[]; overTenants: string[] };
+  };
   /** Checker violations, "not drained", and self-check mismatches. */
   violations: string[];
   ok: boolean;
@@ -50,6 +56,8 @@ export interface RunReport {
 
 export function printReport(r: RunReport): void {
   const c = r.check;
+  // Without consumers (the tenant profiles) nothing applied effects: not judged.
+  const effects = (n: number): string | number => (r.settings.consumers === 0 ? 'not judged (no consumers)' : n);
   const rows: Array<[string, string | number]> = [
     ['seed', r.seed],
     ['code', `${r.code.commit.slice(0, 12)}${r.code.uncommitted.length ? ` + ${r.code.uncommitted.length} uncommitted src/sql files` : ''}`],
@@ -66,12 +74,18 @@ export function printReport(r: RunReport): void {
     ['LOST (committed, never delivered)', c.lost],
     ['ROLLED-BACK DELIVERED', c.rolledBackDelivered],
     ['wire duplicates', c.wireDuplicates],
-    ['DUPLICATE EFFECTS', c.duplicateEffects],
-    ['MISSING EFFECTS', c.missingEffects],
+    ['DUPLICATE EFFECTS', effects(c.duplicateEffects)],
+    ['MISSING EFFECTS', effects(c.missingEffects)],
     ['PER-KEY REORDERINGS (wire, first delivery)', c.reorderings],
-    ['effect reorderings (informational)', c.effectReorderings],
+    ['effect reorderings (informational)', effects(c.effectReorderings)],
     ['committed by writer but not in table', c.committedMissingInDb],
     ['malformed / keys split over partitions', `${c.malformed} / ${c.keysSplit}`],
+    ...(r.tenants
+      ? ([
+          ["MESSAGES ON A WRONG TENANT'S TOPIC", r.tenants.wrongTenant],
+          ...r.tenants.perTenant.map((t): [string, string] => [`  tenant ${t.tenant}${t.added ? ' (added)' : ''}${t.dropped ? ' (dropped)' : ''}`, `${t.committed} committed, ${t.delivered} delivered, ${t.lost} lost, ${t.reorderings} reordered; ${t.trigger ? 'insert trigger' : 'no trigger'}`]),
+        ] as Array<[string, string | number]>)
+      : []),
     ['drained', r.drained ? 'yes' : 'NO'],
     ['drain after last fault (ms)', r.drainAfterLastFaultMs ?? '-'],
     ['drain after last fault or write (ms)', r.drainAfterQuietMs ?? '-'],

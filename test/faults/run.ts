@@ -2,14 +2,14 @@
  * The fault-injection suite: proves, by running it, that the relay and the consumer
  * runtime lose nothing, apply nothing twice and reorder no key under faults.
  *
- *   tsx test/faults/run.ts --profile smoke|ci|multi-ci|pooler-ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N]
+ *   tsx test/faults/run.ts --profile smoke|ci|multi-ci|tenants-ci|pooler-ci|cluster-ci|cluster|long [--seed N] [--rows N] [--relays N]
  *                          [--plant dedup-off|horizon-off|progress-off] [--verify-planted] [--no-snapshot]
  *                          [--producer kafkajs|platformatic]   (the relays' adapter, OUTBOX_PRODUCER)
  *                          [--committed-src]   (src/ and sql/ from HEAD, not the working tree)
  *
  * This file parses the arguments and runs. The rest, by concept: profiles.ts (what a run
  * runs), snapshot.ts (the code under test), servers.ts (Postgres and Kafka of our own),
- * harness.ts (one run), sightings.ts (what ran, seen from outside: relays, PgBouncer clients), inject.ts (the faults), checker.ts (the verdict on what came out),
+ * harness.ts (one run; tenantHarness.ts for the tenant profiles), sightings.ts (what ran, seen from outside: relays, PgBouncer clients), inject.ts (the faults), checker.ts (the verdict on what came out),
  * selfCheck.ts (the verdict on what ran), report.ts. docs/faults.md has the method and the
  * results.
  *
@@ -20,6 +20,7 @@
 import { appendFileSync } from 'node:fs';
 import { killAllChildren } from './processes.js';
 import { runOnce } from './harness.js';
+import { runTenantsOnce } from './tenantHarness.js';
 import { elapsedMs, log } from './log.js';
 import { PLANTS, PRODUCERS, PROFILES, planRuns, type Plant, type Producer, type RunRequest } from './profiles.js';
 import { judge, printReport, saveReport, type RunReport } from './report.js';
@@ -60,6 +61,8 @@ function parseArgs(argv: string[]): Args {
   if (!['none', ...PLANTS].includes(args.plant)) usage(`unknown plant ${args.plant}`);
   if (args.producer !== undefined && !PRODUCERS.includes(args.producer)) usage(`unknown producer ${args.producer} (${PRODUCERS.join(' or ')})`);
   if (args.plant !== 'none' && args.verifyPlanted) usage('--plant and --verify-planted do not go together');
+  // Their runs have no consumers (no dedup to plant against) and no planted run of their own.
+  if (PROFILES[args.profile]!.tenants && (args.plant !== 'none' || args.verifyPlanted)) usage(`profile ${args.profile} has no planted runs`);
   if (!Number.isSafeInteger(args.seed) || args.seed < 0) usage('--seed must be a non-negative integer');
   if (args.rows !== undefined && !(Number.isSafeInteger(args.rows) && args.rows > 0)) usage('--rows must be a positive integer');
   if (args.relays !== undefined && !(Number.isSafeInteger(args.relays) && args.relays >= 1 && args.relays <= 8)) usage('--relays must be 1-8');
@@ -68,7 +71,7 @@ function parseArgs(argv: string[]): Args {
 
 function usage(problem: string): never {
   process.stderr.write(
-    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|multi-ci|pooler-ci|cluster-ci|eos-cluster-ci|cluster|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off|progress-off] [--verify-planted] [--no-snapshot] [--committed-src] [--code-dir DIR] [--producer kafkajs|platformatic]\n`,
+    `faults: ${problem}\nusage: tsx test/faults/run.ts --profile smoke|ci|multi-ci|tenants-ci|pooler-ci|cluster-ci|eos-cluster-ci|cluster|long [--seed N] [--rows N] [--relays N] [--plant dedup-off|horizon-off|progress-off] [--verify-planted] [--no-snapshot] [--committed-src] [--code-dir DIR] [--producer kafkajs|platformatic]\n`,
   );
   process.exit(2);
 }
@@ -101,7 +104,7 @@ async function main(): Promise<number> {
     log(`Postgres ${servers.postgres.url} (${servers.postgres.dir})${bouncer}, Kafka ${servers.kafka.brokers}; code under test: ${codeDir}`);
     for (const cfg of runs) {
       try {
-        const report = await runOnce({ servers, codeDir, code }, cfg);
+        const report = await (cfg.profile.tenants ? runTenantsOnce : runOnce)({ servers, codeDir, code }, cfg);
         reports.push(report);
         printReport(report);
         log(`results: ${saveReport(report)}`);

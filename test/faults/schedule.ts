@@ -69,7 +69,14 @@ export type Fault =
   /** Restart the run's PgBouncer (pooler profiles): `kill` (SIGKILL, then start it again
    *  on the same port) or `clean` (a clean stop and start). Every client connection is
    *  cut either way; Postgres stays up. */
-  | { kind: 'pgbouncer-restart'; atMs: number; mode: 'kill' | 'clean' };
+  | { kind: 'pgbouncer-restart'; atMs: number; mode: 'kill' | 'clean' }
+  /** Tenant profiles: tenant `tenant`'s database is created, migrated and given its topic
+   *  while the other tenants' writers run, then its own writers start; the relays must
+   *  find it by themselves (their rule, evaluated every discovery interval). */
+  | { kind: 'tenant-add'; atMs: number; tenant: number }
+  /** Tenant profiles: once tenant `tenant`'s writers are done (their share ends here) and
+   *  its rows are all sent, its database is dropped (WITH (FORCE)) while the others' run. */
+  | { kind: 'tenant-drop'; atMs: number; tenant: number };
 
 export type FaultKind = Fault['kind'];
 
@@ -90,6 +97,10 @@ export interface FaultCounts {
   pgbouncerRestarts?: number;
   /** Relays stalled with a Kafka transaction open past its timeout (exactly-once profiles only; default 0). */
   relayStalls?: number;
+  /** Tenants added while the writers run (tenant profiles only; default 0). */
+  tenantAdds?: number;
+  /** Tenants dropped while the writers run (tenant profiles only; default 0). */
+  tenantDrops?: number;
 }
 
 export interface ScheduleOptions {
@@ -111,6 +122,9 @@ export interface ScheduleOptions {
   outboxes?: number;
   /** Exactly-once profiles: every other relay kill lands between a Kafka commit and its Postgres COMMIT. */
   relayKillsAfterKafkaCommit?: boolean;
+  /** Tenant profiles: tenants at the start. Added tenants are numbered after them; dropped
+   *  ones are the last of them, counting down. */
+  tenants?: number;
 }
 
 /**
@@ -181,6 +195,15 @@ export function buildSchedule(o: ScheduleOptions): Fault[] {
   for (let i = 0; i < (o.counts.relayStalls ?? 0); i++) {
     faults.push({ kind: 'relay-stall', atMs: o.startMs + Math.floor(rnd.next() * span * 0.5), relay: rnd.int(0, o.relays - 1) });
   }
+  // Drawn after everything else, for the same reason. An added tenant comes early enough
+  // to write for most of the window; a dropped one late enough to have been served with
+  // the others for a while, and early enough that the others write on for long after.
+  for (let i = 0; i < (o.counts.tenantAdds ?? 0); i++) {
+    faults.push({ kind: 'tenant-add', atMs: o.startMs + Math.floor(span * (0.15 + 0.2 * rnd.next())), tenant: (o.tenants ?? 0) + i });
+  }
+  for (let i = 0; i < (o.counts.tenantDrops ?? 0); i++) {
+    faults.push({ kind: 'tenant-drop', atMs: o.startMs + Math.floor(span * (0.45 + 0.15 * rnd.next())), tenant: (o.tenants ?? 0) - 1 - i });
+  }
   return faults.sort((a, b) => a.atMs - b.atMs);
 }
 
@@ -207,8 +230,13 @@ export function describeFault(f: Fault): string {
     case 'consumer-join':
       return `${t} an extra consumer joins the group, leaves after ${f.stayMs} ms`;
     case 'database-cut':
-      return `${t} outbox ${f.outbox}'s database cut off for ${f.downMs} ms (ALLOW_CONNECTIONS false, backends terminated)`;
+      // In the tenant profiles the outbox of index i is tenant i's.
+      return `${t} outbox ${f.outbox}'s database (tenant ${f.outbox}'s in the tenant profiles) cut off for ${f.downMs} ms (ALLOW_CONNECTIONS false, backends terminated)`;
     case 'pgbouncer-restart':
       return `${t} PgBouncer restart (${f.mode === 'kill' ? 'SIGKILL, then start' : 'clean stop and start'}; Postgres stays up)`;
+    case 'tenant-add':
+      return `${t} tenant ${f.tenant} added (database created, migrated, its topic; then its writers start)`;
+    case 'tenant-drop':
+      return `${t} tenant ${f.tenant} dropped (its writers done and its rows all sent, then DROP DATABASE … WITH (FORCE))`;
   }
 }

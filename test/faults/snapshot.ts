@@ -4,7 +4,7 @@
  * run half-way), and every report records which code that was: the commit, and the
  * src/ and sql/ files changed since it, at any depth.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { cpSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -71,11 +71,29 @@ export function parseChangedFiles(porcelainZ: string): string[] {
   return files;
 }
 
-/** Migrate `schema` with the CLI of the code under test. */
-export function migrateSchema(codeDir: string, url: string, schema: string): void {
-  execFileSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'migrate'], {
-    cwd: codeDir,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: url, OUTBOX_SCHEMA: schema, OUTBOX_LOG_LEVEL: 'warn' },
-    stdio: ['ignore', 'ignore', 'inherit'],
+/** Migrate `schema` with the CLI of the code under test; with `notifyOnInsert`, its insert trigger too. */
+export function migrateSchema(codeDir: string, url: string, schema: string, notifyOnInsert = false): void {
+  const [args, options] = migrateCommand(codeDir, url, schema, notifyOnInsert);
+  execFileSync(process.execPath, args, options);
+}
+
+/** The same without blocking the harness: mid-run (a tenant added), its writers and samplers go on meanwhile. */
+export function migrateSchemaAsync(codeDir: string, url: string, schema: string, notifyOnInsert = false): Promise<void> {
+  const [args, options] = migrateCommand(codeDir, url, schema, notifyOnInsert);
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, args, options);
+    child.once('error', reject);
+    child.once('exit', (code, signal) => (code === 0 ? resolve() : reject(new Error(`migrate of ${schema} exited ${code ?? signal}`))));
   });
+}
+
+function migrateCommand(codeDir: string, url: string, schema: string, notifyOnInsert: boolean): [string[], { cwd: string; env: NodeJS.ProcessEnv; stdio: ['ignore', 'ignore', 'inherit'] }] {
+  return [
+    ['--import', 'tsx', 'src/cli.ts', 'migrate', ...(notifyOnInsert ? ['--notify-on-insert'] : [])],
+    {
+      cwd: codeDir,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: url, OUTBOX_SCHEMA: schema, OUTBOX_LOG_LEVEL: 'warn' },
+      stdio: ['ignore', 'ignore', 'inherit'],
+    },
+  ];
 }

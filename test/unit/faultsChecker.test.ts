@@ -1,9 +1,12 @@
-// Unit tests of the fault suite's checker (test/faults/checker.ts) and its schedule:
-// small hand-made inputs, no servers.
+// Unit tests of the fault suite's checker (test/faults/checker.ts, and tenantChecker.ts for
+// the tenant profiles) and its schedule: small hand-made inputs, no servers.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { check, violations, type CheckInput, type Delivered, type EffectRow, type OutboxRow } from '../faults/checker.js';
 import { buildSchedule, mulberry32 } from '../faults/schedule.js';
+import { PROFILES } from '../faults/profiles.js';
+import { checkTenants, tenantViolations, type TenantMessage, type TenantOrigin } from '../faults/tenantChecker.js';
+import { planTenants } from '../faults/tenantDatabases.js';
 
 const row = (messageId: string, outboxId: number, key: string, sent = true): OutboxRow => ({ messageId, outboxId, key, sent });
 const wire = (partition: number, offset: number, key: string, messageId: string, outboxId: number): Delivered => ({ partition, offset, key, messageId, outboxId });
@@ -166,5 +169,77 @@ test('schedule: mulberry32 is deterministic and in [0, 1)', () => {
     const x = r1();
     assert.equal(x, r2());
     assert.ok(x >= 0 && x < 1);
+  }
+});
+
+/** Two tenants, ta (keys a-…) and tb (keys b-…), each on its own topic; a clean delivery of both. */
+function twoTenants(): { tenants: TenantOrigin[]; clean: TenantMessage[] } {
+  const tenant = (name: string, prefix: string, rows: OutboxRow[]): TenantOrigin => ({
+    tenant: name,
+    topic: `${name}.orders`,
+    keyPrefix: prefix,
+    outbox: rows,
+    writers: { committed: rows.map((r) => r.messageId), rolledBack: [], unknown: [] },
+  });
+  const on = (topic: string, offset: number, key: string, messageId: string, outboxId: number, tenantHeader: string): TenantMessage => ({ topic, ...wire(0, offset, key, messageId, outboxId), tenant: tenantHeader });
+  return {
+    // Each tenant's ids start at 1: the outbox ids of two tenants are not comparable.
+    tenants: [tenant('ta', 'a-', [row('a1', 1, 'a-k'), row('a2', 2, 'a-k')]), tenant('tb', 'b-', [row('b1', 1, 'b-k')])],
+    clean: [on('ta.orders', 0, 'a-k', 'a1', 1, 'ta'), on('ta.orders', 1, 'a-k', 'a2', 2, 'ta'), on('tb.orders', 0, 'b-k', 'b1', 1, 'tb')],
+  };
+}
+
+test('tenant checker: every tenant judged on its own topic; a clean run has no violations', () => {
+  const { tenants, clean } = twoTenants();
+  const r = checkTenants(tenants, clean);
+  assert.equal(r.wrongTenant, 0);
+  assert.deepEqual(tenantViolations(r), []);
+  assert.equal(r.merged.committedRows, 3);
+  assert.equal(r.perTenant.ta?.deliveredDistinct, 2);
+  assert.equal(r.merged.missingEffects, 0, 'no consumers: no effects are missing');
+});
+
+test("tenant checker: a row of tenant A on tenant B's topic fails the run (wrongTenant), and is lost for A", () => {
+  const { tenants, clean } = twoTenants();
+  // a2 went out on tb's topic, its header and key still ta's.
+  const misrouted = [clean[0]!, clean[2]!, { ...clean[1]!, topic: 'tb.orders', offset: 1 }];
+  const r = checkTenants(tenants, misrouted);
+  assert.equal(r.wrongTenant, 1);
+  assert.match(r.wrongTenantExamples[0]?.detail ?? '', /a row of tenant ta on tenant tb's topic/);
+  assert.equal(r.perTenant.ta?.lost, 1);
+  assert.deepEqual(tenantViolations(r), ['lost=1', 'malformed=1', 'wrongTenant=1']);
+});
+
+test("tenant checker: another tenant's name in the header, another tenant's key, or a topic of no tenant is a wrong tenant too", () => {
+  const { tenants, clean } = twoTenants();
+  const header = checkTenants(tenants, [clean[0]!, clean[1]!, { ...clean[2]!, tenant: 'ta' }]);
+  assert.equal(header.wrongTenant, 1);
+  assert.match(header.wrongTenantExamples[0]?.detail ?? '', /header outbox-tenant "ta" on tenant tb's topic/);
+  assert.deepEqual(tenantViolations(header), ['wrongTenant=1']);
+  const key = checkTenants(tenants, [clean[0]!, clean[1]!, { ...clean[2]!, key: 'a-k' }]);
+  assert.equal(key.wrongTenant, 1);
+  assert.match(key.wrongTenantExamples[0]?.detail ?? '', /key a-k is not one of tenant tb's/);
+  const stray = checkTenants(tenants, [...clean, { ...clean[0]!, topic: 'tc.orders' }]);
+  assert.equal(stray.wrongTenant, 1);
+  assert.match(stray.wrongTenantExamples[0]?.detail ?? '', /on topic tc.orders, which is no tenant's/);
+});
+
+test('schedule: tenants-ci adds a tenant after the first ones and drops the last of them; cuts fall on neither, nor on tenant 0 (the rule\'s database)', () => {
+  const p = PROFILES['tenants-ci']!;
+  const setup = p.tenants!;
+  for (const seed of [1, 2, 3, 11, 99]) {
+    const faults = buildSchedule({ seed, counts: p.counts, startMs: 3_000, endMs: p.writeMs - 3_000, relays: p.relays, consumers: p.consumers, leaseTtlMs: p.leaseTtlMs, outboxes: setup.initial - (p.counts.tenantDrops ?? 0), tenants: setup.initial });
+    const add = faults.find((f) => f.kind === 'tenant-add');
+    const drop = faults.find((f) => f.kind === 'tenant-drop');
+    assert.equal(add?.kind === 'tenant-add' && add.tenant, setup.initial);
+    assert.equal(drop?.kind === 'tenant-drop' && drop.tenant, setup.initial - 1);
+    assert.ok(add!.atMs < drop!.atMs, 'added before the drop: both while the writers run');
+    for (const f of faults) if (f.kind === 'database-cut') assert.ok(f.outbox >= 1 && f.outbox < setup.initial - 1, `cut of tenant ${f.outbox}`);
+    const plans = planTenants(p, faults, 'x');
+    assert.equal(plans.length, setup.initial + 1);
+    assert.ok(plans.some((t) => t.trigger) && plans.some((t) => !t.trigger), 'tenants with and without the insert trigger');
+    assert.ok(Math.abs(plans.reduce((n, t) => n + t.rows, 0) - p.rows) <= plans.length, 'the rows shared out by the time each tenant writes');
+    assert.equal(plans[setup.initial - 1]!.toMs, drop!.atMs);
+    assert.equal(plans[setup.initial]!.fromMs, add!.atMs);
   }
 });

