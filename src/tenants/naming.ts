@@ -62,12 +62,17 @@ export function tenantMessage(naming: TenantNaming, tenant: string, m: RelayMess
 
 /**
  * The producer a tenant's relay sends through: the tenant relay's one shared producer,
- * each message named for the tenant. Disconnecting it does nothing (the owner does).
+ * each message named for the tenant. `beforeSend` may hold a send back (the tenant relay
+ * paces a tenant draining a backlog while others have fresh rows). Disconnecting it does
+ * nothing (the owner does).
  */
-export function tenantProducer(shared: MessageProducer, naming: TenantNaming, tenant: string): MessageProducer {
+export function tenantProducer(shared: MessageProducer, naming: TenantNaming, tenant: string, beforeSend?: () => Promise<void>): MessageProducer {
   return {
     adapter: shared.adapter,
-    send: (messages: readonly RelayMessage[]): Promise<SendResult[]> => shared.send(messages.map((m) => tenantMessage(naming, tenant, m))),
+    send: async (messages: readonly RelayMessage[]): Promise<SendResult[]> => {
+      await beforeSend?.();
+      return shared.send(messages.map((m) => tenantMessage(naming, tenant, m)));
+    },
     disconnect: () => Promise.resolve(),
   };
 }
