@@ -11,6 +11,7 @@ import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
 import { judge, runWriters } from './helpers/workload.js';
 import { spawnCli } from './helpers/processes.js';
+import { ConsoleClient } from './helpers/console.js';
 
 // Tenants as schemas of one database, found by a pattern, against the real Postgres and
 // Kafka: each tenant's rows reach its own topic ({tenant}.{topic}) in order per key, a
@@ -235,4 +236,28 @@ test('integration: `outbox-relay run --tenant-schemas` serves the tenants; /metr
     assert.equal(await relay.exited, 0, relay.output());
   }
   assert.match(relay.output(), /"msg":"tenant relay started"/);
+});
+
+test('integration: `outbox-relay console --tenant-schemas … --tenant TEXT` opens the tenants whose name holds the text, each as an outbox of the console', async () => {
+  const [p, q, r] = [await addTenant('con_pa'), await addTenant('con_pb'), await addTenant('con_q')];
+  const users = { OUTBOX_CONSOLE_USERS: 'olga:viewer:olga passphrase 1\n' };
+  const served = spawnCli(['console', '--tenant-schemas', `^${base}_con_`, '--tenant', '_con_p', '--listen', '127.0.0.1:0'], { DATABASE_URL, ...users });
+  try {
+    const url = await waitFor('the console listening', () => /listening on (http:\/\/127\.0\.0\.1:\d+\/)/.exec(served.output())?.[1], { timeoutMs: 30_000 });
+    const browser = new ConsoleClient(url);
+    await browser.login('olga', 'olga passphrase 1');
+    const start = await browser.get('');
+    assert.equal(start.status, 200);
+    for (const t of [p, q]) assert.match(start.body, new RegExp(`href="/outboxes/${t}/"`));
+    assert.doesNotMatch(start.body, new RegExp(`outboxes/${r}/`));
+  } finally {
+    served.child.kill('SIGTERM');
+    assert.equal(await served.exited, 0, served.output());
+  }
+  const none = spawnCli(['console', '--tenant-schemas', `^${base}_con_`, '--tenant', 'nobody'], { DATABASE_URL, ...users });
+  assert.equal(await none.exited, 2, none.output());
+  assert.match(none.output(), /--tenant: no tenant of the rule has "nobody" in its name \(3 found\)/);
+  const stray = spawnCli(['console', '--tenant', 'x'], { DATABASE_URL, ...users });
+  assert.equal(await stray.exited, 2, stray.output());
+  assert.match(stray.output(), /--tenant: applies with a tenant rule only/);
 });

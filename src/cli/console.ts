@@ -11,6 +11,9 @@ import { roleProblem, userNameProblem } from '../console/web/users.js';
 import { addSettings, resolve } from './settings.js';
 import { scopeOf, withOutboxFlags } from './outboxScope.js';
 import { readPassword } from './readPassword.js';
+import { tenantOutboxes } from '../commands/tenantStatus.js';
+import { tenantRuleFromSettings } from '../commands/runTenants.js';
+import { tenantDatabases, tenantQueryFile, tenantSchemas } from '../tenants/settings.js';
 
 // `outbox-relay console`: the operator console (src/console/), over the same outbox or
 // list of outboxes as `run`; and `outbox-relay console-user`, which prints a users-file
@@ -25,13 +28,22 @@ export function addConsoleCommands(program: Command): void {
         .command('console')
         .description(
           'Serve the operator console in a browser until SIGTERM/SIGINT: backlog, flow, relays, dead letters (filter, replay at a rate, discard), parked keys. Loopback by default; a login is required (OUTBOX_CONSOLE_USERS_FILE).',
-        ),
+        )
+        .option('--tenant <text>', 'with a tenant rule: only the tenants whose name holds this text (64 at most)'),
     ),
-    [databaseUrl, schema, ...OWN_SETTINGS],
+    [databaseUrl, schema, ...OWN_SETTINGS, tenantSchemas, tenantDatabases, tenantQueryFile],
   ).action(async (flags: Record<string, unknown>) => {
-    // Every outbox of a list, or the one --outbox names; else the one of DATABASE_URL.
+    // Every outbox of a list, or the one --outbox names; the tenants of a rule; else the one of DATABASE_URL.
     const scope = scopeOf(flags);
-    const chosen = scope.list ? scope.each().filter((x) => x !== undefined) : undefined;
+    const rule = resolve([tenantSchemas, tenantDatabases, tenantQueryFile], flags);
+    const hasRule = Boolean(rule.tenantSchemas || rule.tenantDatabases || rule.tenantQueryFile);
+    if (hasRule && scope.list) throw new ConfigError('--tenant-schemas', 'a tenant rule and a list of outboxes (--outboxes-file, OUTBOX_OUTBOXES) exclude each other');
+    if (!hasRule && flags.tenant !== undefined) throw new ConfigError('--tenant', 'applies with a tenant rule only (--tenant-schemas, --tenant-databases or --tenant-query-file)');
+    const chosen = hasRule
+      ? await tenantOutboxes(tenantRuleFromSettings(resolve([databaseUrl, schema, tenantSchemas, tenantDatabases, tenantQueryFile], flags) as never)!, (flags.tenant as string | undefined) ?? '')
+      : scope.list
+        ? scope.each().filter((x) => x !== undefined)
+        : undefined;
     const o = resolve(chosen ? OWN_SETTINGS : [databaseUrl, schema, ...OWN_SETTINGS], flags);
     const { host, port } = parseListen(o.listen as string);
     const logger = createLogger(o.logLevel as LogLevel);

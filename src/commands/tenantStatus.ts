@@ -1,5 +1,6 @@
 import { connect } from '../shared/database.js';
-import { describeError } from '../shared/errors.js';
+import { ConfigError, describeError } from '../shared/errors.js';
+import { checkOutboxList, MAX_OUTBOXES, type OutboxDefinition } from '../shared/outboxList.js';
 import { discoverTenants, databaseUrlOf, type Tenant } from '../tenants/discovery.js';
 import type { TenantRule } from '../tenants/options.js';
 import { getStatus, type OutboxStatus } from './status.js';
@@ -46,4 +47,31 @@ export function formatTenantStatuses(list: TenantOutboxStatus[]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (i === 3 && r[4] === '' ? 0 : r[i]!.length))));
   const line = (cells: string[]): string => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
   return [line(header), ...rows.map(line)].join('\n') + `\n${list.length} tenants\n`;
+}
+
+/**
+ * The tenants a rule finds, narrowed by `filter` (a substring of the name), as a list of
+ * outboxes for the console (`outbox-relay console --tenant-schemas …`): one entry per
+ * tenant, named by the tenant.
+ *
+ * @throws ConfigError when more tenants match than one console shows (narrow them with
+ *   `--tenant`), when none does, or when a tenant's name cannot be an outbox's.
+ */
+export async function tenantOutboxes(rule: TenantRule, filter = ''): Promise<OutboxDefinition[]> {
+  const client = await connect(rule.databaseUrl, 'outbox-relay:console');
+  let found;
+  try {
+    found = await discoverTenants(rule, (sql, params) => client.query(sql, params), new Set());
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+  const tenants = found.tenants.filter((t) => t.name.includes(filter));
+  if (tenants.length === 0) throw new ConfigError('--tenant', `no tenant of the rule${filter ? ` has ${JSON.stringify(filter)} in its name` : ''} (${found.tenants.length} found)`);
+  if (tenants.length > MAX_OUTBOXES) {
+    throw new ConfigError('--tenant', `${tenants.length} tenants match; one console shows at most ${MAX_OUTBOXES}: narrow them with --tenant TEXT (a part of their names)`);
+  }
+  return checkOutboxList(
+    tenants.map((t) => ({ name: t.name, databaseUrl: databaseUrlOf(rule.databaseUrl, t.database), schema: t.schema })),
+    '--tenant',
+  );
 }

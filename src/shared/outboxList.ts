@@ -41,7 +41,7 @@ export interface OutboxDefinition {
 }
 
 /** Most outboxes one process takes: each holds its own connections, leases and loops. */
-const MAX_OUTBOXES = 64;
+export const MAX_OUTBOXES = 64;
 
 const NAME = /^[a-z][a-z0-9_]{0,39}$/;
 const ENTRY_KEYS = new Set(['name', 'databaseUrl', 'databaseUrlEnv', 'databaseUrlFile', 'schema', 'batchesInFlight', 'delivery']);
