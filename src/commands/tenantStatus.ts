@@ -1,7 +1,7 @@
 import { connect } from '../shared/database.js';
 import { ConfigError, describeError } from '../shared/errors.js';
 import { checkOutboxList, MAX_OUTBOXES, type OutboxDefinition } from '../shared/outboxList.js';
-import { discoverTenants, databaseUrlOf, type Tenant } from '../tenants/discovery.js';
+import { discoverTenants, databaseUrlOf, type Discovery, type Tenant } from '../tenants/discovery.js';
 import type { TenantRule } from '../tenants/options.js';
 import { getStatus, type OutboxStatus } from './status.js';
 
@@ -11,6 +11,16 @@ export interface TenantOutboxStatus extends Tenant {
   error?: string;
 }
 
+/** The rule evaluated once, on a connection of its own. */
+async function discoverOnce(rule: TenantRule, applicationName: string): Promise<Discovery> {
+  const client = await connect(rule.databaseUrl, applicationName);
+  try {
+    return await discoverTenants(rule, (sql, params) => client.query(sql, params), new Set());
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
 /**
  * `outbox-relay status` with a tenant rule: evaluate the rule as the tenant relay would,
  * then read each tenant's outbox (`getStatus`), one after the other, `filter` (a
@@ -18,13 +28,7 @@ export interface TenantOutboxStatus extends Tenant {
  * read is reported with the reason; the others are still read.
  */
 export async function tenantStatuses(rule: TenantRule, filter = ''): Promise<{ tenants: TenantOutboxStatus[]; refused: Array<{ row: string; reason: string }> }> {
-  const client = await connect(rule.databaseUrl, 'outbox-relay:status');
-  let found;
-  try {
-    found = await discoverTenants(rule, (sql, params) => client.query(sql, params), new Set());
-  } finally {
-    await client.end().catch(() => undefined);
-  }
+  const found = await discoverOnce(rule, 'outbox-relay:status');
   const tenants: TenantOutboxStatus[] = [];
   for (const t of found.tenants.filter((x) => x.name.includes(filter))) {
     try {
@@ -58,13 +62,7 @@ export function formatTenantStatuses(list: TenantOutboxStatus[]): string {
  *   `--tenant`), when none does, or when a tenant's name cannot be an outbox's.
  */
 export async function tenantOutboxes(rule: TenantRule, filter = ''): Promise<OutboxDefinition[]> {
-  const client = await connect(rule.databaseUrl, 'outbox-relay:console');
-  let found;
-  try {
-    found = await discoverTenants(rule, (sql, params) => client.query(sql, params), new Set());
-  } finally {
-    await client.end().catch(() => undefined);
-  }
+  const found = await discoverOnce(rule, 'outbox-relay:console');
   const tenants = found.tenants.filter((t) => t.name.includes(filter));
   if (tenants.length === 0) throw new ConfigError('--tenant', `no tenant of the rule${filter ? ` has ${JSON.stringify(filter)} in its name` : ''} (${found.tenants.length} found)`);
   if (tenants.length > MAX_OUTBOXES) {
