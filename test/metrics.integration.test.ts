@@ -234,7 +234,7 @@ test('metric names follow Prometheus conventions', () => {
   assert.equal(new Set(metricNames()).size, metricNames().length, 'no name defined twice');
 });
 
-test("integration: under a held snapshot the backlog sample steps over the rows published since (its walk starts at the last oldest pending row, never above the relay's settled id), a writer's rows still uncommitted at one sample are counted at the next, and a dead letter replayed below it is counted by the next sample, with no walk from 0 in between", async () => {
+test("integration: under a held snapshot the backlog sample steps over the rows published since (its walk starts at the last oldest pending row, never above the relay's settled id), a writer's rows still uncommitted at one sample are counted at the next (also once the horizon has settled them), and a dead letter replayed below it is counted by the next sample, with no walk from 0 in between", async () => {
   const other = await createTestSchema('metrics_held');
   cleanups.push(() => other.drop());
   await insertRows(other.schema, 'held', 20_000, 1);
@@ -314,6 +314,12 @@ test("integration: under a held snapshot the backlog sample steps over the rows 
   } finally {
     writer.release();
   }
+  // The relay's horizon settles the committed rows before the next sample (it probes every
+  // 10 ms, the sampler every few seconds): that sample must still count them. It once
+  // started its walk at the sequence's value the sample above had read, above these rows,
+  // and a relay that could not publish them looked idle (/readyz's publishing check never
+  // failed: test/readiness.relay.integration.test.ts, once in CI).
+  settledId = Number((await other.pool.query<{ id: string }>(`SELECT max(id)::text AS id FROM "${other.schema}".outbox`)).rows[0]!.id);
   const incremental = await waitFor('an incremental sample after the commit', async () => {
     const sample = await inst.sample();
     return walks.at(-1)! > 0 ? sample : undefined;

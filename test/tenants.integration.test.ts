@@ -194,7 +194,7 @@ test('integration: a pattern or a query Postgres refuses fails the start with a 
   }
 });
 
-test('integration: `outbox-relay run --tenant-schemas` serves the tenants; /metrics counts them by state, /readyz answers, `status` with the rule shows each tenant, a tenant setting without a rule is refused, SIGTERM exits 0', async () => {
+test('integration: `outbox-relay run --tenant-schemas` serves the tenants; /metrics counts them by state, /readyz answers, SIGUSR2 finds a new tenant at once, `status` with the rule shows each tenant, a tenant setting without a rule is refused, SIGTERM exits 0', async () => {
   const [x, y] = [await addTenant('cli_x'), await addTenant('cli_y')];
   const refused = spawnCli(['run', '--topic-template', '{tenant}-{topic}'], { DATABASE_URL, KAFKA_BROKERS: testBrokers().join(',') });
   assert.equal(await refused.exited, 2, refused.output());
@@ -223,11 +223,18 @@ test('integration: `outbox-relay run --tenant-schemas` serves the tenants; /metr
     assert.equal(ready.status, 200);
     assert.match(JSON.stringify(await ready.json()), /2 tenants, none unavailable/);
 
+    // On demand: a tenant created now is served after SIGUSR2, not the 30 s discovery interval.
+    const z = await addTenant('cli_z');
+    relay.child.kill('SIGUSR2');
+    await waitFor('the new tenant found', () => /"tenants":3,"added":1,"removed":0,"msg":"tenants changed"/.test(relay.output()), { timeoutMs: 15_000 });
+    const { rows: zRows } = await admin.query<{ message_id: string }>(`INSERT INTO "${z}".outbox (topic, key, payload) VALUES ('orders', 'k', '{}') RETURNING message_id`);
+    await delivered(z, new Set(zRows.map((r) => r.message_id)));
+
     // status with the same rule: a line per tenant, narrowed by --tenant.
     const status = spawnCli(['status', '--tenant-schemas', `^${base}_cli_`], { DATABASE_URL });
     assert.equal(await status.exited, 0, status.output());
     assert.match(status.output(), new RegExp(`^${x} +test +${x} +0 +- +0 +0$`, 'm'));
-    assert.match(status.output(), /^2 tenants$/m);
+    assert.match(status.output(), /^3 tenants$/m);
     const one = spawnCli(['status', '--json', '--tenant-schemas', `^${base}_cli_`, '--tenant', '_cli_y'], { DATABASE_URL });
     assert.equal(await one.exited, 0, one.output());
     assert.deepEqual((JSON.parse(one.output()) as { tenants: Array<{ name: string; status: { pending: number } }> }).tenants.map((t) => [t.name, t.status.pending]), [[y, 0]]);

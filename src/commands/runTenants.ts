@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { ConfigError } from '../shared/errors.js';
+import { ConfigError, describeError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { optionValue } from '../shared/settings.js';
 import { describeKafkaSecurity } from '../shared/kafkaSecurity.js';
@@ -41,7 +41,7 @@ export function tenantRuleFromSettings(o: { databaseUrl?: string; schema?: strin
 /**
  * `outbox-relay run` with a tenant rule: the tenant relay (docs/tenants.md) until SIGTERM
  * or SIGINT, as runRelay: the first signal drains every tenant being served, a second one
- * stops at once. /metrics, /healthz and /readyz as for one relay, with the tenant relay's
+ * stops at once. SIGUSR2 evaluates the rule at once. /metrics, /healthz and /readyz as for one relay, with the tenant relay's
  * metrics (src/metrics/tenantRelayMetrics.ts).
  *
  * @returns the exit code: EXIT.ok after a soft stop, EXIT.forced after a hard one
@@ -50,8 +50,18 @@ export async function runTenantRelay(options: RunTenantRelayOptions): Promise<nu
   const relay = createTenantRelay(options);
   const address = optionValue(metricsAddress, options.metricsAddress);
   const sampleIntervalMs = optionValue(metricsSampleIntervalMs, options.metricsSampleIntervalMs);
-  return runUntilSignalled(relay, options, async () => {
-    options.logger.info({ kafka: describeKafkaSecurity(options), tenants: relay.tenants().length }, 'kafka connection security');
-    return serveTenantRelayMetrics(relay, { address, sampleIntervalMs, logger: options.logger });
-  });
+  // SIGUSR2: evaluate the rule now (a tenant just created is served without waiting for the interval).
+  const onDiscover = (): void => {
+    options.logger.info('SIGUSR2: evaluating the tenant rule now');
+    relay.discover().catch((error: unknown) => options.logger.warn({ err: describeError(error) }, 'tenant discovery on SIGUSR2 failed'));
+  };
+  if (options.handleSignals ?? true) process.on('SIGUSR2', onDiscover);
+  try {
+    return await runUntilSignalled(relay, options, async () => {
+      options.logger.info({ kafka: describeKafkaSecurity(options), tenants: relay.tenants().length }, 'kafka connection security');
+      return serveTenantRelayMetrics(relay, { address, sampleIntervalMs, logger: options.logger });
+    });
+  } finally {
+    process.off('SIGUSR2', onDiscover);
+  }
 }

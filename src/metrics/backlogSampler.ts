@@ -128,8 +128,11 @@ export function startBacklogSampler(options: BacklogSamplerOptions): BacklogSamp
     // The count's snapshot is the older one: a bump after it is seen by the next count.
     const countedFrom = count?.generation === walkGeneration ? from : 0;
     walkGeneration = count?.generation ?? '-1';
-    // Nothing pending: every row up to the sequence read before the walk was sent or not yet committed.
-    walkFrom = oldest ? Number(oldest.id) - 1 : Math.max(countedFrom, Number(seq?.last_id ?? 0));
+    // Nothing pending: every row up to the sequence read before the walk was sent or not
+    // yet committed. Only those at or below the settled id (final before the walk) are
+    // behind us for good: one committed later must be counted by a later walk, also once
+    // the horizon has settled it (the next walk starts at min(walkFrom, settled)).
+    walkFrom = oldest ? Number(oldest.id) - 1 : Math.max(countedFrom, Math.min(Number(seq?.last_id ?? 0), settled));
     const [parked] = await timed<{ parked: number }>(parkedKeyCountSql(quoted));
     const parkedKeys = parked?.parked ?? 0;
     m.parkedKeys.set(parkedKeys);
