@@ -34,14 +34,10 @@ export const CI_FAULT_COMMANDS: readonly FaultCommandPlan[] = [
   { lane: 1, args: ['--profile', 'multi-ci'] },
   { lane: 2, args: ['--profile', 'ci', '--verify-planted'] },
   // tenants-ci (no planted runs: no consumers to plant a bug in; its wrong-tenant check is
-  // shown able to fail by test/unit/faultsChecker.test.ts) is not yet timed in CI. Measured
-  // alone on this 2-core box beside other work: 56 and 60 s a command on 58e99b9 at load 3-8
-  // (runs of 48 and 49 s), 64 and 78 s on earlier trees (a08c1b8, a1b51e2, each with others'
-  // uncommitted src/ edits) at load 7-13 (runs of 49 and 53 s; its own Postgres and Kafka
-  // took 12-22 s to start), against multi-ci's 62 s in 6693bf6's CI run. Lane 2, the
-  // shorter there (293 s against 321, docs/ci-times.md): about 355-370 against 321 with
-  // it, where lane 1 would have been about 380-400 against 293. Before eos-cluster-ci,
-  // which then starts later still after lane 1's cluster-ci has ended.
+  // shown able to fail by test/unit/faultsChecker.test.ts). In lane 2, the shorter before
+  // it: the clean-clone CI run of 9919f9a took 61 s for it (a run of 49 s), the lanes 288
+  // and 302 s, the phase 305 s (docs/ci-times.md). Before eos-cluster-ci, which then starts
+  // after lane 1's cluster-ci has ended.
   { lane: 2, args: ['--profile', 'tenants-ci'] },
   { lane: 2, args: ['--profile', 'eos-cluster-ci', '--verify-planted'] },
 ];
