@@ -21,6 +21,12 @@ export { createTenantRelay, TenantRelay } from './tenants/tenantRelay.js';
 export type { TenantRelayEvents, TenantState, TenantStatus } from './tenants/tenantRelay.js';
 export type { TenantRelayOptions, TenantRule } from './tenants/options.js';
 export type { TenantNaming } from './tenants/naming.js';
+export { runTenantRelay } from './commands/runTenants.js';
+export type { RunTenantRelayOptions } from './commands/runTenants.js';
+export { formatTenantStatuses, tenantStatuses } from './commands/tenantStatus.js';
+export type { TenantOutboxStatus } from './commands/tenantStatus.js';
+export { instrumentTenantRelay, serveTenantRelayMetrics } from './metrics/tenantRelayMetrics.js';
+export type { TenantRelayInstrumentation, TenantRelayMetricsService } from './metrics/tenantRelayMetrics.js';
 
 // Writing events: plain SQL, or this helper inside the application's transaction.
 export { enqueue } from './enqueue.js';

@@ -11,8 +11,7 @@ import { describeError } from '../shared/errors.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { addProcessMetrics } from './processMetrics.js';
 import type { Readiness } from './readiness.js';
-import { parseMetricsAddress } from './options.js';
-import { startMetricsServer, type MetricsServer } from './server.js';
+import { serveOnAddress, type MetricsServer } from './server.js';
 
 export interface TenantRelayMetrics {
   tenants: Gauge<'state'>;
@@ -36,6 +35,7 @@ export const TENANT_RELAY_METRICS: MetricTable<TenantRelayMetrics> = {
 
 const STATES: readonly TenantState[] = ['idle', 'waiting', 'starting', 'serving', 'releasing', 'unavailable'];
 
+/** What {@link instrumentTenantRelay} returns: the registry, readiness, a sample on demand, close. */
 export interface TenantRelayInstrumentation {
   readonly registry: Registry;
   /** Ready when the control connection is open and no tenant is unavailable; the check names them. */
@@ -103,21 +103,20 @@ export function instrumentTenantRelay(
   };
 }
 
-/** /metrics, /healthz and /readyz of a tenant relay on `address` (`host:port`, or `off`). */
+/** What {@link serveTenantRelayMetrics} returns. */
+export interface TenantRelayMetricsService {
+  readonly server: MetricsServer;
+  readonly instrumentation: TenantRelayInstrumentation;
+  close(): Promise<void>;
+}
+
+/** /metrics, /healthz and /readyz of a tenant relay on `address` (`host:port`, or `off`: undefined). */
 export async function serveTenantRelayMetrics(
   relay: TenantRelay,
   options: { address: string; sampleIntervalMs?: number; logger?: Logger },
-): Promise<(TenantRelayInstrumentation & { server: MetricsServer }) | undefined> {
-  const parsed = parseMetricsAddress(options.address);
-  if ('problem' in parsed || parsed.value === 'off') return undefined;
-  const instrumentation = instrumentTenantRelay(relay, { sampleIntervalMs: options.sampleIntervalMs, logger: options.logger });
-  const server = await startMetricsServer({ host: parsed.value.host, port: parsed.value.port, registry: instrumentation.registry, readiness: () => instrumentation.readiness(), logger: options.logger });
-  return {
-    ...instrumentation,
-    server,
-    async close() {
-      await server.close();
-      await instrumentation.close();
-    },
-  };
+): Promise<TenantRelayMetricsService | undefined> {
+  return serveOnAddress(options.address, options.logger, () => {
+    const instrumentation = instrumentTenantRelay(relay, { sampleIntervalMs: options.sampleIntervalMs, logger: options.logger });
+    return { instrumentation, registry: instrumentation.registry, readiness: () => instrumentation.readiness(), close: () => instrumentation.close() };
+  });
 }

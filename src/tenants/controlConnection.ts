@@ -17,8 +17,6 @@ export class ControlConnection {
   private stopping = false;
   private readonly stopped = new WakeUp();
   private loop: Promise<void> | undefined;
-  /** Resolves once the first connection is open (or the first attempt failed). */
-  private firstAttempt!: Promise<void>;
 
   constructor(
     private readonly url: string,
@@ -31,9 +29,9 @@ export class ControlConnection {
   /** Open the connection; resolves when the first attempt ended, rejects with its error. */
   start(): Promise<void> {
     let settle!: (error?: unknown) => void;
-    this.firstAttempt = new Promise<void>((resolve, reject) => (settle = (e) => (e === undefined ? resolve() : reject(e))));
+    const firstAttempt = new Promise<void>((resolve, reject) => (settle = (e) => (e === undefined ? resolve() : reject(e))));
     this.loop = this.keepOpen(settle);
-    return this.firstAttempt;
+    return firstAttempt;
   }
 
   private async keepOpen(settle: (error?: unknown) => void): Promise<void> {

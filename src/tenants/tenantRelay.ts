@@ -5,7 +5,7 @@ import { backoffDelayMs } from '../shared/backoff.js';
 import type { Logger } from '../shared/logger.js';
 import { createRelay, type Relay } from '../relay/relay.js';
 import { createMessageProducer, type MessageProducer } from '../relay/producer.js';
-import { resolveRelayOptions } from '../relay/options.js';
+import { resolveRelayOptions, type ResolvedRelayOptions } from '../relay/options.js';
 import { WakeUp } from '../relay/wakeUp.js';
 import { CONTROL_CONNECTIONS, resolveTenantRelayOptions, type ResolvedTenantRelayOptions, type TenantRelayOptions } from './options.js';
 import { databaseUrlOf, discoverTenants, ruleDatabase, type Tenant } from './discovery.js';
@@ -55,6 +55,8 @@ interface Entry {
   lastActivityMs: number;
   /** Its schema was found migrated by its first relay: later turns start without the check. */
   schemaChecked: boolean;
+  /** Its relay's options, resolved at its first turn and kept for the next ones. */
+  relayOptions: ResolvedRelayOptions | undefined;
   /** Batches published in the current turn: a tenant that has not published yet is not "quiet", only starting. */
   batchesThisTurn: number;
   /** A notification came while the relay was releasing: look again at once. */
@@ -76,7 +78,21 @@ const SERVING_TICK_MS = 100;
  */
 const CONTENDED_IDLE_MS = 200;
 /** The pause before each send of a tenant served past its turn while others have just started (see TenantRelay.pace). */
-const PACE_MS = 25;
+export const PACE_MS = 25;
+
+/**
+ * Whether a send of `tenant` waits PACE_MS: it has been served past its turn while another
+ * tenant is starting, waits for room, or was served less than a turn ago.
+ */
+export function paceWanted(
+  tenant: { state: TenantState; servedSinceMs: number },
+  all: ReadonlyArray<{ state: TenantState; servedSinceMs: number }>,
+  nowMs: number,
+  turnMs: number,
+): boolean {
+  if (nowMs - tenant.servedSinceMs < turnMs) return false;
+  return all.some((o) => o !== tenant && (o.state === 'starting' || o.state === 'waiting' || (o.state === 'serving' && nowMs - o.servedSinceMs < turnMs)));
+}
 
 /**
  * Many tenants' outboxes relayed by one process within one connection budget: tenants
@@ -206,7 +222,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     for (const [name, t] of seen) {
       if (this.entries.has(name)) continue;
       added.push(name);
-      this.entries.set(name, { tenant: t, state: 'idle', relay: undefined, servedSinceMs: 0, lastActivityMs: 0, batchesThisTurn: 0, schemaChecked: false, woken: false, removed: false, failedStarts: 0, retryAtMs: 0, error: undefined, published: 0, turns: 0 });
+      this.entries.set(name, { tenant: t, state: 'idle', relay: undefined, servedSinceMs: 0, lastActivityMs: 0, batchesThisTurn: 0, schemaChecked: false, relayOptions: undefined, woken: false, removed: false, failedStarts: 0, retryAtMs: 0, error: undefined, published: 0, turns: 0 });
       // Rows may be waiting already: a new tenant is looked at once.
       if (this.started && this.producer) this.wake(t);
     }
@@ -311,10 +327,8 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     this.setState(e, 'starting');
     e.woken = false;
     const t = e.tenant;
-    const relay = createRelay(
-      resolveRelayOptions({ ...o.relay, databaseUrl: databaseUrlOf(o.rule.databaseUrl, t.database), schema: t.schema, logger: o.relay.logger.child({ tenant: t.name }) }),
-      { producer: tenantProducer(this.producer!, o.naming, t.name, () => this.pace(e)), schemaChecked: e.schemaChecked },
-    );
+    e.relayOptions ??= resolveRelayOptions({ ...o.relay, databaseUrl: databaseUrlOf(o.rule.databaseUrl, t.database), schema: t.schema, logger: o.relay.logger.child({ tenant: t.name }) });
+    const relay = createRelay(e.relayOptions, { producer: tenantProducer(this.producer!, o.naming, t.name, () => this.pace(e)), schemaChecked: e.schemaChecked });
     relay.on('batch', (b) => {
       e.lastActivityMs = Date.now();
       e.batchesThisTurn++;
@@ -352,12 +366,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
    * meanwhile, about half its pace when draining (a batch takes about 30 ms here).
    */
   private async pace(e: Entry): Promise<void> {
-    if (Date.now() - e.servedSinceMs < this.options.tenantTurnMs) return;
-    const now = Date.now();
-    const othersFresh = [...this.entries.values()].some(
-      (o) => o !== e && (o.state === 'starting' || o.state === 'waiting' || (o.state === 'serving' && now - o.servedSinceMs < this.options.tenantTurnMs)),
-    );
-    if (othersFresh) await this.stopRequested.wait(PACE_MS);
+    if (paceWanted(e, [...this.entries.values()], Date.now(), this.options.tenantTurnMs)) await this.stopRequested.wait(PACE_MS);
   }
 
   /** Stop a tenant's relay (it drains), give its connections back, and decide whether it waits again. */

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { tenantMessage, tenantNameProblem, tenantNamingProblem, tenantProducer, type TenantNaming } from '../../src/tenants/naming.js';
 import type { MessageProducer, SendResult } from '../../src/relay/messageProducer.js';
 import type { RelayMessage } from '../../src/relay/message.js';
+import { paceWanted } from '../../src/tenants/tenantRelay.js';
 
 const perTenant: TenantNaming = { topicTemplate: '{tenant}.{topic}', keyTemplate: '{key}', tenantHeader: 'outbox-tenant' };
 const shared: TenantNaming = { topicTemplate: '{topic}', keyTemplate: '{tenant}:{key}', tenantHeader: 'outbox-tenant' };
@@ -51,4 +52,28 @@ test('the tenant producer names every message it passes on, answers in order, an
   await p.disconnect();
   assert.equal(disconnected, false);
   assert.equal(p.adapter, 'platformatic');
+});
+
+test('the tenant producer awaits beforeSend before it passes a batch on (how the tenant relay paces a backlog)', async () => {
+  const order: string[] = [];
+  const inner: MessageProducer = { adapter: 'kafkajs', send: async (ms) => (order.push('send'), ms.map((): SendResult => ({ acknowledged: true }))), disconnect: async () => undefined };
+  const p = tenantProducer(inner, perTenant, 'acme', async () => {
+    await new Promise((r) => setImmediate(r));
+    order.push('paced');
+  });
+  await p.send([message()]);
+  assert.deepEqual(order, ['paced', 'send']);
+});
+
+test('pacing: a tenant served past its turn waits while another starts, waits for room or began its turn less than a turn ago; else it does not', () => {
+  const turn = 1_000;
+  const now = 10_000;
+  const big = { state: 'serving' as const, servedSinceMs: now - 5_000 };
+  assert.equal(paceWanted(big, [big], now, turn), false, 'alone');
+  assert.equal(paceWanted(big, [big, { state: 'starting', servedSinceMs: 0 }], now, turn), true);
+  assert.equal(paceWanted(big, [big, { state: 'waiting', servedSinceMs: 0 }], now, turn), true);
+  assert.equal(paceWanted(big, [big, { state: 'serving', servedSinceMs: now - 300 }], now, turn), true, 'another one just started serving');
+  assert.equal(paceWanted(big, [big, { state: 'serving', servedSinceMs: now - 3_000 }, { state: 'idle', servedSinceMs: 0 }], now, turn), false, 'the others are past their turn or idle');
+  const fresh = { state: 'serving' as const, servedSinceMs: now - 500 };
+  assert.equal(paceWanted(fresh, [fresh, { state: 'waiting', servedSinceMs: 0 }], now, turn), false, 'within its own turn');
 });
