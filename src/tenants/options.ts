@@ -103,7 +103,16 @@ export function resolveTenantRelayOptions(options: TenantRelayOptions): Resolved
     throw new ConfigError('delivery', 'the tenant relay publishes at least once (exactly-once delivery needs transactional ids per tenant, not built)');
   }
   const { tenants: _r, maxDatabaseConnections: _m, discoveryIntervalMs: _d, sweepIntervalMs: _s, activityIntervalMs: _a, tenantIdleMs: _i, tenantTurnMs: _t, topicTemplate: _tt, keyTemplate: _kt, tenantHeader: _th, ...relayOptions } = options;
-  const relay = resolveRelayOptions({ ...relayOptions, batchesInFlight: relayOptions.batchesInFlight ?? 1, databaseUrl: rule.databaseUrl, delivery: 'at-least-once' });
+  const relay = resolveRelayOptions({
+    ...relayOptions,
+    batchesInFlight: relayOptions.batchesInFlight ?? 1,
+    databaseUrl: rule.databaseUrl,
+    delivery: 'at-least-once',
+    // A relay's partition maintenance runs on a pool of two connections of its own, which a
+    // tenant's share of the budget (2 × batchesInFlight + 3) does not hold: tenants'
+    // partitioned outboxes are maintained by `outbox-relay maintain-partitions` (cron).
+    partitionMaintenanceIntervalMs: 0,
+  });
   const connectionsPerTenant = 2 * relay.batchesInFlight + 3;
   const maxDatabaseConnections = options.maxDatabaseConnections ?? DEFAULT_TENANT_CONNECTIONS;
   if (!Number.isSafeInteger(maxDatabaseConnections) || maxDatabaseConnections < 1 || maxDatabaseConnections > 100_000) {
