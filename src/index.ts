@@ -16,6 +16,9 @@ export type { RelayGroupOptions, RelayGroupEvents, RelayGroupOutbox, OutboxState
 export type { OutboxDefinition } from './shared/outboxList.js';
 export { runRelayGroup } from './commands/run.js';
 export type { RunRelayGroupOptions } from './commands/run.js';
+// Schema-registry encodings: Avro, Protobuf, JSON Schema in Confluent's wire format (docs/encodings.md).
+export { IncompatibleSchemaError, RegistryRequestError, RegistryUnavailableError, RowEncodingError, UnknownSchemaError } from './encodings/index.js';
+export type { EncodingFormat, EncodingOptions, EncodingRule, EncodingSpec, SchemaRegistryOptions, SchemaSource, SubjectStrategy } from './encodings/index.js';
 // Many tenants found by a rule, one connection budget (docs/tenants.md).
 export { createTenantRelay, TenantRelay } from './tenants/tenantRelay.js';
 export type { TenantRelayEvents, TenantState, TenantStatus } from './tenants/tenantRelay.js';

@@ -23,6 +23,7 @@ import { BatchTransactions } from './batchTransaction.js';
 import { KeyClaims } from './keyClaims.js';
 import type { CommittedHook, Failure, TransactOutcome } from './outcome.js';
 import { prepareChunk } from './prepare.js';
+import { SchemaDecoding, unknownSchema } from './schemaDecoding.js';
 import { reportCommitted, type EmitConsumerEvent } from './report.js';
 import { runAfterCommitHooks } from './afterCommitHooks.js';
 import { StopSignal } from './stopSignal.js';
@@ -76,17 +77,10 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   private stopping = false;
   private stopPromise: Promise<{ hard: boolean }> | undefined;
   private readonly counters: ConsumerStats = {
-    processed: 0,
-    duplicates: 0,
-    stale: 0,
-    deadLettered: 0,
-    retries: 0,
-    missingKey: 0,
-    transactions: 0,
-    infrastructureErrors: 0,
-    afterCommitErrors: 0,
-    batchFallbacks: 0,
+    processed: 0, duplicates: 0, stale: 0, deadLettered: 0, retries: 0, missingKey: 0, transactions: 0, infrastructureErrors: 0, afterCommitErrors: 0, batchFallbacks: 0,
   };
+  /** Values in Confluent's wire format decoded by schema id, when `schemaRegistry` is set. */
+  private readonly schemas: SchemaDecoding | undefined;
   /** Per partition: the message being retried and its next attempt number. */
   private readonly attempts = new Map<string, { offset: string; attempt: number }>();
   /** Per partition: consecutive infrastructure failures, for their backoff. */
@@ -100,6 +94,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
   constructor(options: ConsumerOptions<V>) {
     super();
     this.options = resolveConsumerOptions(options);
+    this.schemas = this.options.schemaRegistry ? new SchemaDecoding(this.options.schemaRegistry) : undefined;
     const emit = this.emitEvent;
     const keys = new KeyClaims(this.options.schema, this.options.groupId);
     this.transactions = new TransactionEngine<V>(this.options, this.counters, this.activeClients, emit, keys, this.stopSignal);
@@ -265,6 +260,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
 
   private async closePool(): Promise<void> {
     if (this.ownPool) await this.pool?.end().catch(() => undefined);
+    await this.schemas?.close();
   }
 
   private async eachBatch(payload: EachBatchPayload): Promise<void> {
@@ -292,7 +288,9 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
    */
   private async runChunk(topic: string, partition: number, chunk: KafkaMessage[], payload: EachBatchPayload): Promise<number | 'paused'> {
     const tp = partitionKey(topic, partition);
-    const { prepared, failure: prepareFailure } = prepareChunk(this.options, topic, partition, chunk, (offset) => this.attemptOf(tp, offset));
+    const registryDown = await this.schemas?.prefetch(chunk);
+    if (registryDown) return this.backOffInfrastructure(tp, topic, partition, 'schema registry', registryDown, payload);
+    const { prepared, failure: prepareFailure } = prepareChunk(this.options, topic, partition, chunk, (offset) => this.attemptOf(tp, offset), this.schemas);
     let failure: Failure | undefined = prepareFailure;
 
     let committed = 0;
@@ -323,7 +321,8 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
     let reason = failure.reason;
     if (!reason) {
       const message = prepared[failure.index]?.message;
-      const kind = message ? this.classify(failure.error, message) : 'permanent';
+      // Not prepared: a schema id the registry does not know (yet), the one such failure retried.
+      const kind = message ? this.classify(failure.error, message) : unknownSchema(failure.error) ? 'transient' : 'permanent';
       if (kind === 'transient' && failure.attempt < this.options.maxAttempts) {
         const delayMs = backoffDelayMs(failure.attempt - 1, this.options.retryBaseDelayMs, this.options.retryMaxDelayMs);
         this.attempts.set(tp, { offset: raw.offset, attempt: failure.attempt + 1 });
@@ -333,7 +332,7 @@ export class Consumer<V = unknown> extends TypedEmitter<ConsumerEvents> {
         this.pauseFor(payload, delayMs);
         return 'paused';
       }
-      reason = kind === 'transient' ? 'retries-exhausted' : 'permanent-error';
+      reason = !message ? 'undecodable' : kind === 'transient' ? 'retries-exhausted' : 'permanent-error';
     }
     let deadLetterTopic: string;
     try {

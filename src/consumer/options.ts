@@ -11,6 +11,7 @@ import { ConfigError } from '../shared/errors.js';
 import { isTopicName, topicNameProblem } from '../shared/kafkaNames.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import type { ValueDecoder } from './decode.js';
+import { resolveSchemaRegistryOptions, type SchemaRegistryOptions } from '../encodings/index.js';
 import { classifyError, type ErrorClass } from './classifyError.js';
 import type { BatchHandler, ConsumedMessage, MessageHandler } from './types.js';
 import { checkOptionNames } from './optionNames.js';
@@ -61,6 +62,13 @@ export interface ConsumerOptions<V = unknown> {
   handleBatch?: BatchHandler<V>;
   /** How values are decoded (default `'auto'`: JSON when content-type says so). */
   decode?: ValueDecoder;
+  /**
+   * A Confluent-compatible schema registry (docs/encodings.md): with `decode` `'auto'` or
+   * `'json'`, a value in Confluent's wire format (Avro, Protobuf, JSON Schema) is decoded
+   * by its schema id and the handler gets the value and `schemaId`. An id the registry does
+   * not know is retried like a transient error, then dead-lettered as undecodable.
+   */
+  schemaRegistry?: SchemaRegistryOptions;
   /**
    * Derive the idempotency key from the message, e.g. event type + entity id + version.
    * Default: the relay's `message-id` header. Return undefined (or throw) when there is
@@ -167,9 +175,10 @@ export interface ConsumerOptions<V = unknown> {
 export type ResolvedConsumerOptions<V> = Required<
   Omit<
     ConsumerOptions<V>,
-    'kafka' | 'kafkaBrokers' | 'pool' | 'databaseUrl' | 'idempotencyKey' | 'logger' | 'topics' | 'deadLetterTopic' | 'partitionsConcurrency' | 'stopTimeoutMs' | 'handler' | 'handleBatch'
+    'kafka' | 'kafkaBrokers' | 'pool' | 'databaseUrl' | 'idempotencyKey' | 'logger' | 'topics' | 'deadLetterTopic' | 'partitionsConcurrency' | 'stopTimeoutMs' | 'handler' | 'handleBatch' | 'schemaRegistry'
   >
 > & {
+  schemaRegistry: SchemaRegistryOptions | undefined;
   /** Exactly one of handler and handleBatch is set. */
   handler: MessageHandler<V> | undefined;
   handleBatch: BatchHandler<V> | undefined;
@@ -185,7 +194,7 @@ export type ResolvedConsumerOptions<V> = Required<
 
 // Every option createConsumer knows (checkOptionNames refuses any other key).
 const KNOWN_OPTIONS = new Set<string>([
-  'kafka', 'kafkaBrokers', 'clientId', 'groupId', 'topics', 'pool', 'databaseUrl', 'schema', 'handler', 'handleBatch', 'decode',
+  'kafka', 'kafkaBrokers', 'clientId', 'groupId', 'topics', 'pool', 'databaseUrl', 'schema', 'handler', 'handleBatch', 'decode', 'schemaRegistry',
   'idempotencyKey', 'onMissingKey', 'classifyError', 'deadLetterTopic', 'maxAttempts', 'retryBaseDelayMs', 'retryMaxDelayMs',
   'batchesInFlight', 'partitionsConcurrency', 'messagesPerTransaction', 'savepoints', 'shutdownTimeoutMs', 'stopTimeoutMs',
   'afterCommitTimeoutMs', 'handlerTimeoutMs', 'missingTopicTimeoutMs', 'sessionTimeoutMs', 'heartbeatIntervalMs', 'rebalanceTimeoutMs', 'maxWaitTimeMs',
@@ -276,6 +285,7 @@ export function resolveConsumerOptions<V>(options: ConsumerOptions<V>): Resolved
     handler: options.handler,
     handleBatch: options.handleBatch,
     decode,
+    schemaRegistry: options.schemaRegistry === undefined ? undefined : resolveSchemaRegistryOptions(options.schemaRegistry, 'schemaRegistry'),
     idempotencyKey: options.idempotencyKey,
     onMissingKey: missingKey,
     classifyError: options.classifyError ?? ((error: unknown) => classifyError(error)),

@@ -7,6 +7,7 @@ import type { DeadLetterReason } from './deadLetterTopic.js';
 import type { Failure } from './outcome.js';
 import type { ResolvedConsumerOptions } from './options.js';
 import type { ConsumedMessage } from './types.js';
+import { unknownSchema, type SchemaDecoding } from './schemaDecoding.js';
 
 // Before any transaction: each message of a chunk decoded and given its idempotency key.
 // A message that cannot be (undecodable, no usable key) fails for good, here.
@@ -34,12 +35,15 @@ export function prepareChunk<V>(
   partition: number,
   chunk: KafkaMessage[],
   attemptOf: (offset: string) => number,
+  schemas?: SchemaDecoding,
 ): { prepared: Prepared<V>[]; failure: Failure | undefined } {
   const prepared: Prepared<V>[] = [];
   for (const [index, raw] of chunk.entries()) {
     const attempt = attemptOf(raw.offset);
-    const result = prepare(options, topic, partition, raw, attempt);
+    const result = prepare(options, topic, partition, raw, attempt, schemas);
     if ('error' in result) {
+      // An unknown schema id may be registered in a moment: retried like a transient error (consumer.ts), no reason yet.
+      if (result.reason === undefined) return { prepared, failure: { index, error: result.error, attempt } };
       void traceSkipped({ topic, partition, offset: raw.offset, key: raw.key?.toString('utf8') ?? null, headers: decodeHeaders(raw.headers) }, options.groupId, attempt, 'dead_letter', { 'outbox.dead_letter.reason': result.reason });
       return { prepared, failure: { index, error: result.error, reason: result.reason, attempt } };
     }
@@ -49,13 +53,25 @@ export function prepareChunk<V>(
 }
 
 /** Decode a message and find its idempotency key; a failure here is permanent. */
-function prepare<V>(options: ResolvedConsumerOptions<V>, topic: string, partition: number, raw: KafkaMessage, attempt: number): Prepared<V> | { error: unknown; reason: DeadLetterReason } {
+function prepare<V>(
+  options: ResolvedConsumerOptions<V>,
+  topic: string,
+  partition: number,
+  raw: KafkaMessage,
+  attempt: number,
+  schemas: SchemaDecoding | undefined,
+): Prepared<V> | { error: unknown; reason: DeadLetterReason | undefined } {
   const headers = decodeHeaders(raw.headers);
   let value: V;
+  let schemaId: number | undefined;
   try {
-    value = decodeValue(raw.value, headers, options.decode) as V;
+    // A custom decoder or 'raw' gets the bytes as they are, framed or not.
+    const framed = schemas && raw.value !== null && (options.decode === 'auto' || options.decode === 'json') ? schemas.decode(raw.value) : undefined;
+    if (framed) ({ value, schemaId } = framed as { value: V; schemaId: number });
+    else value = decodeValue(raw.value, headers, options.decode) as V;
   } catch (error) {
-    return { error, reason: 'undecodable' };
+    const wrapped = error instanceof DecodeError ? error : new DecodeError(`undecodable value: ${describeError(error)}`, { offset: raw.offset }, error);
+    return { error: wrapped, reason: unknownSchema(error) ? undefined : 'undecodable' };
   }
   const message: ConsumedMessage<V> = {
     topic,
@@ -68,6 +84,7 @@ function prepare<V>(options: ResolvedConsumerOptions<V>, topic: string, partitio
     messageId: headers[HEADERS.messageId],
     idempotencyKey: undefined,
     timestamp: new Date(Number(raw.timestamp)),
+    ...(schemaId !== undefined && { schemaId }),
   };
   let key: string | undefined | null;
   let keyError: unknown;

@@ -20,6 +20,8 @@ export interface ConsumedMessage<V = unknown> {
   value: V;
   /** The value's bytes as they came from Kafka. */
   rawValue: Buffer | null;
+  /** The registry's id of the value's schema, when the value came in Confluent's wire format and `schemaRegistry` decoded it. */
+  schemaId?: number;
   /** Headers, first value of each, as UTF-8 text. */
   headers: Readonly<Record<string, string>>;
   /** The relay's `message-id` header, if present. */

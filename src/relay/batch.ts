@@ -3,6 +3,7 @@ import { OutboxError, describeError } from '../shared/errors.js';
 import { batchMarker, beginClaimInlineSql, beginClaimSql, prepareClaimSql, type ClaimArguments, type ClaimedRow } from './sql/claim.js';
 import { leaseLostCounts, markAndCommitInlineSql, markAndCommitSql, prepareMarkSql } from './sql/markSent.js';
 import { deadLetterSql, recordAttemptSql } from './sql/deadLetter.js';
+import type { EncodingStep } from './encodingStep.js';
 import { publishBatch, PublishError, TopicWaitError, type DeadLetterPlan } from './publishBatch.js';
 import type { RelayMessage } from './message.js';
 import type { SendResult } from './producer.js';
@@ -108,6 +109,8 @@ export interface BatchContext {
   options: Pick<ResolvedRelayOptions, 'batchSize' | 'maxMessageBytes' | 'missingTopicTimeoutMs' | 'deadLetterPolicy' | 'deadLetterPolicyByTopic' | 'onPublish'>;
   /** Publish messages; one result per message, in order (the producer port, ./producer.ts). */
   send(messages: RelayMessage[]): Promise<SendResult[]>;
+  /** Encodings configured: encode a message in place before it is sent (./encodingStep.ts). */
+  encode?: EncodingStep['encode'];
   /** Called before a batch's first send (exactly-once mode: its transaction starts empty). */
   beginPublish?(): void;
   /** Called after a batch's sends, before anything is marked (exactly-once mode: Kafka's commit). */
@@ -259,6 +262,7 @@ export async function finishBatch(ctx: BatchContext, open: OpenBatch): Promise<B
           missingTopicTimeoutMs: ctx.options.missingTopicTimeoutMs,
           policyOf: (topic) => ctx.options.deadLetterPolicyByTopic[topic] ?? ctx.options.deadLetterPolicy,
           send: (messages) => ctx.send(messages),
+          ...(ctx.encode && { encode: ctx.encode }),
         });
       };
       outcome = await publishClaims(client, open.inline, ctx.instanceId, rows, startedAtMs, publish, ctx.claimsWithin);

@@ -12,6 +12,11 @@ export interface RelayMessage {
   topic: string;
   /** The entity key; it decides the partition (./partitioner.ts). */
   key: string;
+  /**
+   * The key's bytes on the wire when a key encoding made them (./encodingStep.ts); the
+   * partition is still the entity key's, so a key schema's new version moves no entity.
+   */
+  keyBytes?: Buffer;
   /** JSON text, bytes, or null for a tombstone. */
   value: Buffer | string | null;
   headers: Record<string, string>;

@@ -6,6 +6,8 @@ import { silentLogger, type Logger } from '../shared/logger.js';
 import { kafkaSecurityConfig, type KafkaSecurityOptions } from '../shared/kafkaSecurity.js';
 import { topicNameProblem } from '../shared/kafkaNames.js';
 import { assertPlatformaticInstalled } from './platformaticPackage.js';
+import type { EncodingOptions, ResolvedEncodingOptions } from '../encodings/index.js';
+import { encodingsFile, relayEncodings } from './encodingSettings.js';
 import { checkExactlyOnce, delivery, exactlyOnceUnits, producer, transactionalIdPrefix, transactionIntervalMs, transactionTimeoutMs } from './deliverySettings.js';
 
 export { delivery, exactlyOnceUnits, producer, transactionalIdPrefix, transactionIntervalMs, transactionTimeoutMs } from './deliverySettings.js';
@@ -130,13 +132,21 @@ export interface RelayOptions extends KafkaSecurityOptions {
    * from the progress topic's partitions is refused at start (docs/exactly-once.md#units).
    */
   exactlyOnceUnits?: number;
+  /**
+   * Value and key encodings by topic rule, through a schema registry (docs/encodings.md):
+   * Avro, Protobuf or JSON Schema in Confluent's wire format; JSON (as today) where no rule matches.
+   */
+  encodings?: EncodingOptions | ResolvedEncodingOptions;
+  /** A JSON file of {@link RelayOptions.encodings} (the CLI's `--encodings-file`); relative schema files are read from its folder. */
+  encodingsFile?: string;
   logger?: Logger;
   /** Use this kafkajs client instead of building one from kafkaBrokers. */
   kafka?: Kafka;
 }
 
 /** Options after validation and defaults: what the relay's modules read. */
-export type ResolvedRelayOptions = Required<Omit<RelayOptions, 'logger' | 'kafka' | keyof KafkaSecurityOptions>> & {
+export type ResolvedRelayOptions = Required<Omit<RelayOptions, 'logger' | 'kafka' | 'encodings' | 'encodingsFile' | keyof KafkaSecurityOptions>> & {
+  encodings: ResolvedEncodingOptions | undefined;
   logger: Logger;
   kafka: Kafka | undefined;
   /** TLS and SASL, resolved (files read, combinations checked) once, here. */
@@ -349,6 +359,7 @@ export const RELAY_SETTINGS = [
   partitionMaintenanceIntervalMs,
   partitionsAhead,
   relayPartitionRetention,
+  encodingsFile,
 ] as const;
 
 /** Marks an object {@link resolveRelayOptions} made; not enumerable, so a copy of it is not one. */
@@ -412,6 +423,7 @@ export function resolveRelayOptions(options: RelayOptions | ResolvedRelayOptions
     partitionMaintenanceIntervalMs: settings.optionValue(partitionMaintenanceIntervalMs, options.partitionMaintenanceIntervalMs),
     partitionsAhead: settings.optionValue(partitionsAhead, options.partitionsAhead),
     partitionRetention: settings.optionValue(relayPartitionRetention, options.partitionRetention),
+    encodings: relayEncodings(options),
     logger: options.logger ?? silentLogger(),
     kafka: options.kafka,
     // A copy of resolved options (spread, so unbranded) carries its TLS and SASL resolved

@@ -99,7 +99,7 @@ export function toPlatformatic(m: RelayMessage, partition: number): Buffers {
   return {
     topic: m.topic,
     partition,
-    key: Buffer.from(m.key, 'utf8'),
+    key: m.keyBytes ?? Buffer.from(m.key, 'utf8'),
     // null stays null: a tombstone. (The client would take a string's length in
     // characters, not bytes, so strings are encoded here.)
     value: (m.value === null ? null : typeof m.value === 'string' ? Buffer.from(m.value, 'utf8') : m.value) as Buffer,

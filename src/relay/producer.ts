@@ -163,7 +163,7 @@ export function unanswered(topic: string, partition: number): OutboxError {
 /** A relay message as kafkajs sends it, to `partition`. */
 export function toKafkajs(m: RelayMessage, partition: number): Message {
   // No timestamp: kafkajs stamps the message with the time it sends it.
-  return { key: m.key, value: m.value, headers: m.headers, partition, ...(m.timestampMs !== undefined ? { timestamp: String(m.timestampMs) } : {}) };
+  return { key: m.keyBytes ?? m.key, value: m.value, headers: m.headers, partition, ...(m.timestampMs !== undefined ? { timestamp: String(m.timestampMs) } : {}) };
 }
 
 /**

@@ -7,6 +7,7 @@ import type { DeadLetterPolicy } from './options.js';
 import { TopicMissingError } from './topicMetadata.js';
 import { startPublishSpans, traceRejectedRow, type PublishSpans } from '../shared/tracing.js';
 import type { ClaimedRow } from './sql/claim.js';
+import { RegistryWaitError, type EncodeResult } from './encodingStep.js';
 
 export type { DeadLetterPolicy } from './options.js';
 
@@ -32,7 +33,7 @@ export interface BatchOutcome {
    */
   unsent: ClaimedRow[];
   /** Why the first of `unsent` was not sent. */
-  unsentError: PublishError | TopicWaitError | undefined;
+  unsentError: PublishError | TopicWaitError | RegistryWaitError | undefined;
 }
 
 /** Kafka refused a batch for a reason that may pass (broker down, leader change, timeout). */
@@ -70,6 +71,8 @@ export interface PublishBatchOptions {
   policyOf(topic: string): DeadLetterPolicy;
   /** Send messages; one result per message, in order (./producer.ts). */
   send(messages: RelayMessage[]): Promise<SendResult[]>;
+  /** Encodings configured (./encodingStep.ts): encode a message in place before it is sent. */
+  encode?(message: RelayMessage): Promise<EncodeResult>;
   now?: () => number;
 }
 
@@ -108,15 +111,22 @@ export async function publishBatch(rows: ClaimedRow[], o: PublishBatchOptions): 
     outcome.deadLetters.push({ row, errorName, reason, policy });
     if (policy === 'park') parked.add(keyOf(row));
   };
-  const leaveUnsent = (row: ClaimedRow, error: PublishError | TopicWaitError): void => {
+  const leaveUnsent = (row: ClaimedRow, error: PublishError | TopicWaitError | RegistryWaitError): void => {
     outcome.unsent.push(row);
     outcome.unsentError ??= error;
   };
 
+  // Keys with a row waiting for the schema registry: their later rows wait behind it.
+  const waiting = new Map<string, RegistryWaitError>();
   const candidates: Array<{ row: ClaimedRow; message: RelayMessage; index: number }> = [];
   for (const row of rows) {
     if (parked.has(keyOf(row))) {
       outcome.held.push(row);
+      continue;
+    }
+    const waitingFor = waiting.get(keyOf(row));
+    if (waitingFor) {
+      leaveUnsent(row, waitingFor);
       continue;
     }
     // The safety net: whatever keeps this row from being a message, named by the
@@ -135,6 +145,22 @@ export async function publishBatch(rows: ClaimedRow[], o: PublishBatchOptions): 
       deadLetter(row, 'validation:unencodable', reason);
       await traceRejectedRow(row, 'validation:unencodable', reason);
       continue;
+    }
+    if (o.encode) {
+      let encoded: EncodeResult;
+      try {
+        encoded = await o.encode(message);
+      } catch (error) {
+        const wait = error instanceof RegistryWaitError ? error : new RegistryWaitError(error, 1);
+        waiting.set(keyOf(row), wait);
+        leaveUnsent(row, wait);
+        continue;
+      }
+      if (!encoded.ok) {
+        deadLetter(row, encoded.errorName, encoded.reason);
+        await traceRejectedRow(row, encoded.errorName, encoded.reason);
+        continue;
+      }
     }
     candidates.push({ row, message, index: candidates.length });
   }

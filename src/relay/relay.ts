@@ -36,7 +36,7 @@ import { wantedShards } from './shards.js';
 import { installLibraryGuard, runAsLibraryGuardOwner } from '../shared/libraryGuard.js';
 import { guardPoolCalls } from '../shared/guardedPool.js';
 import { relayLibraryGuardOwner } from './libraryErrors.js';
-
+import { encodingStep, type EncodingStep } from './encodingStep.js';
 import type { RelayResources } from './relayResources.js';
 
 export type { RelayEvents } from './relayEvents.js';
@@ -78,6 +78,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
   private producer: MessageProducer | undefined;
   /** Exactly-once mode's units and what they share, once started. */
   private exactlyOnce: ExactlyOnce | undefined;
+  /** Schema-registry encodings of the rows' values and keys, when configured (docs/encodings.md). */
+  private readonly encoding: EncodingStep | undefined;
   private workers: Worker[] = [];
   /** Where each worker's next claim starts (floor.ts). */
   private readonly floors = new Map<Worker, ClaimFloor>();
@@ -108,6 +110,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     if (resources.producer && this.exactlyOnceMode) throw new OutboxError('a relay given a producer publishes at least once only', { retriable: false });
     this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
     this.inlineStatements = this.options.pooler === 'transaction';
+    this.encoding = encodingStep(this.options.encodings, this.options.schema);
     this.logger = this.options.logger.child({ component: 'relay', relay: this.instanceId });
     this.horizon = new Horizon(this.quotedSchema, this.options.horizonMaxWaitMs);
     this.idAudit = new IdAudit(this.quotedSchema);
@@ -200,6 +203,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
           );
         }
       }
+      if (this.encoding) await this.unlessStopped(this.encoding.start(this.logger));
     } catch (error) {
       this.pool = undefined;
       if (this.stopping) {
@@ -315,7 +319,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     if (hard) await settlesWithin(Promise.all(this.loops), budgetMs());
     const closeMs = budgetMs();
     const [producerClosed, poolClosed] = await Promise.all([
-      settlesWithin(Promise.all([this.resources.producer ? undefined : this.producer?.disconnect(), this.exactlyOnce?.close()]), closeMs),
+      settlesWithin(Promise.all([this.resources.producer ? undefined : this.producer?.disconnect(), this.exactlyOnce?.close(), this.encoding?.close()]), closeMs),
       settlesWithin(this.pool ? endPool(this.pool) : Promise.resolve(), closeMs),
     ]);
     if (!producerClosed) this.logger.warn({ waitedMs: closeMs }, 'the Kafka producer did not disconnect in time (broker not answering); left behind');
@@ -358,6 +362,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       pool: this.pool as pg.Pool,
       kafka: this.kafkaClient as Kafka,
       producer: this.producer as MessageProducer,
+      encoding: this.encoding,
       units: this.exactlyOnce?.units,
       workers: this.workers,
       floors: this.floors,
@@ -365,15 +370,9 @@ export class Relay extends TypedEmitter<RelayEvents> {
       workAvailable: this.workAvailable,
       databaseBack: this.databaseBack,
       breakerOpened: this.breakerOpened,
-      get stopping() {
-        return relay.stopping;
-      },
-      get aborted() {
-        return relay.aborted;
-      },
-      get inlineStatements() {
-        return relay.inlineStatements;
-      },
+      get stopping() { return relay.stopping; },
+      get aborted() { return relay.aborted; },
+      get inlineStatements() { return relay.inlineStatements; },
       preparedStatementsLost: (error) => this.preparedStatementsLost(error),
       emit: (event, payload) => this.emit(event, payload),
       sleep: (ms) => this.sleep(ms),

@@ -6,6 +6,7 @@ import type { LowWaterMark } from './lowWater.js';
 import type { IdAudit } from './idAudit.js';
 import type { Membership } from './membership.js';
 import type { CircuitBreaker } from './breaker.js';
+import type { EncodingStep } from './encodingStep.js';
 import type { FlowRecorder } from './flowRecorder.js';
 import type { MessageProducer } from './messageProducer.js';
 import type { ResolvedRelayOptions } from './options.js';
@@ -39,6 +40,8 @@ export interface RelayRuntime {
   readonly pool: pg.Pool;
   readonly kafka: Kafka;
   readonly producer: MessageProducer;
+  /** Schema-registry encodings, when configured (./encodingStep.ts). */
+  readonly encoding: EncodingStep | undefined;
   /** Exactly-once mode: one transactional producer per unit, worker i publishing unit i's (./units.ts); else undefined. */
   readonly units: readonly ExactlyOnceUnit[] | undefined;
   readonly workers: readonly Worker[];

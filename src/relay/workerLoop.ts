@@ -280,6 +280,7 @@ function batchContext(rt: RelayRuntime, worker: Worker, unit: ExactlyOnceUnit | 
     instanceId: rt.instanceId,
     options: rt.options,
     send: unit ? (rows) => unit.send(rows) : (rows) => rt.producer.send(rows),
+    ...(rt.encoding && { encode: rt.encoding.encode }),
     ...(unit ? { beginPublish: () => unit.beginBatch(), commitPublish: () => unit.commit() } : {}),
     ...(unit && transactionIntervalMs > 0 ? { claimsWithin } : {}),
     aborted: () => rt.aborted,

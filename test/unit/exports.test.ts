@@ -19,6 +19,7 @@ const VALUES = [
   'DeadLetterPermissionError', 'KeyNotParkedError', 'unparkKey',
   'waitForReplayed',
   'startConsole',
+  'IncompatibleSchemaError', 'RegistryRequestError', 'RegistryUnavailableError', 'RowEncodingError', 'UnknownSchemaError',
 ];
 
 const TYPES = [
@@ -39,6 +40,7 @@ const TYPES = [
   'UnparkKeyOptions', 'UnparkResult',
   'ReplayOutcome', 'WaitForReplayedOptions',
   'ConsoleOptions', 'ConsoleRole', 'ConsoleUserOption', 'OperatorConsole',
+  'EncodingFormat', 'EncodingOptions', 'EncodingRule', 'EncodingSpec', 'SchemaRegistryOptions', 'SchemaSource', 'SubjectStrategy',
 ];
 
 const CACHE_VALUES = ['CacheError', 'CacheLoadTimeoutError', 'CacheRedisError', 'CacheWaitTimeoutError', 'cacheMetricNames', 'createCache', 'createPrewarmer'];

@@ -1,5 +1,5 @@
 // Lower layers never import upper ones, so each folder can be read on its own:
-//   shared  <  relay, consumer  <  tenants  <  metrics  <  commands  <  console  <  cli (cli.ts and src/cli/), index.ts
+//   shared  <  encodings  <  relay, consumer  <  tenants  <  metrics  <  commands  <  console  <  cli (cli.ts and src/cli/), index.ts
 // The relay and the consumer do not know each other (nor the cache helper, src/cache/,
 // nor the effect guard, src/effects/, which need only shared); the metrics observe them from the
 // outside; the operator commands may use all of them.
@@ -14,15 +14,16 @@ const SRC = resolve(fileURLToPath(new URL('../../src', import.meta.url)));
 /** For each folder, the folders its modules may import (besides their own). */
 const MAY_IMPORT: Record<string, string[]> = {
   shared: [],
-  relay: ['shared'],
-  consumer: ['shared'],
+  encodings: ['shared'],
+  relay: ['shared', 'encodings'],
+  consumer: ['shared', 'encodings'],
   cache: ['shared'],
   effects: ['shared'],
-  tenants: ['shared', 'relay'],
-  metrics: ['shared', 'relay', 'consumer', 'tenants'],
-  commands: ['shared', 'relay', 'consumer', 'metrics', 'tenants'],
-  console: ['shared', 'relay', 'consumer', 'metrics', 'commands', 'tenants'],
-  cli: ['shared', 'relay', 'consumer', 'metrics', 'commands', 'console', 'tenants'],
+  tenants: ['shared', 'relay', 'encodings'],
+  metrics: ['shared', 'relay', 'consumer', 'tenants', 'encodings'],
+  commands: ['shared', 'relay', 'consumer', 'metrics', 'tenants', 'encodings'],
+  console: ['shared', 'relay', 'consumer', 'metrics', 'commands', 'tenants', 'encodings'],
+  cli: ['shared', 'relay', 'consumer', 'metrics', 'commands', 'console', 'tenants', 'encodings'],
 };
 
 function sources(dir: string): string[] {

@@ -1,0 +1,47 @@
+import { createRequire } from 'node:module';
+import type avroModule from 'avsc';
+import type protobufModule from 'protobufjs';
+import type * as ajvModule from 'ajv';
+import type * as ajv2019Module from 'ajv/dist/2019.js';
+import type * as ajv2020Module from 'ajv/dist/2020.js';
+import type { SchemaRegistryAPIClient, SchemaRegistryAPIClientArgs } from '@kafkajs/confluent-schema-registry/dist/api/index.js';
+
+// The format and registry libraries, loaded at their first use. Loading them takes about
+// 0.2 CPU-seconds, which every CLI command and every import of the package would pay,
+// while only a relay or consumer with encodings uses them. All four are CommonJS, so a
+// synchronous require serves the synchronous option checks too.
+const require = createRequire(import.meta.url);
+
+let avro: typeof avroModule | undefined;
+let protobuf: typeof protobufModule | undefined;
+let ajv: { Ajv: typeof ajvModule.Ajv; Ajv2019: typeof ajv2019Module.Ajv2019; Ajv2020: typeof ajv2020Module.Ajv2020 } | undefined;
+let registryApi: ((args: SchemaRegistryAPIClientArgs) => SchemaRegistryAPIClient) | undefined;
+
+/** avsc. */
+export function avsc(): typeof avroModule {
+  return (avro ??= require('avsc') as typeof avroModule);
+}
+
+/** protobufjs. */
+export function protobufjs(): typeof protobufModule {
+  return (protobuf ??= require('protobufjs') as typeof protobufModule);
+}
+
+/** ajv's classes for draft-07 (and -06), 2019-09 and 2020-12. */
+export function ajvClasses(): NonNullable<typeof ajv> {
+  return (ajv ??= {
+    Ajv: (require('ajv') as typeof ajvModule).Ajv,
+    Ajv2019: (require('ajv/dist/2019.js') as typeof ajv2019Module).Ajv2019,
+    Ajv2020: (require('ajv/dist/2020.js') as typeof ajv2020Module).Ajv2020,
+  });
+}
+
+/** The REST client factory of @kafkajs/confluent-schema-registry. */
+export function schemaRegistryApi(): (args: SchemaRegistryAPIClientArgs) => SchemaRegistryAPIClient {
+  return (registryApi ??= (require('@kafkajs/confluent-schema-registry/dist/api/index.js') as { default: (args: SchemaRegistryAPIClientArgs) => SchemaRegistryAPIClient }).default);
+}
+
+/** A JSON file of a package (ajv's meta-schemas). */
+export function packageJson(path: string): unknown {
+  return require(path) as unknown;
+}
