@@ -51,6 +51,8 @@ const timing = {
   batchMs: 0,
   batches: 0,
   ackedVia: { kafkajs: 0, 'kafkajs transaction': 0, platformatic: 0, 'platformatic transaction': 0 },
+  /** Of the rows acknowledged outside transactions, those whose value was in Confluent's wire format (byte 0 then a schema id): encodings at work (section 20). */
+  ackedFramed: 0,
   /** Exactly-once: rows a restarted unit marked sent from its progress (their commit's answer was lost to an error), and failed batches. */
   markedFromProgress: 0,
   batchErrors: 0,
@@ -76,6 +78,11 @@ function ack(id: number, t: number): void {
   flushTimer ??= setTimeout(report, 200);
 }
 
+/** Whether a sent value is in Confluent's wire format: the magic byte 0, then a 4-byte schema id (JSON text never starts with byte 0). */
+function framed(value: unknown): boolean {
+  return Buffer.isBuffer(value) && value.length >= 5 && value[0] === 0;
+}
+
 /** A kafkajs client whose producers record when each message's batch was acknowledged. */
 function recordingKafka(): Kafka {
   const kafka = createKafka({ brokers, clientId: 'bench-relay', logger: silentLogger() });
@@ -89,7 +96,10 @@ function recordingKafka(): Kafka {
       timing.sends++;
       for (const tm of batch.topicMessages ?? []) {
         timing.ackedVia.kafkajs += tm.messages.length;
-        for (const m of tm.messages) ack(Number(m.headers?.[HEADERS.outboxId]?.toString()), t);
+        for (const m of tm.messages) {
+          ack(Number(m.headers?.[HEADERS.outboxId]?.toString()), t);
+          if (framed(m.value)) timing.ackedFramed++;
+        }
       }
       return result;
     };
@@ -144,7 +154,10 @@ async function recordPlatformaticSends(): Promise<void> {
       const t = now();
       timing.sends++;
       timing.ackedVia.platformatic += options.messages.length;
-      for (const m of options.messages) ack(idOf(m), t);
+      for (const m of options.messages) {
+        ack(idOf(m), t);
+        if (framed((m as { value?: unknown }).value)) timing.ackedFramed++;
+      }
       return result;
     });
   };

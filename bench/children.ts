@@ -47,7 +47,7 @@ export interface Child {
   warnings: Array<[number, string, number | undefined]>;
   peakRss: number;
   /** Relay: milliseconds in Kafka sends and in whole batches, summed, and rows acknowledged per client and mode (from its last line). */
-  timing?: { sendMs: number; sends: number; batchMs: number; batches: number; ackedVia: Record<string, number>; markedFromProgress: number; batchErrors: number };
+  timing?: { sendMs: number; sends: number; batchMs: number; batches: number; ackedVia: Record<string, number>; ackedFramed?: number; markedFromProgress: number; batchErrors: number };
   /** What the relay or consumer in it announced when it started (set when `ready` resolves). */
   ran?: ArmFacts;
   ready: Promise<void>;

@@ -34,6 +34,8 @@ export interface Drain {
   distinctAcked: number;
   /** Rows acknowledged per client and mode, as the relay child recorded them (bench/child.ts). */
   ackedVia: Record<string, number>;
+  /** Of those, rows whose value went out in Confluent's wire format (encodings: bench/child.ts). */
+  ackedFramed: number;
   /** Exactly-once: batches that failed, and rows a restarted unit marked sent from its progress (bench/child.ts). */
   batchErrors: number;
   markedFromProgress: number;
@@ -90,7 +92,7 @@ export async function relayDrain(pool: pg.Pool, backlog: number, label: string, 
     if (!Number.isFinite(processCpu)) throw new Error(`${label}: no CPU reading of the relay process in /proc`);
     const rate = drainRate(relay.acks, backlog);
     const t0 = relay.acks.reduce((m, a) => Math.min(m, a[1]), Infinity);
-    const timing = relay.timing ?? { sendMs: NaN, sends: 0, batchMs: NaN, batches: 0, ackedVia: {}, markedFromProgress: 0, batchErrors: 0 };
+    const timing = relay.timing ?? { sendMs: NaN, sends: 0, batchMs: NaN, batches: 0, ackedVia: {}, ackedFramed: 0, markedFromProgress: 0, batchErrors: 0 };
     return {
       rowsPerSecond: rate.rowsPerSecond,
       peakRss: relay.peakRss,
@@ -102,6 +104,7 @@ export async function relayDrain(pool: pg.Pool, backlog: number, label: string, 
       postgresCpuPer100k: (postgresCpu / backlog) * 100_000,
       distinctAcked: new Set(relay.acks.map((a) => a[0])).size,
       ackedVia: timing.ackedVia,
+      ackedFramed: timing.ackedFramed ?? 0,
       batchErrors: timing.batchErrors,
       markedFromProgress: timing.markedFromProgress,
       ran: relay.ran!,

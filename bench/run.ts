@@ -41,8 +41,9 @@ import { exactlyOnce } from './sections/exactlyOnce.js';
 import { HELD_SYSTEM_KEYS, heldHorizon, type HeldSystemKey } from './sections/heldHorizon.js';
 import { idle } from './sections/idle.js';
 import { tenants } from './sections/tenants.js';
+import { encodings } from './sections/encodings.js';
 
-const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler', 'effects', 'console', 'exactlyonce', 'idle', 'heldhorizon', 'tenants'] as const;
+const SECTIONS = ['ceilings', 'drain', 'latency', 'consumer', 'scale', 'peer', 'cost', 'stampede', 'relaycost', 'debezium', 'multioutbox', 'retention', 'pooler', 'effects', 'console', 'exactlyonce', 'idle', 'heldhorizon', 'tenants', 'encodings'] as const;
 type SectionName = (typeof SECTIONS)[number];
 
 function usage(problem: string): never {
@@ -197,6 +198,8 @@ const sections: Array<Section & { name: SectionName; needs?: SectionName[] }> = 
         busySeconds: P.tenantBusySeconds,
       }),
   },
+  // issue 38: Avro through a real registry against JSON, drains side by side at defaults: rows/s and relay CPU per row (Avro at most 1.3 x).
+  { name: 'encodings', title: '20. encodings', run: (pool) => encodings(pool, { rows: P.encodingRows, rounds: P.encodingRounds }) },
 ];
 
 // Every name --only accepts has its section, once: a full run runs all of them (and the
