@@ -19,7 +19,7 @@ import type { RunSummary } from './summary.js';
 /** The files with tables, relative to the repository root. */
 export const TABLE_FILES = ['README.md', 'docs/benchmarks.md', 'docs/console.md'] as const;
 
-export const KINDS = ['readme', 'docs', 'drain', 'consumer', 'retention', 'pooler', 'effects', 'console', 'consoleheavy', 'exactlyonce', 'heldhorizon', 'tenants'] as const;
+export const KINDS = ['readme', 'docs', 'drain', 'consumer', 'retention', 'pooler', 'effects', 'console', 'consoleheavy', 'exactlyonce', 'heldhorizon', 'tenants', 'encodings'] as const;
 export type Kind = (typeof KINDS)[number];
 
 /**
@@ -38,6 +38,7 @@ export const SECTION_KINDS: Partial<Record<Kind, string>> = {
   exactlyonce: '16. exactly-once',
   heldhorizon: '18. held horizon',
   tenants: '19. many tenants',
+  encodings: '20. encodings',
 };
 
 /**

@@ -215,6 +215,24 @@ test('integration: a schema the registry refuses as incompatible fails the relay
     return true;
   });
   await relay.stop();
+
+  // Under a topic pattern the subject is known at the topic's first row: its rows are
+  // dead-lettered with the refusal, and the relay goes on with the others.
+  const other = await createTopic(1, testBrokers(), 'enc-compatible');
+  await writeCommitted(db, [{ topic, key: 'k', payload: { id: 1, name: 'x', price: 1.5 } }, { topic: other, key: 'k', payload: { ok: true } }]);
+  const patterned = createRelay(relayOptions({ schemaRegistry: { url: registryUrl }, rules: [{ topic: `/${topic}/`, value: { format: 'avro', schema: { file: `${dir}/v2.avsc` } } }] }));
+  await patterned.start();
+  try {
+    const [dead] = await waitFor('the row dead-lettered with the refusal', async () => {
+      const { rows } = await db.pool.query<{ error_name: string; reason: string }>(`SELECT error_name, reason FROM "${db.schema}".outbox_dead_letters WHERE topic = $1`, [topic]);
+      return rows.length === 1 ? rows : undefined;
+    });
+    assert.equal(dead!.error_name, 'encoding:IncompatibleSchemaError');
+    assert.match(dead!.reason, new RegExp(subject));
+    await waitFor('the other topic\'s row sent', async () => (await sentCount(db, other)) === 1);
+  } finally {
+    await patterned.stop();
+  }
 });
 
 test('integration: the consumer retries a value whose schema id the registry does not know, then dead-letters it as undecodable, naming the id', async () => {
@@ -250,4 +268,84 @@ test('integration: the consumer retries a value whose schema id the registry doe
   assert.equal(deadLettered[0]!.reason, 'undecodable');
   assert.equal(deadLettered[0]!.attempts, 3);
   assert.match(String((deadLettered[0]!.error as Error).message), new RegExp(String(unknownId)));
+});
+
+test('integration: a registry down at start: the relay starts, rows needing it wait on the row (nothing dead-lettered); the consumer backs off a framed value without dead-lettering it', async () => {
+  const topic = await createTopic(1, testBrokers(), 'enc-down');
+  // Nothing listens on port 1: connection refused at once.
+  const down = { url: 'http://127.0.0.1:1/apis/ccompat/v7', timeoutMs: 1_000 };
+  const relay = createRelay(relayOptions({ schemaRegistry: down, rules: [{ topic, value: { format: 'avro', schema: { file: `${FIXTURES}order.avsc` } } }] }, { retryMaxDelayMs: 200 }));
+  await relay.start();
+  try {
+    await writeCommitted(db, [{ topic, key: 'k', payload: order(1) }]);
+    await waitFor('the row tried and left waiting for the registry', async () => {
+      const { rows } = await db.pool.query<{ attempts: number; last_error: string | null }>(`SELECT attempts, last_error FROM "${db.schema}".outbox WHERE topic = $1`, [topic]);
+      return rows[0]!.attempts >= 2 && /schema registry/.test(rows[0]!.last_error ?? '');
+    });
+    assert.equal(await sentCount(db, topic), 0);
+    const { rows: dead } = await db.pool.query(`SELECT id FROM "${db.schema}".outbox_dead_letters WHERE topic = $1`, [topic]);
+    assert.deepEqual(dead, []);
+  } finally {
+    await relay.stop();
+  }
+
+  const { produce } = await import('./helpers/consumer.js');
+  const framed = Buffer.from([0, 0, 0, 0, 7, 2]);
+  await produce(topic, [{ key: 'k', raw: framed }]);
+  const errors: Array<{ during: string }> = [];
+  let deadLettered = 0;
+  const consumer = createConsumer({
+    kafkaBrokers: testBrokers(),
+    groupId: uniqueName('enc-down'),
+    topics: [topic],
+    databaseUrl: db.databaseUrl,
+    schema: db.schema,
+    schemaRegistry: down,
+    maxAttempts: 1,
+    retryBaseDelayMs: 10,
+    retryMaxDelayMs: 50,
+    handler: async () => assert.fail('nothing is decoded while the registry is down'),
+  });
+  consumer.on('error', (e) => void errors.push({ during: e.during }));
+  consumer.on('deadLettered', () => void deadLettered++);
+  await consumer.start();
+  try {
+    await waitFor('the partition backed off twice for the registry', () => errors.filter((e) => e.during === 'schema registry').length >= 2);
+  } finally {
+    await consumer.stop();
+  }
+  assert.equal(deadLettered, 0, 'not dead-lettered even with maxAttempts 1');
+});
+
+test('integration: a key encoding: the key goes out in Avro, read back by Apache Avro; the partition is still the entity key text\'s', async () => {
+  const topic = await createTopic(4, testBrokers(), 'enc-key');
+  const { partitionOf } = await import('../src/relay/partitioner.js');
+  const { mkdtempSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const keys = ['alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta', 'theta'];
+  await writeCommitted(db, keys.map((key, i) => ({ topic, key, payload: order(i) })));
+  const dir = mkdtempSync(`${tmpdir()}/enc-key-`);
+  // Apicurio refuses a bare "string" as a JSON Schema, not as Avro: a string key schema.
+  writeFileSync(`${dir}/key.avsc`, JSON.stringify('string'));
+  const relay = createRelay(relayOptions({
+    schemaRegistry: { url: registryUrl },
+    rules: [{ topic, key: { format: 'avro', schema: { file: `${dir}/key.avsc` } }, value: { format: 'avro', schema: { file: `${FIXTURES}order.avsc` } } }],
+  }));
+  await relay.start();
+  try {
+    const read = await readTopic(topic, (m) => m.length >= keys.length);
+    assert.equal(read.length, keys.length);
+    const decodedKeys = await readWithJava(registryUrl, read.map((m) => m.keyBytes!));
+    const partitions = new Set<number>();
+    read.forEach((m, i) => {
+      assert.equal(m.keyBytes![0], 0, 'the key is framed');
+      const keyText = decodedKeys[i]!.value as string;
+      assert.ok(keys.includes(keyText), `the Java reader decodes the key ${keyText}`);
+      assert.equal(m.partition, partitionOf(keyText, 4), `${keyText}: the partition of its text, not of its encoded bytes`);
+      partitions.add(m.partition);
+    });
+    assert.ok(partitions.size > 1, 'the keys spread over partitions');
+  } finally {
+    await relay.stop();
+  }
 });

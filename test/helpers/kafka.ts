@@ -50,6 +50,8 @@ export interface ReadMessage {
   partition: number;
   offset: string;
   key: string | null;
+  /** The key's bytes as they came (an encoded key is not UTF-8 text). */
+  keyBytes: Buffer | null;
   value: Buffer | null;
   headers: Record<string, string>;
   timestamp: string;
@@ -83,6 +85,7 @@ export async function readTopic(
           partition,
           offset: message.offset,
           key: message.key?.toString() ?? null,
+          keyBytes: message.key,
           value: message.value,
           headers: decodeHeaders(message),
           timestamp: message.timestamp,
@@ -127,7 +130,7 @@ export async function readCommittedToEnd(topic: string, { brokers = testBrokers(
     await consumer.run({
       eachMessage: async ({ partition, message }) => {
         if (Number(message.offset) >= ends.get(partition)!) return;
-        messages.push({ partition, offset: message.offset, key: message.key?.toString() ?? null, value: message.value, headers: decodeHeaders(message), timestamp: message.timestamp });
+        messages.push({ partition, offset: message.offset, key: message.key?.toString() ?? null, keyBytes: message.key, value: message.value, headers: decodeHeaders(message), timestamp: message.timestamp });
       },
     });
     await waitFor(`${topic} read to its end`, () => remaining.size === 0, { timeoutMs });
