@@ -179,3 +179,15 @@ test('an encodings file: relative schema files from its folder, secrets only fro
   assert.doesNotMatch(error.message, /hunter2/, 'the file text is not quoted');
   refused(() => loadEncodingsFile(join(dir, 'none.json'), {}), 'encodingsFile', /ENOENT/);
 });
+
+test("a rule naming an outbox applies to that outbox's rows only; a topic no rule matches goes out as it is, the registry untouched", async () => {
+  const { createRowEncoder } = await import('../../src/encodings/rowEncoder.js');
+  // Nothing listens at registry.test: any request to it would fail the encode.
+  const options = resolveEncodingOptions({ schemaRegistry: registry, rules: [{ outbox: 'shop', topic: 'orders', value: { format: 'avro', schema: { file: AVRO } } }] }, dir);
+  const billing = createRowEncoder(options, { outbox: 'billing' });
+  await billing.start();
+  assert.equal(await billing.encode({ topic: 'orders', key: 'k', value: '{"id":"1"}', headers: {} }), undefined, "another outbox's rows are not encoded");
+  const shop = createRowEncoder(options, { outbox: 'shop' });
+  assert.equal(await shop.encode({ topic: 'refunds', key: 'k', value: '{"id":"1"}', headers: {} }), undefined, 'a topic no rule matches');
+  await Promise.all([billing.close(), shop.close()]);
+});
