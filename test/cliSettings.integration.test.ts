@@ -184,6 +184,7 @@ test('integration: every setting refuses a bad value from its flag and from its 
     { env: 'OUTBOX_TRANSACTION_TIMEOUT_MS', value: '10', command: ['run'] },
     { env: 'OUTBOX_TRANSACTION_INTERVAL_MS', value: '-5', command: ['run'] },
     { env: 'OUTBOX_EXACTLY_ONCE_UNITS', value: '65', command: ['run'], pattern: /from 1 to 64/ },
+    { env: 'OUTBOX_ENCODINGS_FILE', value: '/nonexistent/encodings.json', command: ['run'], pattern: /cannot read \/nonexistent\/encodings.json/ },
     { env: 'KAFKA_SSL', value: 'maybe', command: ['run'], pattern: /is not true or false/ },
     { env: 'KAFKA_SSL_CA_FILE', value: '/nonexistent/ca.pem', command: ['run'], pattern: /cannot read/ },
     { env: 'KAFKA_SSL_CERT_FILE', value: key, command: ['run'], extra: { KAFKA_SSL_KEY_FILE: key }, pattern: /holds no PEM certificate/ },

@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import { ConfigError } from '../shared/errors.js';
 import type avroModule from 'avsc';
 import type protobufModule from 'protobufjs';
 import type * as ajvModule from 'ajv';
@@ -6,11 +7,31 @@ import type * as ajv2019Module from 'ajv/dist/2019.js';
 import type * as ajv2020Module from 'ajv/dist/2020.js';
 import type { SchemaRegistryAPIClient, SchemaRegistryAPIClientArgs } from '@kafkajs/confluent-schema-registry/dist/api/index.js';
 
-// The format and registry libraries, loaded at their first use. Loading them takes about
-// 0.2 CPU-seconds, which every CLI command and every import of the package would pay,
-// while only a relay or consumer with encodings uses them. All four are CommonJS, so a
-// synchronous require serves the synchronous option checks too.
-const require = createRequire(import.meta.url);
+// The format and registry libraries: optional peer dependencies, installed by those who
+// configure encodings (docs/encodings.md#install), and loaded at their first use. Loading
+// them takes about 0.2 CPU-seconds, which every CLI command and every import of the package
+// would pay, while only a relay or consumer with encodings uses them; and protobufjs has
+// an install script, which npm would announce to every app installing outbox-relay. All
+// four are CommonJS, so a synchronous require serves the synchronous option checks too.
+const nodeRequire = createRequire(import.meta.url);
+
+/** The packages encodings need, as one `npm install` names them. */
+export const ENCODING_PACKAGES = ['@kafkajs/confluent-schema-registry@^4.1.0', 'avsc@^5.7.0', 'protobufjs@^8.0.0', 'ajv@^8.17.0'] as const;
+
+/**
+ * `require(name)`, or a ConfigError naming the packages to install when `name` is not
+ * installed (`load` stands in for Node's require in a test).
+ */
+export function requireOptional(name: string, load: (name: string) => unknown = nodeRequire): unknown {
+  try {
+    return load(name);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== 'MODULE_NOT_FOUND' || !String((error as Error).message).includes(name.split('/').slice(0, name.startsWith('@') ? 2 : 1).join('/'))) throw error;
+    throw new ConfigError('encodings', `need the optional packages ${ENCODING_PACKAGES.join(', ')}, and ${name} is not installed: npm install ${ENCODING_PACKAGES.join(' ')}`);
+  }
+}
+const require = (name: string): unknown => requireOptional(name);
 
 let avro: typeof avroModule | undefined;
 let protobuf: typeof protobufModule | undefined;
@@ -43,5 +64,5 @@ export function schemaRegistryApi(): (args: SchemaRegistryAPIClientArgs) => Sche
 
 /** A JSON file of a package (ajv's meta-schemas). */
 export function packageJson(path: string): unknown {
-  return require(path) as unknown;
+  return require(path);
 }

@@ -11,7 +11,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -94,7 +94,14 @@ const BAD_VALUE: Record<string, string> = {
  * (a file that does not exist, a user name or password without a mechanism), and the
  * suite's count check makes sure it does.
  */
-export const FREE_TEXT_SETTINGS: ReadonlySet<string> = new Set(['kafkaSslCaFile', 'kafkaSslCertFile', 'kafkaSslKeyFile', 'kafkaSaslUsername', 'kafkaSaslPassword']);
+export const FREE_TEXT_SETTINGS: ReadonlySet<string> = new Set(['kafkaSslCaFile', 'kafkaSslCertFile', 'kafkaSslKeyFile', 'kafkaSaslUsername', 'kafkaSaslPassword', 'encodingsFile']);
+
+/** An encodings file holding the registry's password, which it must not (a secret comes from the environment). */
+const encodingsWithPassword = (() => {
+  const file = join(mkdtempSync(join(tmpdir(), 'hostile-encodings-')), 'encodings.json');
+  writeFileSync(file, JSON.stringify({ schemaRegistry: { url: 'http://127.0.0.1:1', username: 'relay', password: 'hostile-registry-pw' }, rules: [] }));
+  return file;
+})();
 
 function configCases(): HostileCase[] {
   const out: HostileCase[] = [];
@@ -124,6 +131,8 @@ function configCases(): HostileCase[] {
     cli({ class: 'config', name: 'KAFKA_SSL_CERT_FILE and KAFKA_SSL_KEY_FILE that do not exist', args: ['run'], env: { KAFKA_SSL_CERT_FILE: '/nonexistent/c.pem', KAFKA_SSL_KEY_FILE: '/nonexistent/k.pem' }, code: 2, pattern: /^outbox-relay: KAFKA_SSL_CERT_FILE: cannot read/ }),
     cli({ class: 'config', name: 'KAFKA_SSL_KEY_FILE that does not exist (the certificate readable)', args: ['run'], env: { KAFKA_SSL_CERT_FILE: readableCertificate, KAFKA_SSL_KEY_FILE: '/nonexistent/k.pem' }, code: 2, pattern: /^outbox-relay: KAFKA_SSL_KEY_FILE: cannot read \/nonexistent\/k\.pem/ }),
     cli({ class: 'config', name: 'KAFKA_SASL_PASSWORD without a mechanism', args: ['run'], env: { KAFKA_SASL_PASSWORD: 'hostile-sasl-pw' }, code: 2, pattern: /^outbox-relay: KAFKA_SASL_PASSWORD: is set but no SASL mechanism/, secrets: ['hostile-sasl-pw'] }),
+    cli({ class: 'config', name: '--encodings-file that does not exist', args: ['run', '--encodings-file', '/nonexistent/encodings.json'], code: 2, pattern: /^outbox-relay: --encodings-file: cannot read \/nonexistent\/encodings\.json/ }),
+    cli({ class: 'config', name: 'an encodings file holding the registry password', args: ['run'], env: { OUTBOX_ENCODINGS_FILE: encodingsWithPassword }, code: 2, pattern: /^outbox-relay: encodings\.schemaRegistry\.password: is a secret/, secrets: ['hostile-registry-pw'] }),
     cli({ class: 'config', name: 'KAFKA_SASL_USERNAME without a mechanism', args: ['run'], env: { KAFKA_SASL_USERNAME: 'bob' }, code: 2, pattern: /^outbox-relay: KAFKA_SASL_USERNAME: / }),
     cli({ class: 'config', name: 'a duplicated topic in --dead-letter-policy-topics', args: ['run', '--dead-letter-policy-topics', 'orders=park,orders=skip'], code: 2, pattern: /^outbox-relay: --dead-letter-policy-topics: .*orders/ }),
     cli({ class: 'config', name: 'an empty --batch-size', args: ['run', '--batch-size', ''], code: 2, pattern: /^outbox-relay: --batch-size: "" is not a whole number/ }),
