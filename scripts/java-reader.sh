@@ -33,7 +33,7 @@ if ! fetched; then
   echo "java-reader: downloading Avro, protobuf-java and JSON Schema jars with Maven..." >&2
   tmp=$(mktemp -d "$cache/tmp.XXXXXX")
   # Maven's output (errors only, with -q) shows only when it fails.
-  mvn -q -B -Dstyle.color=never -s "$root/scripts/registry/settings.xml" -f "$pom" dependency:copy-dependencies -DoutputDirectory="$tmp" -DincludeScope=runtime >"$cache/mvn.log" 2>&1 \
+  mvn -q -B -Dstyle.color=never -s "$root/scripts/registry/settings.xml" -Dmaven.repo.local="$root/.cache/registry/m2" -f "$pom" dependency:copy-dependencies -DoutputDirectory="$tmp" -DincludeScope=runtime >"$cache/mvn.log" 2>&1 \
     || { echo "java-reader: Maven failed to fetch the jars:" >&2; tail -n 60 "$cache/mvn.log" >&2; exit 1; }
   echo "$want_libs" > "$tmp/.pom.sha256"
   rm -rf "$libs"

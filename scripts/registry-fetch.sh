@@ -38,7 +38,9 @@ start=$SECONDS
 # Maven's output (errors only, with -q, and its colour resets) shows only when it fails.
 # The two index-dependency flags make Quarkus index the registry's own beans (without them:
 # unsatisfied CDI bean DynamicConfigStorageAccessor at start).
-mvn -B -q -Dstyle.color=never -s "$src/settings.xml" -f "$work/pom.xml" package \
+# A Maven repository of its own (.cache/registry/m2): CI builds the registry while Kafka's
+# jars are fetched into ~/.m2, and two Maven processes should not fill one repository at once.
+mvn -B -q -Dstyle.color=never -s "$src/settings.xml" -Dmaven.repo.local="$cache/m2" -f "$work/pom.xml" package \
   -DskipTests \
   -Dquarkus.package.type=fast-jar \
   -Dquarkus.index-dependency.registry.group-id=io.apicurio \

@@ -168,10 +168,23 @@ export async function runTenantsOnce(ctx: RunContext, cfg: RunConfig): Promise<R
           );
         });
       } else {
-        log(`FAULT tenant ${f.tenant} dropped: waiting for its writers and its rows sent, then DROP DATABASE ${plan.name} WITH (FORCE)`);
-        const t = Date.now();
-        await dbs.drop(plan, () => (dropStartedAt = Date.now()));
-        log(`tenant ${f.tenant}: dropped ${Date.now() - t} ms after the fault began`);
+        // Relay faults wait meanwhile too, until every relay process running at the drop has
+        // let the tenant go and lived on past the check's window (a discovery interval and
+        // 2 s): a CI run whose random kills took both processes down in that window had no
+        // process left to show the release (self-check 0 of 0).
+        await holding(relaySlots, async () => {
+          const current = (): number[] => relaySlots.flatMap((s) => (s.child?.pid === undefined ? [] : [s.child.pid]));
+          log(`FAULT tenant ${f.tenant} dropped: waiting for its writers and its rows sent, then DROP DATABASE ${plan.name} WITH (FORCE)`);
+          const t = Date.now();
+          await dbs.drop(plan, () => (dropStartedAt = Date.now()));
+          log(`tenant ${f.tenant}: dropped ${Date.now() - t} ms after the fault began`);
+          const windowEnd = (dropStartedAt ?? Date.now()) + setup.discoveryIntervalMs + 2_000;
+          const shown = (): boolean =>
+            current().every((pid) => released.some((r) => r.pid === pid && r.tenant === plan.name && r.at >= dropStartedAt!) && (lastLineAt.get(pid) ?? 0) > windowEnd);
+          await waitFor(`tenant ${f.tenant} released by every running relay process, each logging past the check's window`, shown, { timeoutMs: 30_000, intervalMs: 50 }).catch((error: unknown) =>
+            log(`tenant ${f.tenant}: ${(error as Error).message}`),
+          );
+        });
       }
     },
   });
