@@ -1,18 +1,13 @@
-import { test, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readEachWithJava, readWithJava, schemaRegistryUrl, startOwnRegistry, type LocalRegistry } from './helpers/registry.js';
+import { readEachWithJava, readWithJava, schemaRegistryUrl } from './helpers/registry.js';
 
 // The test infrastructure of the schema-registry encodings, checked on bytes made by hand
 // here (not by src/encodings): a real registry (Apicurio, Confluent-compatible API) hands out
 // ids, and the reference reader (test/java/ConfluentWireReader.java: Apache Avro,
 // protobuf-java, a JSON Schema validator) decodes Confluent's wire format with the writer
 // schema it fetches by id. If these pass, a failure of an encoding test is the encoding's.
-
-const own: LocalRegistry[] = [];
-after(async () => {
-  await Promise.all(own.map((r) => r.stop()));
-});
 
 function subject(prefix: string): string {
   return `${prefix}-${Date.now().toString(36)}-${randomBytes(3).toString('hex')}-value`;
@@ -153,28 +148,4 @@ test('the reference reader rejects what does not match the schema its id names, 
   assert.match(errors[3] ?? '', /JSON schema/);
   assert.match(errors[4] ?? '', /magic byte/);
   assert.deepEqual(results[5], { schemaId: avroId, schemaType: 'AVRO', value: { id: 2, name: 'still read' } });
-});
-
-test('a registry killed and started again on its port still serves the ids it handed out', async () => {
-  const registry = await startOwnRegistry();
-  own.push(registry);
-  const id = await register(registry.url, subject('infra-restart'), AVRO);
-  const before = registry.pid;
-  // SIGKILL right after the id was answered: no shutdown to flush anything.
-  registry.kill();
-  await registry.start();
-  assert.notEqual(registry.pid, before);
-  assert.equal(registry.url, `http://127.0.0.1:${registry.port}/apis/ccompat/v7`);
-
-  const [read] = await readWithJava(registry.url, [Buffer.concat([header(id), avroOrder(5, 'after restart')])]);
-  assert.deepEqual(read?.value, { id: 5, name: 'after restart' });
-  // The id sequence went on where it was: a new schema does not take an old one's id.
-  const next = await register(registry.url, subject('infra-restart-next'), JSON_SCHEMA, 'JSON');
-  assert.notEqual(next, id);
-
-  await registry.stop();
-  assert.equal(registry.pid, 0);
-  await registry.start();
-  const [again] = await readWithJava(registry.url, [Buffer.concat([header(next), Buffer.from('{"id":1}')])]);
-  assert.deepEqual(again?.value, { id: 1 });
 });

@@ -5,6 +5,7 @@
  * (selfCheck.ts). Returns the report; never decides what to run from the code under test.
  */
 import '../../src/shared/kafkajsIdleFix.js';
+import { consumerBundle, relayCliBundle } from './cliBundle.js';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
@@ -173,7 +174,10 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
       new Slot({
         name: `relay ${i}`,
         // Exactly-once: the preload that kills at a Kafka commit, and plants the bug.
-        args: exactlyOnce ? ['--import', './test/faults/relayHooks.ts', 'src/cli.ts', 'run'] : ['src/cli.ts', 'run'],
+        // Exactly-once: the preload that kills at a Kafka commit, and plants the bug, patches
+        // the source modules: tsx and src/cli.ts. Otherwise the bundle (./cliBundle.ts).
+        args: exactlyOnce ? ['--import', './test/faults/relayHooks.ts', 'src/cli.ts', 'run'] : [relayCliBundle(codeDir), 'run'],
+        tsx: exactlyOnce,
         cwd: codeDir,
         env: {
           ...relayDatabaseEnv,
@@ -217,7 +221,8 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
   const makeConsumer = (name: string): Slot =>
     new Slot({
       name,
-      args: ['test/faults/consumerProcess.ts'],
+      args: [consumerBundle(codeDir)],
+      tsx: false,
       cwd: codeDir,
       env: { ...baseEnv, GROUP_ID: group, TOPICS: topics.join(','), CONSUMER_NAME: name, ...(cfg.plant === 'dedup-off' ? { FAULTS_DEDUP: 'off' } : {}) },
       logFile: join(logs, `${name}.log`),

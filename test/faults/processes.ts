@@ -28,6 +28,8 @@ export interface SlotOptions {
   name: string;
   /** Program and arguments, run with node. */
   args: string[];
+  /** Load tsx first (default true): TypeScript programs need it, a bundle does not. */
+  tsx?: boolean;
   cwd: string;
   env: Record<string, string | undefined>;
   /** Output goes here (appended). */
@@ -74,7 +76,7 @@ export class Slot {
   start(): void {
     if (this.state === 'stopped') return;
     const fd = openSync(this.o.logFile, 'a');
-    const child = spawn(process.execPath, ['--import', 'tsx', ...this.o.args], {
+    const child = spawn(process.execPath, [...(this.o.tsx === false ? [] : ['--import', 'tsx']), ...this.o.args], {
       cwd: this.o.cwd,
       env: this.o.env,
       stdio: ['ignore', this.o.onReport ? 'pipe' : fd, fd],

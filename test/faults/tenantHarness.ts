@@ -8,6 +8,7 @@
  * tenantSelfCheck.ts). harness.ts runs the other profiles; the run's parts are the same.
  */
 import '../../src/shared/kafkajsIdleFix.js';
+import { relayCliBundle } from './cliBundle.js';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
@@ -93,7 +94,8 @@ export async function runTenantsOnce(ctx: RunContext, cfg: RunConfig): Promise<R
     (_, i) =>
       new Slot({
         name: `relay ${i}`,
-        args: ['src/cli.ts', 'run', '--tenant-databases', pattern, '--schema', SCHEMA, '--discovery-interval-ms', String(setup.discoveryIntervalMs), '--max-database-connections', String(setup.maxDatabaseConnections)],
+        tsx: false,
+        args: [relayCliBundle(ctx.codeDir), 'run', '--tenant-databases', pattern, '--schema', SCHEMA, '--discovery-interval-ms', String(setup.discoveryIntervalMs), '--max-database-connections', String(setup.maxDatabaseConnections)],
         cwd: ctx.codeDir,
         env: {
           PATH: process.env.PATH,
