@@ -163,6 +163,8 @@ test('integration: the registry killed mid-stream: cached schemas go on, rows ne
     await waitFor('the first rows sent', async () => (await sentCount(db, cached!)) === 12);
 
     registry.kill();
+    // kill() returns before the JVM is gone: the rows below are written once it answers no more.
+    await waitFor('the registry down', () => fetch(`${registry.url}/subjects`).then(() => false, () => true));
     await writeCommitted(db, [...rowsOf(cached!, 12), ...rowsOf(fresh!, 100)]);
     await waitFor("the cached topic's rows sent with the registry down", async () => (await sentCount(db, cached!)) === 24);
     // The relay tried the new topic's rows and left them waiting, for the registry.

@@ -5,13 +5,13 @@ import type { Logger } from '../shared/logger.js';
 import type { RelayMessage } from './message.js';
 
 /**
- * The schema registry did not answer (down, timing out, 5xx): the batch's rows wait for
- * a later batch, nothing is dead-lettered. Not a Kafka failure: it does not count towards
- * the circuit breaker.
+ * The schema registry did not answer (down, timing out, 5xx): the rows that need it (and
+ * their keys' later rows) wait for a later batch, nothing is dead-lettered. Not a Kafka
+ * failure: it does not count towards the circuit breaker.
  */
 export class RegistryWaitError extends OutboxError {
-  constructor(cause: unknown, rows: number) {
-    super(`the schema registry did not answer, the batch's rows wait for it: ${describeError(cause)}`, { retriable: true, context: { rows }, cause });
+  constructor(cause: unknown) {
+    super(`the schema registry did not answer; the rows that need it wait for it: ${describeError(cause)}`, { retriable: true, cause });
   }
 }
 
@@ -61,7 +61,7 @@ export function encodingStep(encodings: ResolvedEncodingOptions | undefined, out
         });
       } catch (error) {
         if (error instanceof RowEncodingError) return { ok: false, errorName: error.errorName, reason: error.message };
-        if (error instanceof OutboxError && error.retriable) throw new RegistryWaitError(error, 1);
+        if (error instanceof OutboxError && error.retriable) throw new RegistryWaitError(error);
         // An incompatible schema, refused credentials: nothing a later batch does better
         // for this row, and no reason to stop the others. The dead letter says which.
         return { ok: false, errorName: `encoding:${error instanceof Error ? error.name : 'error'}`, reason: describeError(error) };

@@ -151,7 +151,7 @@ export async function publishBatch(rows: ClaimedRow[], o: PublishBatchOptions): 
       try {
         encoded = await o.encode(message);
       } catch (error) {
-        const wait = error instanceof RegistryWaitError ? error : new RegistryWaitError(error, 1);
+        const wait = error instanceof RegistryWaitError ? error : new RegistryWaitError(error);
         waiting.set(keyOf(row), wait);
         leaveUnsent(row, wait);
         continue;

@@ -1,9 +1,8 @@
 /**
  * The relay CLI and the consumer program of the code under test, each bundled once per
  * fault run process (esbuild, as scripts/bundle.ts does for the tests): relays and
- * consumers start as `node <bundle>`, not through tsx, whose loader alone took about 0.7
- * of the 1.2 CPU-seconds a relay start cost here (a bundle: 0.4), and the suite starts
- * one at every kill. A bundle sits two directories under the code's root, where
+ * consumers start as `node <bundle>`, not through tsx: a relay start cost 1.1-1.3
+ * CPU-seconds through tsx here, 0.4 from a bundle, and the suite starts one at every kill. A bundle sits two directories under the code's root, where
  * src/shared/schema.ts finds sql/ two levels up.
  */
 import { execFileSync } from 'node:child_process';

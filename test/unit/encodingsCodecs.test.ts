@@ -65,6 +65,7 @@ test('Avro: plain JSON in (null unions unwrapped, defaults filled), plain object
   assert.match(problem(avro.encode({ id: 'o', amount: 1, status: 'LOST' })), /field status: expected enum shop.Status \(one of NEW, PAID\)/);
   assert.match(problem(avro.encode([1])), /the value: expected record shop.Order, got an array/);
   assert.equal(schemaCodec('avro', '"string"').topIsString, true);
+  assert.deepEqual(avro.decode(body(avro.encode({ id: 'o3', amount: 1, extra: true }))), { id: 'o3', amount: 1, note: null, items: [], status: 'NEW' }, 'a field the schema does not name is ignored');
 });
 
 test('Protobuf: JSON-mapping rows (either field name, int64 as text, enum names, base64) checked field by field', () => {
@@ -115,4 +116,10 @@ test('JSON Schema: the body is the compact JSON; the first error names the path 
   assert.equal(problem(jsonSchema.encode({ id: 'o1' })), 'field amount: is required (required), got nothing (the field is missing)');
   assert.match(problem(jsonSchema.encode({ id: 'o1', amount: 1, items: [{}] })), /^field items\[0\]\.sku: is required/);
   assert.equal(schemaCodec('json-schema', '{"$schema":"http://json-schema.org/draft-07/schema#","type":"string"}').topIsString, true);
+  // The dialects docs/encodings.md names, each checking a row by its own rules.
+  for (const dialect of ['http://json-schema.org/draft-06/schema#', 'https://json-schema.org/draft/2019-09/schema']) {
+    const codec = schemaCodec('json-schema', JSON.stringify({ $schema: dialect, type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] }));
+    assert.equal(problem(codec.encode({ n: 'x' })), 'field n: must be integer (type), got string "x"', dialect);
+    assert.equal(body(codec.encode({ n: 1 })).toString(), '{"n":1}', dialect);
+  }
 });

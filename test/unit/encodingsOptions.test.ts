@@ -1,6 +1,6 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError } from '../../src/shared/errors.js';
@@ -199,4 +199,23 @@ test('the encodings packages are optional peers: one not installed is a ConfigEr
   const broken = Object.assign(new Error("Cannot find module 'long'"), { code: 'MODULE_NOT_FOUND' });
   assert.throws(() => requireOptional('protobufjs', () => { throw broken; }), (e) => e === broken, "a package's own missing dependency is its error, not a missing peer");
   assert.equal(typeof (requireOptional('avsc') as { Type: unknown }).Type, 'function');
+});
+
+test("docs/encodings.md's example encodings file loads as it is shown, with schema files of the names it gives", () => {
+  const page = readFileSync(new URL('../../docs/encodings.md', import.meta.url), 'utf8');
+  const example = /```json\n([\s\S]*?)```/.exec(page.slice(page.indexOf('## Settings')))?.[1];
+  assert.ok(example, 'the Settings section shows an encodings file');
+  const root = mkdtempSync(join(tmpdir(), 'encodings-example-'));
+  try {
+    mkdirSync(join(root, 'schemas'));
+    writeFileSync(join(root, 'schemas/order.avsc'), JSON.stringify({ type: 'record', name: 'Order', namespace: 'shop', fields: [{ name: 'id', type: 'string' }] }));
+    writeFileSync(join(root, 'schemas/payment.proto'), 'syntax = "proto3";\npackage shop;\nmessage Payment { string id = 1; }\n');
+    writeFileSync(join(root, 'schemas/invoice-key.avsc'), JSON.stringify('string'));
+    writeFileSync(join(root, 'encodings.json'), example);
+    const options = loadEncodingsFile(join(root, 'encodings.json'), { OUTBOX_SCHEMA_REGISTRY_PASSWORD: 'from-the-environment' });
+    assert.equal(options.rules.length, 4);
+    assert.equal(options.schemaRegistry?.password, 'from-the-environment');
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
 });
