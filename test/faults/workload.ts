@@ -137,6 +137,10 @@ export function startWorkload(o: WorkloadOptions): Workload {
             await sleep(Math.min(2_000, 50 * 2 ** Math.min(failuresInARow++, 6)));
             continue;
           }
+          // Check the target again: other writers issued rows while this one connected, and
+          // several writers passing the check before their connects overshot it (CI's run
+          // of 0fe90b7: 3,007 rows committed against 3,000 and an allowed 3 over).
+          continue;
         }
         const count = random.int(1, o.maxRowsPerTransaction);
         const rollback = random.chance(o.rollbackChance);
