@@ -1,8 +1,10 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo, type Socket } from 'node:net';
+import { createServer as createTlsServer } from 'node:tls';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError } from '../src/shared/errors.js';
@@ -370,5 +372,49 @@ test('integration: the decoder reports an id the registry does not know as Unkno
     assert.ok((await rejection(decoder.prefetch([value]))) instanceof UnknownSchemaError, 'not cached: asked again');
   } finally {
     await decoder.close();
+  }
+});
+
+test('integration: an https registry: its certificate authority from caFile is trusted; without it the certificate is refused, naming caFile', async () => {
+  // TLS in front of the real registry: a self-signed certificate for 127.0.0.1, made here
+  // by openssl, and a TLS server that passes each connection on to the registry.
+  const key = join(dir, uniqueName('tls-key'));
+  const cert = join(dir, uniqueName('tls-cert'));
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', key, '-out', cert, '-days', '1', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'ignore' });
+  const upstream = new URL(url);
+  const open = new Set<Socket>();
+  const proxy = createTlsServer({ key: readFileSync(key), cert: readFileSync(cert) }, (socket) => {
+    const to = connect(Number(upstream.port), upstream.hostname);
+    open.add(socket).add(to);
+    socket.on('error', () => to.destroy());
+    to.on('error', () => socket.destroy());
+    socket.pipe(to).pipe(socket);
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  const httpsUrl = `https://127.0.0.1:${(proxy.address() as AddressInfo).port}${upstream.pathname.replace(/\/$/, '')}`;
+  const topic = uniqueName('enc-tls');
+  const rules: EncodingRule[] = [{ topic, value: { format: 'avro', schema: { file: file('tls.avsc', avroOrder()) } } }];
+  try {
+    const untrusted = encoderFor(rules, { url: httpsUrl });
+    const refused = await rejection(untrusted.start());
+    await untrusted.close();
+    assert.ok(refused instanceof RegistryUnavailableError, String(refused));
+    assert.match(refused.message, /self-signed certificate.*caFile/);
+
+    const trusted = encoderFor(rules, { url: httpsUrl, caFile: cert });
+    const decoder = createRegistryDecoder({ url: httpsUrl, caFile: cert });
+    try {
+      await trusted.start();
+      const parts = await trusted.encode({ topic, key: 'k', value: JSON.stringify({ orderId: 7, amount: 1.5, note: null }), headers: {} });
+      assert.equal(parts!.valueSchemaId, (await rest<{ id: number }>('GET', `/subjects/${topic}-value/versions/latest`)).id);
+      await decoder.prefetch([parts!.value as Buffer]);
+      assert.deepEqual(decoder.decode(parts!.value as Buffer)?.value, { orderId: 7, amount: 1.5, note: null });
+    } finally {
+      await trusted.close();
+      await decoder.close();
+    }
+  } finally {
+    for (const socket of open) socket.destroy();
+    await new Promise((resolve) => proxy.close(resolve));
   }
 });

@@ -2,6 +2,7 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { createRelay } from '../src/relay/relay.js';
+import { createRelayGroup } from '../src/relay/relayGroup.js';
 import type { RelayOptions } from '../src/relay/options.js';
 import type { EncodingOptions } from '../src/encodings/index.js';
 import { createConsumer } from '../src/consumer/consumer.js';
@@ -13,6 +14,7 @@ import { waitFor } from './helpers/wait.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
 import { writeCommitted, sentCount } from './helpers/outbox.js';
 import { readWithJava, schemaRegistryUrl, startOwnRegistry } from './helpers/registry.js';
+import { readCommittedWithKafka } from './helpers/committedReader.js';
 
 // The relay's encodings end to end on a real Apicurio registry (Confluent's API): rows
 // written as JSON go out in Confluent's wire format, a Java reader with Apache Avro and
@@ -349,5 +351,59 @@ test('integration: a key encoding: the key goes out in Avro, read back by Apache
     assert.ok(partitions.size > 1, 'the keys spread over partitions');
   } finally {
     await relay.stop();
+  }
+});
+
+test('integration: exactly-once delivery encodes too: each Avro row reaches a read_committed reader once, read by Apache Avro; a row that does not fit is dead-lettered alone', async () => {
+  const topic = await createTopic(2, testBrokers(), 'enc-eos');
+  const rows = Array.from({ length: 20 }, (_, i) => ({ topic, key: `k${i % 4}`, payload: order(i) }));
+  const ids = await writeCommitted(db, [...rows.slice(0, 10), { topic, key: 'k-bad', payload: { ...order(99), amount: 'ninety-nine' } }, ...rows.slice(10)]);
+  const badId = ids[10]!;
+  const relay = createRelay(relayOptions(
+    { schemaRegistry: { url: registryUrl }, rules: [{ topic, value: { format: 'avro', schema: { file: `${FIXTURES}order.avsc` } } }] },
+    { delivery: 'exactly-once', transactionalIdPrefix: uniqueName('enc-eos'), batchSize: 8 },
+  ));
+  await relay.start();
+  try {
+    await waitFor('every good row sent', async () => (await sentCount(db, topic)) === 20);
+    const { rows: dead } = await db.pool.query<{ id: string; error_name: string }>(`SELECT id, error_name FROM "${db.schema}".outbox_dead_letters WHERE topic = $1`, [topic]);
+    assert.deepEqual(dead.map((d) => [Number(d.id), d.error_name]), [[badId, 'encoding:avro']]);
+  } finally {
+    await relay.stop();
+  }
+  const committed = await readCommittedWithKafka(topic);
+  assert.deepEqual(committed.map((r) => r.outboxId!).sort((a, b) => a - b), ids.filter((id) => id !== badId), 'each good row once, the bad one never');
+  const read = await readTopic(topic, (m) => m.length >= 20);
+  const byId = new Map(read.map((m) => [Number(m.headers[HEADERS.outboxId]), m]));
+  const inIdOrder = ids.filter((id) => id !== badId).map((id) => byId.get(id)!.value!);
+  const decoded = await readWithJava(registryUrl, inIdOrder);
+  assert.deepEqual(decoded.map((d) => d.value), rows.map((r) => r.payload));
+});
+
+test("integration: in a list of outboxes a rule's `outbox` is the outbox's name: one outbox's rows go out in Avro, another's on the same topic as JSON", async () => {
+  const topic = await createTopic(2, testBrokers(), 'enc-group');
+  const billing = await createTestSchema('encbilling');
+  try {
+    await writeCommitted(db, [{ topic, key: 'o1', payload: order(1) }]);
+    await writeCommitted(billing, [{ topic, key: 'b1', payload: order(2) }]);
+    const group = createRelayGroup({
+      outboxes: [{ name: 'orders', databaseUrl: db.databaseUrl, schema: db.schema }, { name: 'billing', databaseUrl: billing.databaseUrl, schema: billing.schema }],
+      kafkaBrokers: testBrokers(),
+      producer: TEST_PRODUCER,
+      encodings: { schemaRegistry: { url: registryUrl }, rules: [{ outbox: 'billing', topic, value: { format: 'avro', schema: { file: `${FIXTURES}order.avsc` } } }] },
+    });
+    await group.start();
+    try {
+      await waitFor('both rows sent', async () => (await sentCount(db, topic)) === 1 && (await sentCount(billing, topic)) === 1);
+    } finally {
+      await group.stop();
+    }
+    const read = await readTopic(topic, (m) => m.length >= 2);
+    const [ordersRow, billingRow] = [read.find((m) => m.key === 'o1')!, read.find((m) => m.key === 'b1')!];
+    assert.deepEqual(JSON.parse(ordersRow.value!.toString()), order(1), "orders' row as JSON");
+    const [decoded] = await readWithJava(registryUrl, [billingRow.value!]);
+    assert.deepEqual(decoded!.value, order(2), "billing's row in Avro");
+  } finally {
+    await billing.drop();
   }
 });

@@ -201,7 +201,10 @@ export function classifyRegistryError(error: ResponseError, what: string, url: s
   // carries a JSON message instead.
   if (status === undefined || (status === 400 && /^Error, status 400: /.test(words))) {
     const reason = words.replace(/^Error, status 400: /, '');
-    return new RegistryUnavailableError(`the schema registry at ${url} is unreachable (${what}): ${reason}`, { url }, error);
+    // Retriable like any failed connection (a certificate can be renewed), but the usual
+    // cause is a private certificate authority the relay was not told about.
+    const hint = url.startsWith('https:') && /certificate|CERT_/i.test(reason) ? '; for a private certificate authority, name its PEM file in schemaRegistry.caFile' : '';
+    return new RegistryUnavailableError(`the schema registry at ${url} is unreachable (${what}): ${reason}${hint}`, { url }, error);
   }
   if (status >= 500 || status === 429 || status === 408) {
     return new RegistryUnavailableError(`the schema registry answered HTTP ${status} (${what}): ${words}`, { url, status }, error);

@@ -110,7 +110,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     if (resources.producer && this.exactlyOnceMode) throw new OutboxError('a relay given a producer publishes at least once only', { retriable: false });
     this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
     this.inlineStatements = this.options.pooler === 'transaction';
-    this.encoding = encodingStep(this.options.encodings, this.options.schema);
+    this.encoding = encodingStep(this.options.encodings, resources.outboxName ?? this.options.schema);
     this.logger = this.options.logger.child({ component: 'relay', relay: this.instanceId });
     this.horizon = new Horizon(this.quotedSchema, this.options.horizonMaxWaitMs);
     this.idAudit = new IdAudit(this.quotedSchema);

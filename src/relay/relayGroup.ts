@@ -285,7 +285,7 @@ export class RelayGroup extends TypedEmitter<RelayGroupEvents> {
           break;
         }
       }
-      const relay = createRelay(options);
+      const relay = createRelay(options, { outboxName: entry.name });
       this.starting.add(relay);
       try {
         await relay.start();

@@ -13,4 +13,9 @@ export interface RelayResources {
    * without checking it again (the tenant relay starts a tenant's relay at every turn).
    */
   schemaChecked?: boolean;
+  /**
+   * The outbox's name in its owner's list (a relay group's outbox `name`, a tenant's
+   * name): encodings' rules select rows by it (`outbox`). Default: the schema.
+   */
+  outboxName?: string;
 }
