@@ -186,6 +186,8 @@ test('tenant relay options are checked before anything connects', () => {
   assert.throws(() => createTenantRelay({ tenants, kafkaBrokers: testBrokers(), topicTemplate: 'all-orders' }), /keyTemplate: with a topic shared by every tenant, the key must carry the tenant/);
   assert.throws(() => createTenantRelay({ tenants, kafkaBrokers: testBrokers(), topicTemplate: '{tenant}/{topic}' }), /topicTemplate: .* is not a legal Kafka topic name/);
   assert.throws(() => createTenantRelay({ tenants: { kind: 'tables', databaseUrl: DATABASE_URL } as never, kafkaBrokers: testBrokers() }), /tenants.kind: "tables" is not one of schemas, databases, query/);
+  const encodings = { schemaRegistry: { url: 'http://127.0.0.1:1' }, rules: [{ topic: 'orders', value: { format: 'avro' as const, schema: { version: 'latest' as const } } }] };
+  assert.throws(() => createTenantRelay({ tenants, kafkaBrokers: testBrokers(), encodings }), (e: unknown) => e instanceof ConfigError && /^encodings: the tenant relay does not encode rows yet/.test(e.message));
 });
 
 test('integration: a pattern or a query Postgres refuses fails the start with a ConfigError naming the setting', async () => {

@@ -14,8 +14,8 @@ export interface RelayResources {
    */
   schemaChecked?: boolean;
   /**
-   * The outbox's name in its owner's list (a relay group's outbox `name`, a tenant's
-   * name): encodings' rules select rows by it (`outbox`). Default: the schema.
+   * The outbox's name in its owner's list (a relay group's outbox `name`): encodings'
+   * rules select rows by it (`outbox`). Default: the schema.
    */
   outboxName?: string;
 }

@@ -328,7 +328,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     e.woken = false;
     const t = e.tenant;
     e.relayOptions ??= resolveRelayOptions({ ...o.relay, databaseUrl: databaseUrlOf(o.rule.databaseUrl, t.database), schema: t.schema, logger: o.relay.logger.child({ tenant: t.name }) });
-    const relay = createRelay(e.relayOptions, { producer: tenantProducer(this.producer!, o.naming, t.name, () => this.pace(e)), schemaChecked: e.schemaChecked, outboxName: t.name });
+    const relay = createRelay(e.relayOptions, { producer: tenantProducer(this.producer!, o.naming, t.name, () => this.pace(e)), schemaChecked: e.schemaChecked });
     relay.on('batch', (b) => {
       e.lastActivityMs = Date.now();
       e.batchesThisTurn++;
