@@ -12,6 +12,11 @@ import { TEST_PRODUCER } from './helpers/producer.js';
 import { judge, runWriters } from './helpers/workload.js';
 import { spawnCli } from './helpers/processes.js';
 import { ConsoleClient } from './helpers/console.js';
+import { createServer, request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { writeCommitted } from './helpers/outbox.js';
+import { readWithJava, schemaRegistryUrl } from './helpers/registry.js';
 
 // Tenants as schemas of one database, found by a pattern, against the real Postgres and
 // Kafka: each tenant's rows reach its own topic ({tenant}.{topic}) in order per key, a
@@ -186,8 +191,13 @@ test('tenant relay options are checked before anything connects', () => {
   assert.throws(() => createTenantRelay({ tenants, kafkaBrokers: testBrokers(), topicTemplate: 'all-orders' }), /keyTemplate: with a topic shared by every tenant, the key must carry the tenant/);
   assert.throws(() => createTenantRelay({ tenants, kafkaBrokers: testBrokers(), topicTemplate: '{tenant}/{topic}' }), /topicTemplate: .* is not a legal Kafka topic name/);
   assert.throws(() => createTenantRelay({ tenants: { kind: 'tables', databaseUrl: DATABASE_URL } as never, kafkaBrokers: testBrokers() }), /tenants.kind: "tables" is not one of schemas, databases, query/);
-  const encodings = { schemaRegistry: { url: 'http://127.0.0.1:1' }, rules: [{ topic: 'orders', value: { format: 'avro' as const, schema: { version: 'latest' as const } } }] };
-  assert.throws(() => createTenantRelay({ tenants, kafkaBrokers: testBrokers(), encodings }), (e: unknown) => e instanceof ConfigError && /^encodings: the tenant relay does not encode rows yet/.test(e.message));
+  const avro = { format: 'avro' as const, schema: { version: 'latest' as const } };
+  const encodings = (rule: Record<string, unknown>) => ({ schemaRegistry: { url: 'http://127.0.0.1:1' }, rules: [{ topic: 'orders', value: avro, ...rule }] });
+  assert.throws(() => createTenantRelay({ tenants, kafkaBrokers: testBrokers(), encodings: encodings({ outbox: 'acme' }) }), /encodings\.rules\[0\]\.outbox: selects an outbox, but under a tenant rule the outboxes are tenants/);
+  assert.throws(
+    () => createTenantRelay({ tenants, kafkaBrokers: testBrokers(), topicTemplate: '{topic}', keyTemplate: '{tenant}:{key}', encodings: encodings({ key: avro }) }),
+    /keyTemplate: is "\{tenant\}:\{key\}", but encodings\.rules\[0\] encodes keys/,
+  );
 });
 
 test('integration: a pattern or a query Postgres refuses fails the start with a ConfigError naming the setting', async () => {
@@ -274,4 +284,64 @@ test('integration: `outbox-relay console --tenant-schemas … --tenant TEXT` ope
   const stray = spawnCli(['console', '--tenant', 'x'], { DATABASE_URL, ...users });
   assert.equal(await stray.exited, 2, stray.output());
   assert.match(stray.output(), /--tenant: applies with a tenant rule only/);
+});
+
+test('integration: encodings under a tenant rule: each tenant\'s rows in Avro under its own topic\'s subject, registered once across turns; a row that does not fit is dead-lettered alone', async () => {
+  // The relay reaches the registry through a proxy counting its registrations.
+  const upstream = new URL(await schemaRegistryUrl());
+  const registrations: string[] = [];
+  const proxy = createServer((request, response) => {
+    if (request.method === 'POST' && /\/versions$/.test(request.url ?? '')) registrations.push(request.url!);
+    const forward = httpRequest({ host: upstream.hostname, port: upstream.port, path: request.url, method: request.method, headers: request.headers }, (answer) => {
+      response.writeHead(answer.statusCode ?? 502, answer.headers);
+      answer.pipe(response);
+    });
+    forward.on('error', () => response.destroy());
+    request.pipe(forward);
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  const [a, b] = [await addTenant('enc_a'), await addTenant('enc_b')];
+  const relay = createTenantRelay({
+    tenants: { kind: 'schemas', databaseUrl: DATABASE_URL, pattern: `^${base}_enc_` },
+    kafkaBrokers: testBrokers(),
+    producer: TEST_PRODUCER,
+    clientId: uniqueName('tenants-enc'),
+    tenantIdleMs: 400,
+    tenantTurnMs: 300,
+    encodings: {
+      schemaRegistry: { url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}${upstream.pathname.replace(/\/$/, '')}` },
+      rules: [{ topic: `/${base}_enc_.*\\.orders/`, value: { format: 'avro', schema: { file: fileURLToPath(new URL('./fixtures/encodings/order.avsc', import.meta.url)) } } }],
+    },
+  });
+  const order = (n: number) => ({ orderId: n, customer: `c${n}`, amount: n + 0.5, express: false, note: null, items: [] });
+  const rows = (from: number) => Array.from({ length: 3 }, (_, i) => ({ topic: 'orders', key: `k${i}`, payload: order(from + i) }));
+  const sent = async (schema: string) => (await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".outbox WHERE sent_at IS NOT NULL`)).rows[0]!.n;
+  const served: string[] = [];
+  relay.on('tenant', (t) => t.state === 'serving' && served.push(t.name));
+  await relay.start();
+  try {
+    await writeCommitted({ pool: admin, schema: a }, [...rows(100), { topic: 'orders', key: 'k-bad', payload: { ...order(0), amount: 'none' } }]);
+    await writeCommitted({ pool: admin, schema: b }, rows(200));
+    await waitFor('the first rows sent', async () => (await sent(a)) === 3 && (await sent(b)) === 3);
+    await waitFor('both tenants idle', () => relay.tenants().every((t) => t.state === 'idle'), { timeoutMs: 30_000 });
+    // Each tenant's next rows come through a relay made anew, at another turn.
+    await writeCommitted({ pool: admin, schema: a }, rows(110));
+    await writeCommitted({ pool: admin, schema: b }, rows(210));
+    await waitFor('every good row sent', async () => (await sent(a)) === 6 && (await sent(b)) === 6);
+  } finally {
+    await relay.stop();
+    await new Promise((resolve) => proxy.close(resolve));
+  }
+  assert.ok(served.filter((t) => t === a).length >= 2 && served.filter((t) => t === b).length >= 2, `each tenant served in two turns at least: ${served.join(', ')}`);
+  assert.deepEqual(registrations.map((u) => decodeURIComponent(u).replace(/^.*\/subjects\//, '')).sort(), [`${a}.orders-value/versions`, `${b}.orders-value/versions`], 'one registration per tenant topic, none again at later turns');
+  const { rows: dead } = await admin.query<{ key: string; error_name: string }>(`SELECT key, error_name FROM "${a}".outbox_dead_letters`);
+  assert.deepEqual(dead, [{ key: 'k-bad', error_name: 'encoding:avro' }]);
+  for (const [schema, from] of [[a, 100], [b, 200]] as const) {
+    const read = await readTopic(`${schema}.orders`, (m) => m.length >= 6);
+    const byId = read.sort((x, y) => Number(x.headers[HEADERS.outboxId]) - Number(y.headers[HEADERS.outboxId]));
+    const decoded = await readWithJava(upstream.href.replace(/\/$/, ''), byId.map((m) => m.value!));
+    assert.deepEqual(decoded.map((d) => d.value), [...rows(from), ...rows(from + 10)].map((r) => r.payload), `${schema}: Avro read back by Apache Avro`);
+    const latest = (await (await fetch(`${upstream.href.replace(/\/$/, '')}/subjects/${schema}.orders-value/versions/latest`)).json()) as { id: number };
+    assert.deepEqual(new Set(decoded.map((d) => d.schemaId)), new Set([latest.id]), `${schema}: framed with the id of subject ${schema}.orders-value`);
+  }
 });

@@ -52,9 +52,9 @@ interface Binding {
 
 /**
  * The encoder of one outbox's rows: only the rules for that outbox (or for every outbox)
- * apply, the first matching one decides.
+ * apply, the first matching one decides. `outbox` undefined: only the rules for every outbox.
  */
-export function createRowEncoder(options: ResolvedEncodingOptions, scope: { outbox: string }): RowEncoder {
+export function createRowEncoder(options: ResolvedEncodingOptions, scope: { outbox: string | undefined }): RowEncoder {
   const rules = options.rules.filter((r) => r.outbox === undefined || r.outbox === scope.outbox);
   const needsRegistry = rules.some((r) => r.value || r.key);
   let client: RegistryClient | undefined;

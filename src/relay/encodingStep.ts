@@ -37,8 +37,14 @@ export interface EncodingStep {
 
 /** The encoding step of an outbox, or undefined without encodings (JSON as it is). */
 export function encodingStep(encodings: ResolvedEncodingOptions | undefined, outbox: string): EncodingStep | undefined {
-  if (!encodings) return undefined;
-  const encoder: RowEncoder = createRowEncoder(encodings, { outbox });
+  return encodings ? encoderStep(createRowEncoder(encodings, { outbox })) : undefined;
+}
+
+/**
+ * The step around an encoder. `topicOf`: the topic a row's message goes to, when its
+ * owner renames it (a tenant's topic template): rules match it and subjects name it.
+ */
+export function encoderStep(encoder: RowEncoder, topicOf: (topic: string) => string = (topic) => topic): EncodingStep {
   return {
     async start(logger) {
       try {
@@ -54,7 +60,7 @@ export function encodingStep(encodings: ResolvedEncodingOptions | undefined, out
       let parts;
       try {
         parts = await encoder.encode({
-          topic: message.topic,
+          topic: topicOf(message.topic),
           key: message.key,
           value: typeof message.value === 'string' ? message.value : message.value === null ? null : message.value.toString('utf8'),
           headers: message.headers,

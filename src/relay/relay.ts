@@ -110,7 +110,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     if (resources.producer && this.exactlyOnceMode) throw new OutboxError('a relay given a producer publishes at least once only', { retriable: false });
     this.quotedSchema = quoteIdentifier(this.options.schema, 'schema');
     this.inlineStatements = this.options.pooler === 'transaction';
-    this.encoding = encodingStep(this.options.encodings, resources.outboxName ?? this.options.schema);
+    this.encoding = resources.encoding ?? encodingStep(this.options.encodings, resources.outboxName ?? this.options.schema);
     this.logger = this.options.logger.child({ component: 'relay', relay: this.instanceId });
     this.horizon = new Horizon(this.quotedSchema, this.options.horizonMaxWaitMs);
     this.idAudit = new IdAudit(this.quotedSchema);
@@ -203,7 +203,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
           );
         }
       }
-      if (this.encoding) await this.unlessStopped(this.encoding.start(this.logger));
+      if (this.encoding && !this.resources.encoding) await this.unlessStopped(this.encoding.start(this.logger));
     } catch (error) {
       this.pool = undefined;
       if (this.stopping) {
@@ -319,7 +319,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     if (hard) await settlesWithin(Promise.all(this.loops), budgetMs());
     const closeMs = budgetMs();
     const [producerClosed, poolClosed] = await Promise.all([
-      settlesWithin(Promise.all([this.resources.producer ? undefined : this.producer?.disconnect(), this.exactlyOnce?.close(), this.encoding?.close()]), closeMs),
+      settlesWithin(Promise.all([this.resources.producer ? undefined : this.producer?.disconnect(), this.exactlyOnce?.close(), this.resources.encoding ? undefined : this.encoding?.close()]), closeMs),
       settlesWithin(this.pool ? endPool(this.pool) : Promise.resolve(), closeMs),
     ]);
     if (!producerClosed) this.logger.warn({ waitedMs: closeMs }, 'the Kafka producer did not disconnect in time (broker not answering); left behind');

@@ -54,10 +54,15 @@ export function tenantNameProblem(naming: TenantNaming, tenant: string): string 
   return problem ? `tenant ${JSON.stringify(tenant)} makes no topic name: ${problem}` : undefined;
 }
 
+/** The topic of `tenant`'s row whose topic column is `topic`. */
+export function tenantTopic(naming: TenantNaming, tenant: string, topic: string): string {
+  return fill(naming.topicTemplate, { tenant, topic });
+}
+
 /** A message of `tenant`, named as `naming` says: a copy, the row's own message untouched (a re-send names it again). */
 export function tenantMessage(naming: TenantNaming, tenant: string, m: RelayMessage): RelayMessage {
   const headers = naming.tenantHeader === '' ? m.headers : { ...m.headers, [naming.tenantHeader]: tenant };
-  return { ...m, topic: fill(naming.topicTemplate, { tenant, topic: m.topic }), key: fill(naming.keyTemplate, { tenant, key: m.key }), headers };
+  return { ...m, topic: tenantTopic(naming, tenant, m.topic), key: fill(naming.keyTemplate, { tenant, key: m.key }), headers };
 }
 
 /**

@@ -4,6 +4,7 @@ import { schemaNameProblem } from '../shared/identifiers.js';
 import { silentLogger, type Logger } from '../shared/logger.js';
 import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from '../relay/options.js';
 import { tenantNamingProblem, type TenantNaming } from './naming.js';
+import { tenantEncodingProblem } from './tenantEncoding.js';
 import { optionValue } from '../shared/settings.js';
 import { activityIntervalMs, discoveryIntervalMs, keyTemplate, sweepIntervalMs, tenantHeader, tenantIdleMs, tenantTurnMs, topicTemplate } from './settings.js';
 
@@ -113,11 +114,8 @@ export function resolveTenantRelayOptions(options: TenantRelayOptions): Resolved
     // partitioned outboxes are maintained by `outbox-relay maintain-partitions` (cron).
     partitionMaintenanceIntervalMs: 0,
   });
-  if (relay.encodings !== undefined) {
-    // Not built: each tenant's relay would make its own registry client and register its
-    // schemas at every turn, and subjects would follow the row's topic, not the tenant's.
-    throw new ConfigError('encodings', 'the tenant relay does not encode rows yet (schema-registry encodings serve a relay or a list of outboxes; docs/encodings.md)');
-  }
+  const encodingProblem = relay.encodings && tenantEncodingProblem(relay.encodings, naming);
+  if (encodingProblem) throw encodingProblem;
   const connectionsPerTenant = 2 * relay.batchesInFlight + 3;
   const maxDatabaseConnections = options.maxDatabaseConnections ?? DEFAULT_TENANT_CONNECTIONS;
   if (!Number.isSafeInteger(maxDatabaseConnections) || maxDatabaseConnections < 1 || maxDatabaseConnections > 100_000) {

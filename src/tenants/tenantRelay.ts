@@ -11,6 +11,7 @@ import { CONTROL_CONNECTIONS, resolveTenantRelayOptions, type ResolvedTenantRela
 import { databaseUrlOf, discoverTenants, ruleDatabase, type Tenant } from './discovery.js';
 import { tenantNameProblem, tenantProducer } from './naming.js';
 import { ControlConnection } from './controlConnection.js';
+import { createTenantEncoding, type TenantEncoding } from './tenantEncoding.js';
 import { TenantActivity } from './activity.js';
 
 /**
@@ -114,6 +115,8 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
   private used = 0;
   private producer: MessageProducer | undefined;
   private control: ControlConnection | undefined;
+  /** One encoder for every tenant's relay, when encodings are configured (./tenantEncoding.ts). */
+  private readonly encoding: TenantEncoding | undefined;
   private activity: TenantActivity | undefined;
   private readonly changed = new WakeUp();
   private readonly stopRequested = new WakeUp();
@@ -132,6 +135,8 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     this.options = resolveTenantRelayOptions(options);
     this.logger = this.options.logger.child({ component: 'tenant-relay' });
     this.here = ruleDatabase(this.options.rule.databaseUrl);
+    const { encodings } = this.options.relay;
+    this.encoding = encodings && createTenantEncoding(encodings, this.options.naming);
   }
 
   /** Postgres connections the tenant relay may hold now at most (its own, and the relays' of the tenants it serves). */
@@ -186,6 +191,12 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     await this.control.start();
     try {
       await this.discover();
+    } catch (error) {
+      await this.control.stop();
+      throw error;
+    }
+    try {
+      await this.encoding?.start(this.logger);
     } catch (error) {
       await this.control.stop();
       throw error;
@@ -328,7 +339,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     e.woken = false;
     const t = e.tenant;
     e.relayOptions ??= resolveRelayOptions({ ...o.relay, databaseUrl: databaseUrlOf(o.rule.databaseUrl, t.database), schema: t.schema, logger: o.relay.logger.child({ tenant: t.name }) });
-    const relay = createRelay(e.relayOptions, { producer: tenantProducer(this.producer!, o.naming, t.name, () => this.pace(e)), schemaChecked: e.schemaChecked });
+    const relay = createRelay(e.relayOptions, { producer: tenantProducer(this.producer!, o.naming, t.name, () => this.pace(e)), schemaChecked: e.schemaChecked, ...(this.encoding && { encoding: this.encoding.forTenant(t.name) }) });
     relay.on('batch', (b) => {
       e.lastActivityMs = Date.now();
       e.batchesThisTurn++;
@@ -416,7 +427,7 @@ export class TenantRelay extends TypedEmitter<TenantRelayEvents> {
     const results = await Promise.all(relays.map((r) => (this.hard ? r.abort() : r.stop())));
     if (results.some((r) => r.hard)) this.hard = true;
     await this.checks;
-    await Promise.all([this.producer?.disconnect().catch(() => undefined), this.control?.stop()]);
+    await Promise.all([this.producer?.disconnect().catch(() => undefined), this.control?.stop(), this.encoding?.close()]);
     this.logger.info({ hard: this.hard }, 'tenant relay stopped');
     this.emit('stopped', { hard: this.hard });
     return { hard: this.hard };
