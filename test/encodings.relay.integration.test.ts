@@ -407,3 +407,33 @@ test("integration: in a list of outboxes a rule's `outbox` is the outbox's name:
     await billing.drop();
   }
 });
+
+test('integration: Avro decimals from numbers or decimal strings and bytes from base64, read back by Apache Avro; a decimal with more digits than its scale is dead-lettered alone', async () => {
+  const topic = await createTopic(1, testBrokers(), 'enc-decimal');
+  const rows = [
+    { amount: '1234567890.12', fee: -1.5, signature: 'AQID/w==', cardHash: 'AAECAwQFBgc=' },
+    { amount: -0.01, signature: '', cardHash: '//////////8=' },
+  ];
+  await writeCommitted(db, [
+    { topic, key: 'p', payload: rows[0]! },
+    { topic, key: 'p-bad', payload: { ...rows[1]!, amount: 12.345 } },
+    { topic, key: 'p', payload: rows[1]! },
+  ]);
+  const relay = createRelay(relayOptions({ schemaRegistry: { url: registryUrl }, rules: [{ topic, value: { format: 'avro', schema: { file: `${FIXTURES}payment.avsc` } } }] }));
+  await relay.start();
+  try {
+    await waitFor('two rows sent', async () => (await sentCount(db, topic)) === 2);
+  } finally {
+    await relay.stop();
+  }
+  const { rows: dead } = await db.pool.query<{ reason: string }>(`SELECT reason FROM "${db.schema}".outbox_dead_letters WHERE topic = $1`, [topic]);
+  assert.equal(dead.length, 1);
+  assert.match(dead[0]!.reason, /field amount: expected decimal \(precision 12, scale 2/);
+  const read = await readTopic(topic, (m) => m.length >= 2);
+  const decoded = await readWithJava(registryUrl, read.map((m) => m.value!));
+  // Apache Avro's rendering: decimals as BigDecimal (JSON numbers), bytes as ISO-8859-1
+  // text, fixed as its signed bytes.
+  const latin1 = (base64: string) => Buffer.from(base64, 'base64').toString('latin1');
+  const signed = (base64: string) => [...Buffer.from(base64, 'base64')].map((b) => (b > 127 ? b - 256 : b));
+  assert.deepEqual(decoded.map((d) => d.value), rows.map((r) => ({ amount: Number(r.amount), fee: r.fee ?? null, signature: latin1(r.signature), cardHash: signed(r.cardHash) })));
+});

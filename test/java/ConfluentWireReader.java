@@ -29,6 +29,7 @@ import java.util.Base64;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import org.apache.avro.Conversions;
 import org.apache.avro.Schema;
 import org.apache.avro.generic.GenericData;
 import org.apache.avro.generic.GenericDatumReader;
@@ -118,11 +119,14 @@ public class ConfluentWireReader {
 
   static JsonNode avro(Schema schema, byte[] bytes, int offset) throws Exception {
     BinaryDecoder decoder = DecoderFactory.get().binaryDecoder(bytes, offset, bytes.length - offset, null);
-    Object datum = new GenericDatumReader<Object>(schema).read(null, decoder);
+    // Decimals read as BigDecimal (Avro's own conversion), rendered as JSON numbers.
+    GenericData data = new GenericData();
+    data.addLogicalTypeConversion(new Conversions.DecimalConversion());
+    Object datum = new GenericDatumReader<Object>(schema, schema, data).read(null, decoder);
     if (!decoder.isEnd()) throw new IllegalArgumentException("trailing bytes after the Avro datum");
     // GenericData's rendering is JSON with unions unwrapped (the value as a reader sees it),
     // unlike Avro's JSON encoding, which wraps each union value in {"type": value}.
-    return JSON.readTree(GenericData.get().toString(datum));
+    return JSON.readTree(data.toString(datum));
   }
 
   /**

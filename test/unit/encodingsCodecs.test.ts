@@ -123,3 +123,42 @@ test('JSON Schema: the body is the compact JSON; the first error names the path 
     assert.equal(body(codec.encode({ n: 1 })).toString(), '{"n":1}', dialect);
   }
 });
+
+test('Avro decimals are exact: numbers or decimal strings in, decimal strings with the scale\'s digits out; more digits than the scale or the precision allow are refused, never rounded', () => {
+  const codec = schemaCodec('avro', JSON.stringify({
+    type: 'record',
+    name: 'Money',
+    fields: [
+      { name: 'amount', type: { type: 'bytes', logicalType: 'decimal', precision: 6, scale: 2 } },
+      { name: 'fee', type: ['null', { type: 'fixed', name: 'Fee', size: 2, logicalType: 'decimal', precision: 4, scale: 1 }], default: null },
+      { name: 'blobs', type: { type: 'map', values: 'bytes' }, default: {} },
+      { name: 'tag', type: { type: 'fixed', name: 'Tag', size: 2 }, default: '\u0000\u0000' },
+    ],
+  }));
+  const roundTrip = (row: object) => {
+    const out = codec.encode(row);
+    assert.ok('body' in out && out.body, `${JSON.stringify(row)}: ${'problem' in out ? out.problem : ''}`);
+    return codec.decode(out.body);
+  };
+  assert.deepEqual(roundTrip({ amount: 12.5, fee: '-3.0', blobs: { a: 'AQI=' }, tag: 'q80=' }), { amount: '12.50', fee: '-3.0', blobs: { a: 'AQI=' }, tag: 'q80=' });
+  assert.deepEqual(roundTrip({ amount: '-9999.99', fee: 999.9 }), { amount: '-9999.99', fee: '999.9', blobs: {}, tag: 'AAA=' });
+  assert.deepEqual(roundTrip({ amount: '0.500' }), { amount: '0.50', fee: null, blobs: {}, tag: 'AAA=' }, 'zeros past the scale are no digits');
+  // Two's complement, fewest bytes: -1 cent is one byte ff; 128 cents two bytes 00 80.
+  assert.equal((codec.encode({ amount: '-0.01' }) as { body: Buffer }).body.subarray(0, 2).toString('hex'), '02ff');
+  assert.equal((codec.encode({ amount: '1.28' }) as { body: Buffer }).body.subarray(0, 3).toString('hex'), '040080');
+  for (const [row, why] of [
+    [{ amount: 12.345 }, 'a digit past the scale'],
+    [{ amount: 0.1 + 0.2 }, 'a float that is not the decimal it looks like'],
+    [{ amount: '10000.00' }, 'seven digits at precision 6'],
+    [{ amount: '1e3' }, 'an exponent'],
+    [{ amount: 'twelve' }, 'not a number'],
+    [{ amount: 1, fee: '3276.8' }, 'a fixed of 2 bytes holds at most 3276.7'],
+  ] as const) {
+    const out = codec.encode(row);
+    assert.ok('problem' in out && /expected (one of null, )?decimal \(precision \d, scale \d/.test(out.problem!), `${why}: ${JSON.stringify(out)}`);
+  }
+  const notBase64 = codec.encode({ amount: 1, blobs: { a: 'not base64' } });
+  assert.ok('problem' in notBase64 && /^field blobs\.a: expected bytes \(base64 text\), got string "not base64"$/.test(notBase64.problem!), JSON.stringify(notBase64));
+  const shortFixed = codec.encode({ amount: 1, tag: 'AQ==' });
+  assert.ok('problem' in shortFixed && /^field tag: expected fixed Tag of 2 bytes \(base64 text\), got 1 bytes$/.test(shortFixed.problem!), JSON.stringify(shortFixed));
+});
