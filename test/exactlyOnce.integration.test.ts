@@ -15,6 +15,8 @@ import { sentCount, writeCommitted } from './helpers/outbox.js';
 import { pino } from 'pino';
 import { silentLogger } from '../src/shared/logger.js';
 import { TEST_PRODUCER } from './helpers/producer.js';
+import { fileURLToPath } from 'node:url';
+import { registryProxy, schemaRegistryUrl } from './helpers/registry.js';
 
 // Exactly-once delivery (docs/exactly-once.md) on a real broker: what a read_committed
 // reader gets (Kafka's own consumer: test/helpers/committedReader.ts), across a relay stopped between Kafka's commit and Postgres' COMMIT, and
@@ -368,4 +370,50 @@ test('integration: exactly-once: a relay starts at once beside a transaction a k
   assert.deepEqual([...count.keys()].sort((a, b) => a - b), ids, "every row delivered, the dead transaction's message not");
   assert.deepEqual([...count.values()].filter((n) => n > 1), [], 'none twice');
   assert.deepEqual(outOfOrder, [], 'each key in id order');
+});
+
+test('integration: exactly-once with encodings, the schema registry down mid-stream: cached topics go on, a new topic\'s rows wait (none dead-lettered), and a read_committed reader gets every row once, each key in order', async () => {
+  const registry = await registryProxy(await schemaRegistryUrl());
+  const [cached, fresh] = [await createTopic(2, testBrokers(), 'eosenc'), await createTopic(2, testBrokers(), 'eosenc')];
+  const order = (n: number) => ({ orderId: n, customer: `c${n}`, amount: n + 0.5, express: false, note: null, items: [] });
+  const rows = (topic: string, from: number) => Array.from({ length: 12 }, (_, i) => ({ topic, key: `k${i % 3}`, payload: order(from + i) }));
+  const relay = createRelay(relayOptions(uniqueName('eos-enc'), {
+    retryMaxDelayMs: 300,
+    encodings: {
+      schemaRegistry: { url: registry.url, timeoutMs: 2_000 },
+      // A pattern: each topic's schema is registered at its first row, so a new topic needs the registry.
+      rules: [{ topic: '/eosenc_.*/', value: { format: 'avro', schema: { file: fileURLToPath(new URL('./fixtures/encodings/order.avsc', import.meta.url)) } } }],
+    },
+  }));
+  const written: number[] = [];
+  await relay.start();
+  try {
+    written.push(...(await writeCommitted(db, rows(cached!, 0))));
+    await waitFor('the first rows sent', async () => (await sentCount(db, cached!)) === 12);
+    registry.down = true;
+    // One transaction, both topics interleaved: batches hold rows that go out and rows that wait.
+    const later = rows(cached!, 12).flatMap((row, i) => [row, rows(fresh!, 100)[i]!]);
+    written.push(...(await writeCommitted(db, later)));
+    await waitFor("the cached topic's rows sent with the registry down", async () => (await sentCount(db, cached!)) === 24);
+    await waitFor("the new topic's rows tried and left waiting", async () => {
+      const { rows: waiting } = await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE topic = $1 AND sent_at IS NULL AND attempts > 0 AND last_error LIKE '%schema registry%'`,
+        [fresh!],
+      );
+      return waiting[0]!.n === 12;
+    });
+    registry.down = false;
+    await waitFor("the new topic's rows sent once the registry answers", async () => (await sentCount(db, fresh!)) === 12);
+  } finally {
+    await relay.stop();
+    await registry.close();
+  }
+  const { rows: dead } = await db.pool.query(`SELECT id FROM "${db.schema}".outbox_dead_letters WHERE topic = ANY($1)`, [[cached!, fresh!]]);
+  assert.deepEqual(dead, [], 'nothing dead-lettered for the outage');
+  // Per topic: the two topics' keys have the same names.
+  const tallies = [tally(await readCommittedWithKafka(cached!)), tally(await readCommittedWithKafka(fresh!))];
+  const counts = tallies.flatMap((t) => [...t.count]);
+  assert.deepEqual(counts.map(([id]) => id).sort((x, y) => x - y), written.sort((x, y) => x - y), 'every row on the wire');
+  assert.deepEqual(counts.filter(([, n]) => n !== 1), [], 'each once');
+  assert.deepEqual(tallies.flatMap((t) => t.outOfOrder), []);
 });

@@ -12,11 +12,9 @@ import { TEST_PRODUCER } from './helpers/producer.js';
 import { judge, runWriters } from './helpers/workload.js';
 import { spawnCli } from './helpers/processes.js';
 import { ConsoleClient } from './helpers/console.js';
-import { createServer, request as httpRequest } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { writeCommitted } from './helpers/outbox.js';
-import { readWithJava, schemaRegistryUrl } from './helpers/registry.js';
+import { readWithJava, registryProxy, schemaRegistryUrl } from './helpers/registry.js';
 
 // Tenants as schemas of one database, found by a pattern, against the real Postgres and
 // Kafka: each tenant's rows reach its own topic ({tenant}.{topic}) in order per key, a
@@ -288,18 +286,8 @@ test('integration: `outbox-relay console --tenant-schemas … --tenant TEXT` ope
 
 test('integration: encodings under a tenant rule: each tenant\'s rows in Avro under its own topic\'s subject, registered once across turns; a row that does not fit is dead-lettered alone', async () => {
   // The relay reaches the registry through a proxy counting its registrations.
-  const upstream = new URL(await schemaRegistryUrl());
-  const registrations: string[] = [];
-  const proxy = createServer((request, response) => {
-    if (request.method === 'POST' && /\/versions$/.test(request.url ?? '')) registrations.push(request.url!);
-    const forward = httpRequest({ host: upstream.hostname, port: upstream.port, path: request.url, method: request.method, headers: request.headers }, (answer) => {
-      response.writeHead(answer.statusCode ?? 502, answer.headers);
-      answer.pipe(response);
-    });
-    forward.on('error', () => response.destroy());
-    request.pipe(forward);
-  });
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  const registryUrl = await schemaRegistryUrl();
+  const proxy = await registryProxy(registryUrl);
   const [a, b] = [await addTenant('enc_a'), await addTenant('enc_b')];
   const relay = createTenantRelay({
     tenants: { kind: 'schemas', databaseUrl: DATABASE_URL, pattern: `^${base}_enc_` },
@@ -309,7 +297,7 @@ test('integration: encodings under a tenant rule: each tenant\'s rows in Avro un
     tenantIdleMs: 400,
     tenantTurnMs: 300,
     encodings: {
-      schemaRegistry: { url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}${upstream.pathname.replace(/\/$/, '')}` },
+      schemaRegistry: { url: proxy.url },
       rules: [{ topic: `/${base}_enc_.*\\.orders/`, value: { format: 'avro', schema: { file: fileURLToPath(new URL('./fixtures/encodings/order.avsc', import.meta.url)) } } }],
     },
   });
@@ -330,18 +318,18 @@ test('integration: encodings under a tenant rule: each tenant\'s rows in Avro un
     await waitFor('every good row sent', async () => (await sent(a)) === 6 && (await sent(b)) === 6);
   } finally {
     await relay.stop();
-    await new Promise((resolve) => proxy.close(resolve));
+    await proxy.close();
   }
   assert.ok(served.filter((t) => t === a).length >= 2 && served.filter((t) => t === b).length >= 2, `each tenant served in two turns at least: ${served.join(', ')}`);
-  assert.deepEqual(registrations.map((u) => decodeURIComponent(u).replace(/^.*\/subjects\//, '')).sort(), [`${a}.orders-value/versions`, `${b}.orders-value/versions`], 'one registration per tenant topic, none again at later turns');
+  assert.deepEqual(proxy.registrations.map((u) => decodeURIComponent(u).replace(/^.*\/subjects\//, '')).sort(), [`${a}.orders-value/versions`, `${b}.orders-value/versions`], 'one registration per tenant topic, none again at later turns');
   const { rows: dead } = await admin.query<{ key: string; error_name: string }>(`SELECT key, error_name FROM "${a}".outbox_dead_letters`);
   assert.deepEqual(dead, [{ key: 'k-bad', error_name: 'encoding:avro' }]);
   for (const [schema, from] of [[a, 100], [b, 200]] as const) {
     const read = await readTopic(`${schema}.orders`, (m) => m.length >= 6);
     const byId = read.sort((x, y) => Number(x.headers[HEADERS.outboxId]) - Number(y.headers[HEADERS.outboxId]));
-    const decoded = await readWithJava(upstream.href.replace(/\/$/, ''), byId.map((m) => m.value!));
+    const decoded = await readWithJava(registryUrl, byId.map((m) => m.value!));
     assert.deepEqual(decoded.map((d) => d.value), [...rows(from), ...rows(from + 10)].map((r) => r.payload), `${schema}: Avro read back by Apache Avro`);
-    const latest = (await (await fetch(`${upstream.href.replace(/\/$/, '')}/subjects/${schema}.orders-value/versions/latest`)).json()) as { id: number };
+    const latest = (await (await fetch(`${registryUrl}/subjects/${schema}.orders-value/versions/latest`)).json()) as { id: number };
     assert.deepEqual(new Set(decoded.map((d) => d.schemaId)), new Set([latest.id]), `${schema}: framed with the id of subject ${schema}.orders-value`);
   }
 });

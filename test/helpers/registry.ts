@@ -1,4 +1,6 @@
 import { execFile, execFileSync } from 'node:child_process';
+import { createServer, request as httpRequest } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startLocalRegistry, type LocalRegistry } from '../../scripts/localRegistry.js';
@@ -22,7 +24,7 @@ export interface JavaDecoded {
   messageType?: string;
   /**
    * The decoded value as JSON. Avro: GenericData's rendering (unions unwrapped, bytes as
-   * `{"bytes": "..."}`). Protobuf: protobuf-java's JSON mapping with the .proto field names and
+   * ISO-8859-1 text, fixed as an array of signed bytes, decimals as numbers). Protobuf: protobuf-java's JSON mapping with the .proto field names and
    * fields at their default included (64-bit integers as strings, enums by name). JSON: the body.
    */
   value: unknown;
@@ -45,6 +47,53 @@ export async function schemaRegistryUrl(): Promise<string> {
 /** A registry of the test's own, to kill and start again (file storage: ids survive). The caller stops it. */
 export async function startOwnRegistry(): Promise<LocalRegistry> {
   return startLocalRegistry();
+}
+
+/** A registry seen through {@link registryProxy}. */
+export interface RegistryProxy {
+  /** The proxy's URL, with the registry's path. */
+  url: string;
+  /** The paths of the schema registrations that went through (POST …/versions). */
+  registrations: string[];
+  /** While true, every request is answered 503, as a registry that is down behind a load balancer. */
+  down: boolean;
+  close(): Promise<void>;
+}
+
+/** An HTTP proxy in front of the registry at `upstreamUrl`: counts registrations and can play an outage. */
+export async function registryProxy(upstreamUrl: string): Promise<RegistryProxy> {
+  const upstream = new URL(upstreamUrl);
+  const sockets = new Set<Socket>();
+  const proxy: RegistryProxy = {
+    url: '',
+    registrations: [],
+    down: false,
+    close: () => {
+      for (const socket of sockets) socket.destroy();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+  const server = createServer((request, response) => {
+    if (proxy.down) {
+      request.resume();
+      response.writeHead(503, { 'content-type': 'application/json' }).end('{"error_code":50301,"message":"down for the test"}');
+      return;
+    }
+    if (request.method === 'POST' && /\/versions$/.test(request.url ?? '')) proxy.registrations.push(request.url!);
+    const forward = httpRequest({ host: upstream.hostname, port: upstream.port, path: request.url, method: request.method, headers: request.headers }, (answer) => {
+      response.writeHead(answer.statusCode ?? 502, answer.headers);
+      answer.pipe(response);
+    });
+    forward.on('error', () => response.destroy());
+    request.pipe(forward);
+  });
+  server.on('connection', (socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  proxy.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}${upstream.pathname.replace(/\/$/, '')}`;
+  return proxy;
 }
 
 let classpath: string | undefined;
