@@ -2,12 +2,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readEachWithJava, readWithJava, schemaRegistryUrl } from './helpers/registry.js';
+import { schemaCodec } from '../src/encodings/schemaCodec.js';
 
 // The test infrastructure of the schema-registry encodings, checked on bytes made by hand
 // here (not by src/encodings): a real registry (Apicurio, Confluent-compatible API) hands out
 // ids, and the reference reader (test/java/ConfluentWireReader.java: Apache Avro,
 // protobuf-java, a JSON Schema validator) decodes Confluent's wire format with the writer
 // schema it fetches by id. If these pass, a failure of an encoding test is the encoding's.
+// The last test holds the relay's JSON Schema codec to the reference on the same values.
 
 function subject(prefix: string): string {
   return `${prefix}-${Date.now().toString(36)}-${randomBytes(3).toString('hex')}-value`;
@@ -148,4 +150,31 @@ test('the reference reader rejects what does not match the schema its id names, 
   assert.match(errors[3] ?? '', /JSON schema/);
   assert.match(errors[4] ?? '', /magic byte/);
   assert.deepEqual(results[5], { schemaId: avroId, schemaType: 'AVRO', value: { id: 2, name: 'still read' } });
+});
+
+test('JSON Schema formats: the relay\'s codec refuses what the reference validator (everit) refuses, and takes what it takes', async () => {
+  const url = await schemaRegistryUrl();
+  const schema = JSON.stringify({
+    $schema: 'http://json-schema.org/draft-07/schema#',
+    type: 'object',
+    properties: { at: { type: 'string', format: 'date-time' }, mail: { type: 'string', format: 'email' }, site: { type: 'string', format: 'uri' }, ip: { type: 'string', format: 'ipv4' }, own: { type: 'string', format: 'shop-sku' } },
+  });
+  const id = await register(url, subject('infra-json-formats'), schema, 'JSON');
+  const cases: Array<[Record<string, string>, boolean]> = [
+    [{ at: '2026-12-06T10:15:30Z', mail: 'ops@example.com', site: 'https://example.com/a?b=c', ip: '10.0.0.1' }, true],
+    [{ at: '2026-12-06T10:15:30.123+01:00' }, true],
+    [{ own: 'any text: a format neither knows is not checked' }, true],
+    [{ at: '2026-13-06T10:15:30Z' }, false],
+    [{ at: 'yesterday' }, false],
+    [{ mail: 'not an address' }, false],
+    [{ site: 'no scheme' }, false],
+    [{ ip: '10.0.0.256' }, false],
+  ];
+  const reference = await readEachWithJava(url, cases.map(([row]) => Buffer.concat([header(id), Buffer.from(JSON.stringify(row))])));
+  const codec = schemaCodec('json-schema', schema);
+  cases.forEach(([row, valid], i) => {
+    assert.equal(!('error' in reference[i]!), valid, `everit on ${JSON.stringify(row)}: ${JSON.stringify(reference[i])}`);
+    const ours = codec.encode(row);
+    assert.equal('body' in ours && ours.body !== undefined, valid, `the codec on ${JSON.stringify(row)}: ${JSON.stringify(ours)}`);
+  });
 });

@@ -195,7 +195,7 @@ test("a rule naming an outbox applies to that outbox's rows only; a topic no rul
 test('the encodings packages are optional peers: one not installed is a ConfigError saying what to install; another failure of a package is not hidden', async () => {
   const { requireOptional } = await import('../../src/encodings/libraries.js');
   const error = refused(() => requireOptional('no-such-package-for-outbox-relay'), 'encodings');
-  assert.match(error.message, /no-such-package-for-outbox-relay is not installed: npm install @kafkajs\/confluent-schema-registry@\^4\.1\.0 avsc@\^5\.7\.0 protobufjs@\^8\.0\.0 ajv@\^8\.17\.0$/);
+  assert.match(error.message, /no-such-package-for-outbox-relay is not installed: npm install @kafkajs\/confluent-schema-registry@\^4\.1\.0 avsc@\^5\.7\.0 protobufjs@\^8\.0\.0 ajv@\^8\.17\.0 ajv-formats@\^3\.0\.1$/);
   const broken = Object.assign(new Error("Cannot find module 'long'"), { code: 'MODULE_NOT_FOUND' });
   assert.throws(() => requireOptional('protobufjs', () => { throw broken; }), (e) => e === broken, "a package's own missing dependency is its error, not a missing peer");
   assert.equal(typeof (requireOptional('avsc') as { Type: unknown }).Type, 'function');
