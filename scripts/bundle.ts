@@ -8,16 +8,22 @@
  * src/shared/schema.ts and src/commands/roles.ts find sql/ two levels up from themselves.
  */
 import { execFileSync } from 'node:child_process';
-import { join, relative } from 'node:path';
+import { join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
-export function bundleForNode(entry: string, outfile: string): void {
-  if (relative(ROOT, outfile).split(/[\\/]/).length !== 3) throw new Error(`${outfile}: a bundle must sit two directories under ${ROOT}, where sql/ is two levels up`);
+/**
+ * `root`: the repository whose entry, src/ and esbuild are used (default this one; the
+ * fault suite bundles the checkout it tests, test/faults/cliBundle.ts). `entry` and a
+ * relative `outfile` are taken from `root`.
+ */
+export function bundleForNode(entry: string, outfile: string, root: string = ROOT): void {
+  const out = resolve(root, outfile);
+  if (relative(root, out).split(/[\\/]/).length !== 3) throw new Error(`${out}: a bundle must sit two directories under ${root}, where sql/ is two levels up`);
   execFileSync(
-    join(ROOT, 'node_modules/.bin/esbuild'),
-    [entry, '--bundle', '--platform=node', '--format=esm', '--target=node22', '--packages=external', '--log-level=warning', `--outfile=${outfile}`],
-    { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] },
+    join(root, 'node_modules/.bin/esbuild'),
+    [entry, '--bundle', '--platform=node', '--format=esm', '--target=node22', '--packages=external', '--log-level=warning', `--outfile=${out}`],
+    { cwd: root, stdio: ['ignore', 'ignore', 'inherit'] },
   );
 }

@@ -386,6 +386,10 @@ test('integration: exactly-once with encodings, the schema registry down mid-str
     },
   }));
   const written: number[] = [];
+  const freshIds: number[] = [];
+  // Batches published while the registry was down: the ones that must have left rows waiting.
+  const batchesWhileDown: Array<{ firstId: number; lastId: number; cached: number }> = [];
+  relay.on('batch', (b) => registry.down && batchesWhileDown.push({ firstId: b.firstId, lastId: b.lastId, cached: b.topics[cached!] ?? 0 }));
   await relay.start();
   try {
     written.push(...(await writeCommitted(db, rows(cached!, 0))));
@@ -393,7 +397,9 @@ test('integration: exactly-once with encodings, the schema registry down mid-str
     registry.down = true;
     // One transaction, both topics interleaved: batches hold rows that go out and rows that wait.
     const later = rows(cached!, 12).flatMap((row, i) => [row, rows(fresh!, 100)[i]!]);
-    written.push(...(await writeCommitted(db, later)));
+    const laterIds = await writeCommitted(db, later);
+    written.push(...laterIds);
+    freshIds.push(...laterIds.filter((_, i) => i % 2 === 1));
     await waitFor("the cached topic's rows sent with the registry down", async () => (await sentCount(db, cached!)) === 24);
     await waitFor("the new topic's rows tried and left waiting", async () => {
       const { rows: waiting } = await db.pool.query<{ n: number }>(
@@ -402,6 +408,11 @@ test('integration: exactly-once with encodings, the schema registry down mid-str
       );
       return waiting[0]!.n === 12;
     });
+    // The situation under test: a batch that published the cached topic's rows around the new topic's waiting ones.
+    assert.ok(
+      batchesWhileDown.some((b) => b.cached > 0 && freshIds.some((id) => id > b.firstId && id < b.lastId)),
+      `a batch mixed rows that went out and rows that waited: ${JSON.stringify(batchesWhileDown)}`,
+    );
     registry.down = false;
     await waitFor("the new topic's rows sent once the registry answers", async () => (await sentCount(db, fresh!)) === 12);
   } finally {

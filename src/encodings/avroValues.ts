@@ -15,12 +15,12 @@ const DECIMAL_TEXT = /^([+-]?)(\d+)(?:\.(\d+))?$/;
 
 /** A row's JSON value as avsc takes it: base64 text at bytes and fixed fields made bytes. */
 export function fromRowJson(type: AvroType, value: unknown): unknown {
-  return walk(type, value, (t, v) => (typeof v === 'string' && BASE64.test(v) ? Buffer.from(v, 'base64') : v));
+  return walk(type, value, (v) => (typeof v === 'string' && BASE64.test(v) ? Buffer.from(v, 'base64') : v));
 }
 
 /** avsc's decoded value as a row would hold it: bytes and fixed as base64 text. */
 export function toRowJson(type: AvroType, value: unknown): unknown {
-  return walk(type, value, (_, v) => (Buffer.isBuffer(v) ? v.toString('base64') : v));
+  return walk(type, value, (v) => (Buffer.isBuffer(v) ? v.toString('base64') : v));
 }
 
 /**
@@ -37,12 +37,12 @@ export function holdsBytes(type: AvroType, seen = new Set<AvroType>()): boolean 
 }
 
 /** `value` with `convert` applied at every plain bytes or fixed position of `type` (logical types convert themselves). */
-function walk(type: AvroType, value: unknown, convert: (type: AvroType, value: unknown) => unknown): unknown {
+function walk(type: AvroType, value: unknown, convert: (value: unknown) => unknown): unknown {
   const t = type as AvroType & { fields?: Array<{ name: string; type: AvroType }>; itemsType?: AvroType; valuesType?: AvroType; types?: AvroType[] };
   switch (type.typeName) {
     case 'bytes':
     case 'fixed':
-      return convert(type, value);
+      return convert(value);
     case 'record':
     case 'error': {
       if (!isObject(value)) return value;
@@ -124,10 +124,6 @@ function makeDecimalType(): new (schema: avro.Schema, opts?: avro.ForSchemaOptio
       const unscaled = BigInt(digits) * (sign === '-' ? -1n : 1n);
       const size = (this.underlyingType as AvroType & { size?: number }).size;
       return toTwosComplement(unscaled, size);
-    }
-
-    protected override _resolve(type: AvroType): ((value: unknown) => unknown) | undefined {
-      return type.typeName === this.underlyingType.typeName ? (value) => this._fromValue(value as Buffer) : undefined;
     }
   } as unknown as new (schema: avro.Schema, opts?: avro.ForSchemaOptions) => avro.types.LogicalType;
 }

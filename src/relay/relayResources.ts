@@ -3,8 +3,8 @@ import type { EncodingStep } from './encodingStep.js';
 
 /**
  * What a relay may be given instead of making its own: the tenant relay (src/tenants/)
- * shares one producer and one encoder among the relays of its tenants. What is given is not closed by
- * the relay's stop; its owner closes it.
+ * shares one producer and one encoder among the relays of its tenants. What is given is
+ * not closed by the relay's stop; its owner closes it.
  */
 export interface RelayResources {
   /** Publishes the relay's messages; at-least-once mode only. */

@@ -37,13 +37,10 @@ export function tenantEncodingProblem(encodings: ResolvedEncodingOptions, naming
 
 export function createTenantEncoding(encodings: ResolvedEncodingOptions, naming: TenantNaming): TenantEncoding {
   const encoder = createRowEncoder(encodings, { outbox: undefined });
-  const shared = encoderStep(encoder);
   return {
-    start: (logger) => shared.start(logger),
-    forTenant(tenant) {
-      const step = encoderStep(encoder, (topic) => tenantTopic(naming, tenant, topic));
-      return { ...step, start: () => Promise.resolve(), close: () => Promise.resolve() };
-    },
+    start: (logger) => encoderStep(encoder).start(logger),
+    // A relay neither starts nor closes a step it is given: this one's start and close are never called.
+    forTenant: (tenant) => encoderStep(encoder, (topic) => tenantTopic(naming, tenant, topic)),
     close: () => encoder.close(),
   };
 }

@@ -1,13 +1,12 @@
 /**
  * The relay CLI and the consumer program of the code under test, each bundled once per
- * fault run process (esbuild, as scripts/bundle.ts does for the tests): relays and
- * consumers start as `node <bundle>`, not through tsx: a relay start cost 1.1-1.3
- * CPU-seconds through tsx here, 0.4 from a bundle, and the suite starts one at every kill. A bundle sits two directories under the code's root, where
- * src/shared/schema.ts finds sql/ two levels up.
+ * fault run process (scripts/bundle.ts): relays and consumers start as `node <bundle>`,
+ * not through tsx: a relay start cost 1.1-1.3 CPU-seconds through tsx here, 0.4 from a
+ * bundle, and the suite starts one at every kill.
  */
-import { execFileSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { bundleForNode } from '../../scripts/bundle.js';
 
 const bundles = new Map<string, string>();
 
@@ -26,13 +25,12 @@ function bundle(codeDir: string, entry: string, name: string): string {
   const known = bundles.get(key);
   if (known) return known;
   const dir = join('.cache', `fault-bundles-${process.pid}`);
-  mkdirSync(join(codeDir, dir), { recursive: true });
+  if (!existsSync(join(codeDir, dir))) {
+    mkdirSync(join(codeDir, dir), { recursive: true });
+    process.on('exit', () => rmSync(join(codeDir, dir), { recursive: true, force: true }));
+  }
   const relative = join(dir, name);
-  execFileSync(
-    join(codeDir, 'node_modules/.bin/esbuild'),
-    [entry, '--bundle', '--platform=node', '--format=esm', '--target=node22', '--packages=external', '--log-level=warning', `--outfile=${relative}`],
-    { cwd: codeDir, stdio: ['ignore', 'ignore', 'inherit'] },
-  );
+  bundleForNode(entry, relative, codeDir);
   bundles.set(key, relative);
   return relative;
 }

@@ -173,7 +173,6 @@ export async function runOnce(ctx: RunContext, cfg: RunConfig): Promise<RunRepor
     (_, i) =>
       new Slot({
         name: `relay ${i}`,
-        // Exactly-once: the preload that kills at a Kafka commit, and plants the bug.
         // Exactly-once: the preload that kills at a Kafka commit, and plants the bug, patches
         // the source modules: tsx and src/cli.ts. Otherwise the bundle (./cliBundle.ts).
         args: exactlyOnce ? ['--import', './test/faults/relayHooks.ts', 'src/cli.ts', 'run'] : [relayCliBundle(codeDir), 'run'],

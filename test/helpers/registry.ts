@@ -24,8 +24,9 @@ export interface JavaDecoded {
   messageType?: string;
   /**
    * The decoded value as JSON. Avro: GenericData's rendering (unions unwrapped, bytes as
-   * ISO-8859-1 text, fixed as an array of signed bytes, decimals as numbers). Protobuf: protobuf-java's JSON mapping with the .proto field names and
-   * fields at their default included (64-bit integers as strings, enums by name). JSON: the body.
+   * ISO-8859-1 text, fixed as an array of signed bytes, decimals as numbers). Protobuf:
+   * protobuf-java's JSON mapping with the .proto field names and fields at their default
+   * included (64-bit integers as strings, enums by name). JSON: the body.
    */
   value: unknown;
 }
